@@ -1,0 +1,1 @@
+//! DDP segment headers (RFC 5041).

@@ -1,0 +1,2 @@
+//! # xwarp-stack — the TCP engine on smoltcp
+#![warn(missing_docs)]
