@@ -11,3 +11,5 @@ pub use xwarp_ddp as ddp;
 pub use xwarp_poll_driver as poll_driver;
 pub use xwarp_rdmap as rdmap;
 pub use xwarp_stack as stack;
+
+pub mod net;

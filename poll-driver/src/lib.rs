@@ -9,5 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod engine;
+#[cfg(target_os = "linux")]
+pub mod netns;
 #[cfg(target_os = "linux")]
 pub mod afxdp;

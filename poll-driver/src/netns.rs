@@ -1,0 +1,1 @@
+//! Test networks: network namespaces joined by veth pairs, removed on drop (root).

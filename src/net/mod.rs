@@ -1,0 +1,1 @@
+//! The native socket API over an xwarp engine.
