@@ -1,1 +1,483 @@
-//! DDP segment headers (RFC 5041).
+//! DDP segment headers (RFC 5041 §4) and the DDP error codes used in Terminate
+//! messages (RFC 5041 §7.2, Terminate layer 1).
+//!
+//! A DDP segment is a DDP header followed by payload; over MPA each segment is one
+//! ULPDU. The tagged header is 14 bytes, the untagged header 18 bytes
+//! (iwarp-wire.md §2.2, §2.3). All fields are big-endian.
+
+/// The only DDP version defined (RFC 5041 §4.1, DV field).
+pub const DDP_VERSION: u8 = 1;
+/// Length of a tagged DDP header (control, RsvdULP, STag, TO).
+pub const TAGGED_HEADER_LEN: usize = 14;
+/// Length of an untagged DDP header (control, RsvdULP[5], QN, MSN, MO).
+pub const UNTAGGED_HEADER_LEN: usize = 18;
+/// Longest DDP header.
+pub const MAX_HEADER_LEN: usize = UNTAGGED_HEADER_LEN;
+
+/// DDP control byte: T (tagged buffer model).
+pub const FLAG_TAGGED: u8 = 0x80;
+/// DDP control byte: L (last segment of the DDP message).
+pub const FLAG_LAST: u8 = 0x40;
+/// DDP control byte: DV mask (DDP version).
+pub const MASK_VERSION: u8 = 0x03;
+
+/// Length of the DDP header that starts with DDP control byte `first_byte`
+/// (14 if the T bit is set, else 18).
+pub fn header_len(first_byte: u8) -> usize {
+    if first_byte & FLAG_TAGGED != 0 {
+        TAGGED_HEADER_LEN
+    } else {
+        UNTAGGED_HEADER_LEN
+    }
+}
+
+/// Why a DDP header could not be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentError {
+    /// Fewer bytes than the header needs.
+    Truncated,
+    /// DV != 1 (RFC 5041 §7.2: tagged or untagged "Invalid DDP version").
+    InvalidVersion {
+        /// Whether the T bit was set, which selects the Terminate EType.
+        tagged: bool,
+        /// The version found.
+        version: u8,
+    },
+}
+
+impl SegmentError {
+    /// The DDP Terminate error matching this parse failure, if there is one.
+    pub fn ddp_error(&self) -> Option<DdpError> {
+        match *self {
+            SegmentError::Truncated => None,
+            SegmentError::InvalidVersion { tagged: true, .. } => {
+                Some(DdpError::Tagged(TaggedErrorCode::InvalidDdpVersion))
+            }
+            SegmentError::InvalidVersion { tagged: false, .. } => {
+                Some(DdpError::Untagged(UntaggedErrorCode::InvalidDdpVersion))
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for SegmentError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SegmentError::Truncated => write!(f, "truncated DDP header"),
+            SegmentError::InvalidVersion { version, .. } => {
+                write!(f, "invalid DDP version {version}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SegmentError {}
+
+/// Tagged DDP header (RFC 5041 §4.2): T=1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaggedHeader {
+    /// L: last segment of the message.
+    pub last: bool,
+    /// RsvdULP byte; RDMAP puts its control byte here.
+    pub rsvd_ulp: u8,
+    /// Data sink steering tag.
+    pub stag: u32,
+    /// Tagged offset of the first payload byte.
+    pub to: u64,
+}
+
+impl TaggedHeader {
+    /// Parse a tagged header from the first 14 bytes of `buf`, checking T=1 and DV.
+    pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
+        if buf.len() < TAGGED_HEADER_LEN {
+            return Err(SegmentError::Truncated);
+        }
+        check_version(buf[0])?;
+        Ok(TaggedHeader {
+            last: buf[0] & FLAG_LAST != 0,
+            rsvd_ulp: buf[1],
+            stag: be32(&buf[2..6]),
+            to: be64(&buf[6..14]),
+        })
+    }
+
+    /// Write the 14-byte header into `buf[..14]`; returns 14, or `None` if `buf` is short.
+    pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
+        let b = buf.get_mut(..TAGGED_HEADER_LEN)?;
+        b[0] = FLAG_TAGGED | if self.last { FLAG_LAST } else { 0 } | DDP_VERSION;
+        b[1] = self.rsvd_ulp;
+        b[2..6].copy_from_slice(&self.stag.to_be_bytes());
+        b[6..14].copy_from_slice(&self.to.to_be_bytes());
+        Some(TAGGED_HEADER_LEN)
+    }
+}
+
+/// Untagged DDP header (RFC 5041 §4.3): T=0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UntaggedHeader {
+    /// L: last segment of the message.
+    pub last: bool,
+    /// First RsvdULP byte; RDMAP puts its control byte here.
+    pub rsvd_ulp: u8,
+    /// RsvdULP bytes 1..5; RDMAP's Invalidate STag, or 0.
+    pub rsvd_ulp_ext: u32,
+    /// Queue number.
+    pub qn: u32,
+    /// Message sequence number (first message on each queue is 1).
+    pub msn: u32,
+    /// Message offset of the first payload byte.
+    pub mo: u32,
+}
+
+impl UntaggedHeader {
+    /// Parse an untagged header from the first 18 bytes of `buf`, checking DV.
+    pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
+        if buf.len() < UNTAGGED_HEADER_LEN {
+            return Err(SegmentError::Truncated);
+        }
+        check_version(buf[0])?;
+        Ok(UntaggedHeader {
+            last: buf[0] & FLAG_LAST != 0,
+            rsvd_ulp: buf[1],
+            rsvd_ulp_ext: be32(&buf[2..6]),
+            qn: be32(&buf[6..10]),
+            msn: be32(&buf[10..14]),
+            mo: be32(&buf[14..18]),
+        })
+    }
+
+    /// Write the 18-byte header into `buf[..18]`; returns 18, or `None` if `buf` is short.
+    pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
+        let b = buf.get_mut(..UNTAGGED_HEADER_LEN)?;
+        b[0] = if self.last { FLAG_LAST } else { 0 } | DDP_VERSION;
+        b[1] = self.rsvd_ulp;
+        b[2..6].copy_from_slice(&self.rsvd_ulp_ext.to_be_bytes());
+        b[6..10].copy_from_slice(&self.qn.to_be_bytes());
+        b[10..14].copy_from_slice(&self.msn.to_be_bytes());
+        b[14..18].copy_from_slice(&self.mo.to_be_bytes());
+        Some(UNTAGGED_HEADER_LEN)
+    }
+}
+
+/// Either DDP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegmentHeader {
+    /// T=1.
+    Tagged(TaggedHeader),
+    /// T=0.
+    Untagged(UntaggedHeader),
+}
+
+impl SegmentHeader {
+    /// Parse whichever header `buf` starts with (selected by the T bit).
+    pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
+        let first = *buf.first().ok_or(SegmentError::Truncated)?;
+        if first & FLAG_TAGGED != 0 {
+            TaggedHeader::parse(buf).map(SegmentHeader::Tagged)
+        } else {
+            UntaggedHeader::parse(buf).map(SegmentHeader::Untagged)
+        }
+    }
+
+    /// Emit into `buf`; returns the header length or `None` if `buf` is short.
+    pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
+        match self {
+            SegmentHeader::Tagged(h) => h.emit(buf),
+            SegmentHeader::Untagged(h) => h.emit(buf),
+        }
+    }
+
+    /// Header length in bytes (14 or 18).
+    pub fn len(&self) -> usize {
+        match self {
+            SegmentHeader::Tagged(_) => TAGGED_HEADER_LEN,
+            SegmentHeader::Untagged(_) => UNTAGGED_HEADER_LEN,
+        }
+    }
+
+    /// Always false: a header is never empty (present for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The L bit.
+    pub fn last(&self) -> bool {
+        match self {
+            SegmentHeader::Tagged(h) => h.last,
+            SegmentHeader::Untagged(h) => h.last,
+        }
+    }
+
+    /// The first RsvdULP byte (the RDMAP control byte).
+    pub fn rsvd_ulp(&self) -> u8 {
+        match self {
+            SegmentHeader::Tagged(h) => h.rsvd_ulp,
+            SegmentHeader::Untagged(h) => h.rsvd_ulp,
+        }
+    }
+
+    /// Whether this is a tagged header.
+    pub fn is_tagged(&self) -> bool {
+        matches!(self, SegmentHeader::Tagged(_))
+    }
+}
+
+fn check_version(ctrl: u8) -> Result<(), SegmentError> {
+    let version = ctrl & MASK_VERSION;
+    if version != DDP_VERSION {
+        return Err(SegmentError::InvalidVersion {
+            tagged: ctrl & FLAG_TAGGED != 0,
+            version,
+        });
+    }
+    Ok(())
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// Terminate EType values of layer 1 (DDP) (RFC 5041 §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DdpEtype {
+    /// Local catastrophic error.
+    Catastrophic = 0,
+    /// Tagged buffer error.
+    TaggedBuffer = 1,
+    /// Untagged buffer error.
+    UntaggedBuffer = 2,
+    /// Reserved for the LLP.
+    Rsvd = 3,
+}
+
+/// Error codes for EType 1, tagged buffer (RFC 5041 §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TaggedErrorCode {
+    /// Invalid STag.
+    InvalidStag = 0x00,
+    /// Base or bounds violation.
+    BaseOrBounds = 0x01,
+    /// STag not associated with DDP stream.
+    StagNotAssociated = 0x02,
+    /// TO wrap.
+    ToWrap = 0x03,
+    /// Invalid DDP version.
+    InvalidDdpVersion = 0x04,
+}
+
+impl TaggedErrorCode {
+    /// Decode a code byte.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0x00 => Self::InvalidStag,
+            0x01 => Self::BaseOrBounds,
+            0x02 => Self::StagNotAssociated,
+            0x03 => Self::ToWrap,
+            0x04 => Self::InvalidDdpVersion,
+            _ => return None,
+        })
+    }
+}
+
+/// Error codes for EType 2, untagged buffer (RFC 5041 §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum UntaggedErrorCode {
+    /// Invalid QN.
+    InvalidQn = 0x01,
+    /// Invalid MSN – no buffer available.
+    NoBufferAvailable = 0x02,
+    /// Invalid MSN – MSN range is not valid.
+    MsnRange = 0x03,
+    /// Invalid MO.
+    InvalidMo = 0x04,
+    /// DDP message too long for available buffer.
+    MessageTooLong = 0x05,
+    /// Invalid DDP version.
+    InvalidDdpVersion = 0x06,
+}
+
+impl UntaggedErrorCode {
+    /// Decode a code byte.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0x01 => Self::InvalidQn,
+            0x02 => Self::NoBufferAvailable,
+            0x03 => Self::MsnRange,
+            0x04 => Self::InvalidMo,
+            0x05 => Self::MessageTooLong,
+            0x06 => Self::InvalidDdpVersion,
+            _ => return None,
+        })
+    }
+}
+
+/// A DDP-layer (Terminate layer 1) error: EType plus code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DdpError {
+    /// EType 0, code 0: local catastrophic / unspecified.
+    Catastrophic,
+    /// EType 1 with a tagged buffer code.
+    Tagged(TaggedErrorCode),
+    /// EType 2 with an untagged buffer code.
+    Untagged(UntaggedErrorCode),
+}
+
+impl DdpError {
+    /// Terminate EType.
+    pub fn etype(&self) -> DdpEtype {
+        match self {
+            DdpError::Catastrophic => DdpEtype::Catastrophic,
+            DdpError::Tagged(_) => DdpEtype::TaggedBuffer,
+            DdpError::Untagged(_) => DdpEtype::UntaggedBuffer,
+        }
+    }
+
+    /// Terminate error code byte.
+    pub fn code(&self) -> u8 {
+        match self {
+            DdpError::Catastrophic => 0,
+            DdpError::Tagged(c) => *c as u8,
+            DdpError::Untagged(c) => *c as u8,
+        }
+    }
+
+    /// Decode an (EType, code) pair; `None` if not defined by RFC 5041.
+    pub fn from_etype_code(etype: u8, code: u8) -> Option<Self> {
+        match etype {
+            0 if code == 0 => Some(DdpError::Catastrophic),
+            1 => TaggedErrorCode::from_u8(code).map(DdpError::Tagged),
+            2 => UntaggedErrorCode::from_u8(code).map(DdpError::Untagged),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc5041_tagged_header_roundtrip_wire_bytes() {
+        // Zero-length Write RTR as siw sends it (iwarp-wire.md §6.2), without the MPA length.
+        let bytes = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let h = SegmentHeader::parse(&bytes).unwrap();
+        assert_eq!(
+            h,
+            SegmentHeader::Tagged(TaggedHeader {
+                last: true,
+                rsvd_ulp: 0x40,
+                stag: 1,
+                to: 0
+            })
+        );
+        let mut out = [0u8; 14];
+        assert_eq!(h.emit(&mut out), Some(14));
+        assert_eq!(out, bytes);
+    }
+
+    #[test]
+    fn rfc5041_untagged_header_roundtrip_wire_bytes() {
+        // Send, QN 0, MSN 1 (iwarp-wire.md §6.2).
+        let bytes = [
+            0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
+        ];
+        let h = UntaggedHeader::parse(&bytes).unwrap();
+        assert_eq!(
+            h,
+            UntaggedHeader {
+                last: true,
+                rsvd_ulp: 0x43,
+                rsvd_ulp_ext: 0,
+                qn: 0,
+                msn: 1,
+                mo: 0
+            }
+        );
+        let mut out = [0u8; 18];
+        h.emit(&mut out).unwrap();
+        assert_eq!(out, bytes);
+        let h2 = UntaggedHeader {
+            last: false,
+            rsvd_ulp: 0x44,
+            rsvd_ulp_ext: 0x0102_0304,
+            qn: 2,
+            msn: 0xdead_beef,
+            mo: 0x0a0b_0c0d,
+        };
+        h2.emit(&mut out).unwrap();
+        assert_eq!(out[0], 0x01);
+        assert_eq!(UntaggedHeader::parse(&out).unwrap(), h2);
+    }
+
+    #[test]
+    fn rfc5041_header_len_from_t_bit() {
+        assert_eq!(header_len(0xc1), 14);
+        assert_eq!(header_len(0x81), 14);
+        assert_eq!(header_len(0x41), 18);
+        assert_eq!(header_len(0x01), 18);
+    }
+
+    #[test]
+    fn rfc5041_invalid_ddp_version_rejected() {
+        let mut t = [0u8; 14];
+        t[0] = 0xc2;
+        assert_eq!(
+            SegmentHeader::parse(&t),
+            Err(SegmentError::InvalidVersion {
+                tagged: true,
+                version: 2
+            })
+        );
+        let e = SegmentHeader::parse(&t).unwrap_err().ddp_error().unwrap();
+        assert_eq!((e.etype() as u8, e.code()), (1, 0x04));
+        let mut u = [0u8; 18];
+        u[0] = 0x40;
+        let e = SegmentHeader::parse(&u).unwrap_err().ddp_error().unwrap();
+        assert_eq!((e.etype() as u8, e.code()), (2, 0x06));
+    }
+
+    #[test]
+    fn truncated_headers_are_errors_not_panics() {
+        assert_eq!(SegmentHeader::parse(&[]), Err(SegmentError::Truncated));
+        assert_eq!(
+            SegmentHeader::parse(&[0xc1, 0, 0]),
+            Err(SegmentError::Truncated)
+        );
+        assert_eq!(
+            SegmentHeader::parse(&[0x41; 17]),
+            Err(SegmentError::Truncated)
+        );
+        let h = SegmentHeader::Tagged(TaggedHeader {
+            last: true,
+            rsvd_ulp: 0,
+            stag: 1,
+            to: 2,
+        });
+        assert_eq!(h.emit(&mut [0u8; 13]), None);
+    }
+
+    #[test]
+    fn rfc5041_ddp_error_codes_roundtrip() {
+        for et in 0..4u8 {
+            for code in 0..=255u8 {
+                if let Some(e) = DdpError::from_etype_code(et, code) {
+                    assert_eq!((e.etype() as u8, e.code()), (et, code));
+                }
+            }
+        }
+        assert_eq!(
+            DdpError::from_etype_code(2, 0x05),
+            Some(DdpError::Untagged(UntaggedErrorCode::MessageTooLong))
+        );
+        assert_eq!(DdpError::from_etype_code(2, 0x00), None);
+    }
+}
