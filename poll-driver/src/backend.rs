@@ -6,6 +6,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::time::Instant;
 
 /// Counters every backend keeps; the engine reports them and tests assert on them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -43,4 +44,12 @@ pub trait Backend: smoltcp::phy::Device {
 
     /// Counters since creation.
     fn stats(&self) -> BackendStats;
+
+    /// The earliest time the backend itself needs to be polled again even if its
+    /// [`Backend::wait_fd`] stays quiet (e.g. the virtual wire holding a delayed frame).
+    /// Called by the engine after [`Backend::prepare_sleep`]; `None` (the default) means
+    /// no such timer.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
 }

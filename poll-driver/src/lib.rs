@@ -14,3 +14,7 @@ pub mod engine;
 pub mod netns;
 #[cfg(target_os = "linux")]
 pub mod afxdp;
+pub mod pcap;
+pub mod rng;
+pub mod sys;
+pub mod vwire;
