@@ -30,3 +30,478 @@ pub trait Service<B: Backend>: Send {
     /// Run one iteration at time `now`.
     fn poll(&mut self, backend: &mut B, now: Instant) -> PollOutcome;
 }
+
+use crate::sys::{self, EventFd};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long an idle engine keeps spinning before it sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpinBudget {
+    /// Sleep after this many consecutive idle iterations (`0`: sleep as soon as idle).
+    Iterations(u64),
+    /// Sleep after being idle for this long.
+    Duration(Duration),
+    /// Never sleep (dedicated cores only).
+    Forever,
+}
+
+impl Default for SpinBudget {
+    fn default() -> Self {
+        SpinBudget::Duration(Duration::from_micros(50))
+    }
+}
+
+/// Configuration of one engine thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Thread name (shows in `top -H`, debuggers and panics).
+    pub name: String,
+    /// Pin the engine thread to this core id (see `core_affinity::get_core_ids`).
+    pub core: Option<usize>,
+    /// Idle spinning before sleeping.
+    pub spin: SpinBudget,
+    /// Upper bound of one sleep even without deadlines (`None`: sleep until woken).
+    pub max_sleep: Option<Duration>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            name: "xwarp-engine".into(),
+            core: None,
+            spin: SpinBudget::default(),
+            max_sleep: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct DoorbellInner {
+    efd: EventFd,
+    /// Set by the engine just before it sleeps; `ring` writes the eventfd only then.
+    sleeping: AtomicBool,
+    rings: AtomicU64,
+    syscalls: AtomicU64,
+}
+
+/// Wakes an engine from any thread. Cloneable and cheap: while the engine is awake
+/// (spinning or working), [`Doorbell::ring`] is one atomic swap and no syscall.
+#[derive(Debug, Clone)]
+pub struct Doorbell {
+    inner: Arc<DoorbellInner>,
+}
+
+impl Doorbell {
+    /// A new doorbell (one eventfd).
+    pub fn new() -> io::Result<Self> {
+        Ok(Self {
+            inner: Arc::new(DoorbellInner {
+                efd: EventFd::new()?,
+                sleeping: AtomicBool::new(false),
+                rings: AtomicU64::new(0),
+                syscalls: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Wake the engine if it sleeps. Call after publishing work into the service's
+    /// queues: the engine polls its service once more after announcing that it will
+    /// sleep, so work published before a ring that skipped the syscall is never missed.
+    pub fn ring(&self) {
+        self.inner.rings.fetch_add(1, Ordering::Relaxed);
+        if self.inner.sleeping.swap(false, Ordering::SeqCst) {
+            self.force();
+        }
+    }
+
+    fn force(&self) {
+        self.inner.syscalls.fetch_add(1, Ordering::Relaxed);
+        // An eventfd write can only fail on a saturated counter or a bad fd; in both
+        // cases there is nothing better to do than leave the engine to its next timeout.
+        let _ = self.inner.efd.notify();
+    }
+
+    /// Times [`Doorbell::ring`] was called.
+    pub fn rings(&self) -> u64 {
+        self.inner.rings.load(Ordering::Relaxed)
+    }
+
+    /// Times a ring actually wrote the eventfd (the engine was asleep or about to be).
+    pub fn syscalls(&self) -> u64 {
+        self.inner.syscalls.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of one engine.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Loop iterations.
+    pub iterations: u64,
+    /// Iterations in which the service reported work.
+    pub busy_iterations: u64,
+    /// Times the engine went to sleep in `poll(2)`.
+    pub sleeps: u64,
+    /// Sleeps cancelled because work showed up while preparing to sleep.
+    pub sleeps_cancelled: u64,
+    /// Wakeups with the doorbell readable.
+    pub wakeups_doorbell: u64,
+    /// Wakeups with the backend's wait fd readable.
+    pub wakeups_backend: u64,
+    /// Wakeups because a deadline (service, backend or `max_sleep`) passed.
+    pub wakeups_timeout: u64,
+    /// Transient backend errors (`WouldBlock`, `Interrupted`) that the loop rode over.
+    pub backend_soft_errors: u64,
+}
+
+#[derive(Debug, Default)]
+struct SharedStats {
+    iterations: AtomicU64,
+    busy_iterations: AtomicU64,
+    sleeps: AtomicU64,
+    sleeps_cancelled: AtomicU64,
+    wakeups_doorbell: AtomicU64,
+    wakeups_backend: AtomicU64,
+    wakeups_timeout: AtomicU64,
+    backend_soft_errors: AtomicU64,
+}
+
+impl SharedStats {
+    fn publish(&self, s: &EngineStats) {
+        let r = Ordering::Relaxed;
+        self.iterations.store(s.iterations, r);
+        self.busy_iterations.store(s.busy_iterations, r);
+        self.sleeps.store(s.sleeps, r);
+        self.sleeps_cancelled.store(s.sleeps_cancelled, r);
+        self.wakeups_doorbell.store(s.wakeups_doorbell, r);
+        self.wakeups_backend.store(s.wakeups_backend, r);
+        self.wakeups_timeout.store(s.wakeups_timeout, r);
+        self.backend_soft_errors.store(s.backend_soft_errors, r);
+    }
+
+    fn snapshot(&self) -> EngineStats {
+        let r = Ordering::Relaxed;
+        EngineStats {
+            iterations: self.iterations.load(r),
+            busy_iterations: self.busy_iterations.load(r),
+            sleeps: self.sleeps.load(r),
+            sleeps_cancelled: self.sleeps_cancelled.load(r),
+            wakeups_doorbell: self.wakeups_doorbell.load(r),
+            wakeups_backend: self.wakeups_backend.load(r),
+            wakeups_timeout: self.wakeups_timeout.load(r),
+            backend_soft_errors: self.backend_soft_errors.load(r),
+        }
+    }
+}
+
+/// What a stopped engine hands back.
+#[derive(Debug)]
+pub struct EngineExit<B, S> {
+    /// The backend, with its counters and state as the loop left them.
+    pub backend: B,
+    /// The service.
+    pub service: S,
+    /// Final engine counters.
+    pub stats: EngineStats,
+    /// The backend error that ended the loop early, if any (`None`: stopped on request).
+    pub error: Option<io::Error>,
+}
+
+/// Entry point: [`Engine::spawn`].
+#[derive(Debug)]
+pub struct Engine;
+
+/// Control of a running engine. Dropping it stops the engine and joins its thread.
+#[derive(Debug)]
+pub struct EngineHandle<B, S> {
+    thread: Option<JoinHandle<EngineExit<B, S>>>,
+    stop: Arc<AtomicBool>,
+    doorbell: Doorbell,
+    stats: Arc<SharedStats>,
+    tid: Arc<AtomicI32>,
+}
+
+/// How often (in iterations) a busy engine publishes its counters.
+const PUBLISH_EVERY: u64 = 1024;
+
+impl Engine {
+    /// Start an engine thread driving `backend` and `service`. Returns once the thread
+    /// runs (and is pinned, when `config.core` is set).
+    pub fn spawn<B, S>(
+        config: EngineConfig,
+        backend: B,
+        service: S,
+    ) -> io::Result<EngineHandle<B, S>>
+    where
+        B: Backend + Send + 'static,
+        S: Service<B> + 'static,
+    {
+        let core = match config.core {
+            Some(id) => {
+                let ids = core_affinity::get_core_ids().unwrap_or_default();
+                match ids.into_iter().find(|c| c.id == id) {
+                    Some(c) => Some(c),
+                    None => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("engine: core {id} is not available to this process"),
+                        ))
+                    }
+                }
+            }
+            None => None,
+        };
+        let doorbell = Doorbell::new()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(SharedStats::default());
+        let tid = Arc::new(AtomicI32::new(0));
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
+        let ctx = LoopCtx {
+            config: config.clone(),
+            doorbell: doorbell.clone(),
+            stop: stop.clone(),
+            stats: stats.clone(),
+        };
+        let tid2 = tid.clone();
+        let thread = std::thread::Builder::new()
+            .name(config.name.clone())
+            .spawn(move || {
+                tid2.store(sys::current_tid(), Ordering::SeqCst);
+                if let Some(c) = core {
+                    if !core_affinity::set_for_current(c) {
+                        let _ = ready_tx.send(Err(io::Error::other(format!(
+                            "engine: cannot pin to core {}",
+                            c.id
+                        ))));
+                        return EngineExit {
+                            backend,
+                            service,
+                            stats: EngineStats::default(),
+                            error: None,
+                        };
+                    }
+                }
+                let _ = ready_tx.send(Ok(()));
+                ctx.run(backend, service)
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(io::Error::other("engine: thread died during start-up"));
+            }
+        }
+        Ok(EngineHandle {
+            thread: Some(thread),
+            stop,
+            doorbell,
+            stats,
+            tid,
+        })
+    }
+}
+
+impl<B, S> EngineHandle<B, S> {
+    /// A doorbell that wakes this engine.
+    pub fn doorbell(&self) -> Doorbell {
+        self.doorbell.clone()
+    }
+
+    /// Counters as last published (at most ~1000 iterations old while busy, exact
+    /// whenever the engine sleeps).
+    pub fn stats(&self) -> EngineStats {
+        self.stats.snapshot()
+    }
+
+    /// Whether the loop has ended (stopped, or ended by a backend error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Kernel thread id of the engine thread.
+    pub fn thread_id(&self) -> i32 {
+        self.tid.load(Ordering::SeqCst)
+    }
+
+    /// CPU time (user + system) the engine thread has used, at clock-tick resolution.
+    pub fn cpu_time(&self) -> io::Result<Duration> {
+        sys::thread_cpu_time(self.thread_id())
+    }
+
+    /// Stop the loop, join the thread and hand back the backend, the service and the
+    /// final counters. Fails only if the engine thread panicked.
+    pub fn stop(mut self) -> io::Result<EngineExit<B, S>> {
+        self.stop_and_join()
+            .ok_or_else(|| io::Error::other("engine: already stopped"))?
+    }
+
+    fn stop_and_join(&mut self) -> Option<io::Result<EngineExit<B, S>>> {
+        let thread = self.thread.take()?;
+        self.stop.store(true, Ordering::SeqCst);
+        self.doorbell.force();
+        Some(
+            thread
+                .join()
+                .map_err(|_| io::Error::other("engine: thread panicked")),
+        )
+    }
+}
+
+impl<B, S> Drop for EngineHandle<B, S> {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+struct LoopCtx {
+    config: EngineConfig,
+    doorbell: Doorbell,
+    stop: Arc<AtomicBool>,
+    stats: Arc<SharedStats>,
+}
+
+fn soft(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+impl LoopCtx {
+    fn run<B: Backend, S: Service<B>>(self, mut backend: B, mut service: S) -> EngineExit<B, S> {
+        let mut st = EngineStats::default();
+        let error = self.run_loop(&mut backend, &mut service, &mut st).err();
+        self.doorbell
+            .inner
+            .sleeping
+            .store(false, Ordering::SeqCst);
+        self.stats.publish(&st);
+        EngineExit {
+            backend,
+            service,
+            stats: st,
+            error,
+        }
+    }
+
+    /// One iteration: pull frames, run the service, push frames out.
+    fn iterate<B: Backend, S: Service<B>>(
+        &self,
+        backend: &mut B,
+        service: &mut S,
+        st: &mut EngineStats,
+    ) -> io::Result<PollOutcome> {
+        let mut rx_ready = false;
+        match backend.poll_rx() {
+            Ok(r) => rx_ready = r,
+            Err(e) if soft(&e) => st.backend_soft_errors += 1,
+            Err(e) => return Err(e),
+        }
+        let mut out = service.poll(backend, Instant::now());
+        match backend.flush() {
+            Ok(()) => {}
+            Err(e) if soft(&e) => st.backend_soft_errors += 1,
+            Err(e) => return Err(e),
+        }
+        st.iterations += 1;
+        // Frames that were ready but not consumed still count as work to do.
+        out.busy |= rx_ready;
+        if out.busy {
+            st.busy_iterations += 1;
+        }
+        if st.iterations % PUBLISH_EVERY == 0 {
+            self.stats.publish(st);
+        }
+        Ok(out)
+    }
+
+    fn run_loop<B: Backend, S: Service<B>>(
+        &self,
+        backend: &mut B,
+        service: &mut S,
+        st: &mut EngineStats,
+    ) -> io::Result<()> {
+        let bell = &self.doorbell.inner;
+        let mut idle_iters: u64 = 0;
+        let mut idle_since: Option<Instant> = None;
+        while !self.stop.load(Ordering::Relaxed) {
+            let out = self.iterate(backend, service, st)?;
+            if out.busy {
+                idle_iters = 0;
+                idle_since = None;
+                continue;
+            }
+            idle_iters += 1;
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            let spun_out = match self.config.spin {
+                SpinBudget::Iterations(n) => idle_iters > n,
+                SpinBudget::Duration(d) => now.duration_since(since) >= d,
+                SpinBudget::Forever => false,
+            };
+            if !spun_out {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Announce the sleep, then look once more: a doorbell rung before the
+            // announcement skipped its syscall, so its work must be seen by this poll.
+            bell.sleeping.store(true, Ordering::SeqCst);
+            let may_sleep = match backend.prepare_sleep() {
+                Ok(b) => b,
+                Err(e) if soft(&e) => {
+                    st.backend_soft_errors += 1;
+                    false
+                }
+                Err(e) => return Err(e),
+            };
+            let last = self.iterate(backend, service, st)?;
+            if !may_sleep || last.busy || self.stop.load(Ordering::SeqCst) {
+                bell.sleeping.store(false, Ordering::SeqCst);
+                st.sleeps_cancelled += 1;
+                idle_iters = 0;
+                idle_since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let deadline = [
+                last.next_deadline.or(out.next_deadline),
+                backend.next_deadline(),
+                self.config.max_sleep.map(|d| now + d),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let timeout = deadline.map(|d| d.saturating_duration_since(now));
+            st.sleeps += 1;
+            self.stats.publish(st);
+            let bell_fd = bell.efd.as_raw_fd();
+            let mut readable = [false; 2];
+            match backend.wait_fd() {
+                Some(fd) => sys::wait_readable(&[bell_fd, fd], &mut readable, timeout)?,
+                None => sys::wait_readable(&[bell_fd], &mut readable[..1], timeout)?,
+            }
+            bell.sleeping.store(false, Ordering::SeqCst);
+            if readable[0] {
+                st.wakeups_doorbell += 1;
+                bell.efd.drain()?;
+            }
+            if readable[1] {
+                st.wakeups_backend += 1;
+            }
+            if !readable[0] && !readable[1] {
+                st.wakeups_timeout += 1;
+            }
+            idle_iters = 0;
+            idle_since = None;
+        }
+        Ok(())
+    }
+}
