@@ -379,10 +379,7 @@ impl LoopCtx {
     fn run<B: Backend, S: Service<B>>(self, mut backend: B, mut service: S) -> EngineExit<B, S> {
         let mut st = EngineStats::default();
         let error = self.run_loop(&mut backend, &mut service, &mut st).err();
-        self.doorbell
-            .inner
-            .sleeping
-            .store(false, Ordering::SeqCst);
+        self.doorbell.inner.sleeping.store(false, Ordering::SeqCst);
         self.stats.publish(&st);
         EngineExit {
             backend,

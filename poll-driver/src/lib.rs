@@ -8,12 +8,12 @@
 //! * `engine`: the engine loop on a pinned core with a spin-then-sleep policy.
 #![warn(missing_docs)]
 
+#[cfg(target_os = "linux")]
+pub mod afxdp;
 pub mod backend;
 pub mod engine;
 #[cfg(target_os = "linux")]
 pub mod netns;
-#[cfg(target_os = "linux")]
-pub mod afxdp;
 pub mod pcap;
 pub mod rng;
 pub mod sys;

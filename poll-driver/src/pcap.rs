@@ -407,3 +407,52 @@ impl<B: Backend> Backend for PcapTap<B> {
         self.inner.stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn global_and_record_headers_follow_the_classic_format() {
+        let mut w = PcapWriter::new(Vec::new(), TsPrecision::Nanos).unwrap();
+        let ts = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        w.write_frame(ts, &[0xaa; 60]).unwrap();
+        assert_eq!(w.frames(), 1);
+        let b = w.into_inner().unwrap();
+        assert_eq!(&b[0..4], &[0x4d, 0x3c, 0xb2, 0xa1]);
+        assert_eq!(&b[4..8], &[2, 0, 4, 0]);
+        assert_eq!(&b[8..16], &[0; 8]);
+        assert_eq!(u32::from_le_bytes(b[16..20].try_into().unwrap()), SNAPLEN);
+        assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 1);
+        let r = &b[24..40];
+        assert_eq!(
+            u32::from_le_bytes(r[0..4].try_into().unwrap()),
+            1_700_000_000
+        );
+        assert_eq!(u32::from_le_bytes(r[4..8].try_into().unwrap()), 123_456_789);
+        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), 60);
+        assert_eq!(u32::from_le_bytes(r[12..16].try_into().unwrap()), 60);
+        assert_eq!(&b[40..], &[0xaa; 60]);
+
+        let mut w = PcapWriter::new(Vec::new(), TsPrecision::Micros).unwrap();
+        w.write_frame(ts, &[1, 2, 3]).unwrap();
+        let b = w.into_inner().unwrap();
+        assert_eq!(&b[0..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+        assert_eq!(u32::from_le_bytes(b[28..32].try_into().unwrap()), 123_456);
+    }
+
+    #[test]
+    fn oversized_frames_are_truncated_to_snaplen_with_original_length_kept() {
+        let mut w = PcapWriter::new(Vec::new(), TsPrecision::Micros).unwrap();
+        let big = vec![7u8; SNAPLEN as usize + 10];
+        w.write_frame(UNIX_EPOCH, &big).unwrap();
+        let b = w.into_inner().unwrap();
+        assert_eq!(u32::from_le_bytes(b[32..36].try_into().unwrap()), SNAPLEN);
+        assert_eq!(
+            u32::from_le_bytes(b[36..40].try_into().unwrap()),
+            SNAPLEN + 10
+        );
+        assert_eq!(b.len(), 24 + 16 + SNAPLEN as usize);
+    }
+}

@@ -146,8 +146,14 @@ pub fn thread_cpu_time(tid: i32) -> io::Result<Duration> {
     let rest = text.rsplit_once(')').ok_or_else(bad)?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After ')': index 0 is field 3 (state); utime is field 14, stime field 15.
-    let utime: u64 = fields.get(11).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let stime: u64 = fields.get(12).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    let utime: u64 = fields
+        .get(11)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    let stime: u64 = fields
+        .get(12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
     // SAFETY: sysconf takes no pointers.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let hz = if hz > 0 { hz as u64 } else { 100 };

@@ -18,7 +18,7 @@
 use crate::backend::{Backend, BackendStats};
 use crate::rng::SplitMix64;
 use crate::sys::EventFd;
-use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -107,7 +107,9 @@ impl LinkConfig {
             }
         }
         if self.reorder > 0.0 && self.reorder_delay.is_zero() {
-            return Err(invalid("vwire: reorder needs a non-zero reorder_delay".into()));
+            return Err(invalid(
+                "vwire: reorder needs a non-zero reorder_delay".into(),
+            ));
         }
         Ok(())
     }
@@ -302,18 +304,8 @@ impl VirtualWire {
             efd: EventFd::new()?,
             armed: AtomicBool::new(false),
         });
-        let (a_tx, b_rx) = direction(
-            config.a_to_b,
-            config.queue_depth,
-            max_frame,
-            wake_b.clone(),
-        );
-        let (b_tx, a_rx) = direction(
-            config.b_to_a,
-            config.queue_depth,
-            max_frame,
-            wake_a.clone(),
-        );
+        let (a_tx, b_rx) = direction(config.a_to_b, config.queue_depth, max_frame, wake_b.clone());
+        let (b_tx, a_rx) = direction(config.b_to_a, config.queue_depth, max_frame, wake_a.clone());
         let a = VirtualNic {
             rx: a_rx,
             tx: a_tx,
@@ -492,11 +484,8 @@ impl RxSide {
         if !self.timed {
             return;
         }
-        loop {
-            match self.queue.try_recv() {
-                Ok(f) => self.heap.push(Reverse(Timed(f))),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-            }
+        while let Ok(f) = self.queue.try_recv() {
+            self.heap.push(Reverse(Timed(f)));
         }
     }
 

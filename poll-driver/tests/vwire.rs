@@ -69,10 +69,7 @@ fn mtu_is_configurable_and_oversize_frames_are_dropped() {
     let (mut a, mut b) = VirtualWire::pair(WireConfig::jumbo()).unwrap();
     use smoltcp::phy::Device;
     assert_eq!(a.capabilities().max_transmission_unit, 9014);
-    assert_eq!(
-        a.capabilities().medium,
-        smoltcp::phy::Medium::Ethernet
-    );
+    assert_eq!(a.capabilities().medium, smoltcp::phy::Medium::Ethernet);
     let big = numbered_frame(1, 9014);
     dev_send(&mut a, &big);
     dev_send(&mut a, &numbered_frame(2, 9015));
@@ -124,7 +121,10 @@ fn drop_fault_loses_about_p_and_is_deterministic() {
     assert!((800..=1200).contains(&f1.dropped), "dropped {}", f1.dropped);
     assert_eq!(s1.len() as u64 + f1.dropped, 10_000);
     assert_eq!(st.dropped, f1.dropped);
-    assert!(s1.windows(2).all(|w| w[0] < w[1]), "survivors stay in order");
+    assert!(
+        s1.windows(2).all(|w| w[0] < w[1]),
+        "survivors stay in order"
+    );
 }
 
 #[test]
@@ -135,7 +135,11 @@ fn duplicate_fault_delivers_copies_next_to_the_original() {
     });
     let got = exchange(&mut a, &mut b, 4000, 200);
     let f = a.tx_faults();
-    assert!((120..=280).contains(&f.duplicated), "duplicated {}", f.duplicated);
+    assert!(
+        (120..=280).contains(&f.duplicated),
+        "duplicated {}",
+        f.duplicated
+    );
     assert_eq!(got.len() as u64, 4000 + f.duplicated);
     let mut dups = 0;
     for w in got.windows(2) {
@@ -164,19 +168,22 @@ fn corrupt_fault_flips_the_configured_number_of_bits() {
         let mut corrupted = 0u64;
         for (i, g) in got.iter().enumerate() {
             let want = numbered_frame(i as u64, 300);
-            let flipped: u32 = g
-                .iter()
-                .zip(&want)
-                .map(|(x, y)| (x ^ y).count_ones())
-                .sum();
+            let flipped: u32 = g.iter().zip(&want).map(|(x, y)| (x ^ y).count_ones()).sum();
             if flipped > 0 {
                 corrupted += 1;
                 // Flips of the same bit twice cancel out; the count is odd/even like `bits`.
-                assert!(flipped <= bits && flipped % 2 == bits % 2, "flipped {flipped}");
+                assert!(
+                    flipped <= bits && flipped % 2 == bits % 2,
+                    "flipped {flipped}"
+                );
             }
         }
         let f = a.tx_faults();
-        assert!((200..=400).contains(&f.corrupted), "corrupted {}", f.corrupted);
+        assert!(
+            (200..=400).contains(&f.corrupted),
+            "corrupted {}",
+            f.corrupted
+        );
         if bits == 1 {
             assert_eq!(corrupted, f.corrupted);
         } else {
@@ -213,7 +220,11 @@ fn reorder_fault_lets_later_frames_overtake() {
     };
     let (first, late, f, burst) = run();
     assert!(burst < hold, "test machine too slow: burst took {burst:?}");
-    assert!((60..=140).contains(&f.reordered), "reordered {}", f.reordered);
+    assert!(
+        (60..=140).contains(&f.reordered),
+        "reordered {}",
+        f.reordered
+    );
     assert_eq!(late.len() as u64, f.reordered);
     assert_eq!(first.len() + late.len(), 1000);
     assert!(first.windows(2).all(|w| w[0] < w[1]));
@@ -295,7 +306,11 @@ fn rate_limit_paces_frames_at_the_configured_bit_rate() {
     }
     a.flush().unwrap();
     let f = a.tx_faults();
-    assert!((10..=20).contains(&(100 - f.rate_dropped)), "accepted {}", 100 - f.rate_dropped);
+    assert!(
+        (10..=20).contains(&(100 - f.rate_dropped)),
+        "accepted {}",
+        100 - f.rate_dropped
+    );
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(drain(&mut b).len() as u64, 100 - f.rate_dropped);
 }
@@ -317,10 +332,7 @@ fn all_faults_together_are_deterministic_per_seed() {
     assert_eq!(g1, g2);
     assert_eq!(f1, f2);
     assert!(f1.dropped > 0 && f1.duplicated > 0 && f1.corrupted > 0);
-    let (g3, _) = run(LinkConfig {
-        seed: 4321,
-        ..link
-    });
+    let (g3, _) = run(LinkConfig { seed: 4321, ..link });
     assert_ne!(g1, g3);
 }
 
