@@ -1,0 +1,93 @@
+//! `TcpListener` over the engine.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
+
+use xwarp_stack::{ListenSocket, StackHandle};
+
+use super::{block_on, TcpStream, DEFAULT_SPIN};
+
+/// Backlog used by [`TcpListener::bind`] (Linux's default `somaxconn` is 4096; std uses 128).
+pub const DEFAULT_BACKLOG: usize = 128;
+
+/// How long `bind` waits for the engine to arm the port.
+const BIND_WAIT: Duration = Duration::from_secs(5);
+
+/// A listening TCP port on an xwarp engine.
+#[derive(Debug)]
+pub struct TcpListener {
+    inner: ListenSocket,
+    nonblocking: bool,
+}
+
+impl TcpListener {
+    /// Listen on `addr` (port must be non-zero) with a backlog of [`DEFAULT_BACKLOG`].
+    pub fn bind(stack: &StackHandle, addr: SocketAddr) -> io::Result<TcpListener> {
+        Self::bind_with_backlog(stack, addr, DEFAULT_BACKLOG)
+    }
+
+    /// Listen on `addr` with an accept queue of `backlog` established connections.
+    /// Connection attempts beyond it are answered with RST (the client sees
+    /// `ConnectionRefused`) until `accept` makes room.
+    pub fn bind_with_backlog(
+        stack: &StackHandle,
+        addr: SocketAddr,
+        backlog: usize,
+    ) -> io::Result<TcpListener> {
+        if addr.port() == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "port 0 is not supported",
+            ));
+        }
+        Ok(TcpListener {
+            inner: stack.listen(addr, backlog, BIND_WAIT)?,
+            nonblocking: false,
+        })
+    }
+
+    /// Take the next established connection, blocking unless non-blocking mode is on.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let s = if self.nonblocking {
+            self.inner.try_accept()?
+        } else {
+            block_on(
+                DEFAULT_SPIN,
+                None,
+                || self.inner.try_accept(),
+                |d| self.inner.wait(d),
+            )?
+        };
+        let stream = TcpStream::from_stream(s);
+        let peer = stream.peer_addr()?;
+        Ok((stream, peer))
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner
+            .local_addr()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+    }
+
+    /// Switch non-blocking mode (`accept` returns `WouldBlock` instead of waiting).
+    pub fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
+        self.nonblocking = nonblocking;
+        Ok(())
+    }
+}
+
+impl AsRawFd for TcpListener {
+    /// Readiness eventfd: readable once a connection is queued after a `WouldBlock`.
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+impl AsFd for TcpListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}

@@ -1,0 +1,430 @@
+//! The application side: a cloneable [`StackHandle`] to open sockets, and the socket
+//! handles [`Stream`] and [`ListenSocket`] that move data through lock-free rings.
+//!
+//! Every call here is non-blocking; blocking wrappers (spin, then sleep on the readiness
+//! descriptor) live in `xwarp::net`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use crate::command::{AcceptedConn, Command};
+use crate::config::StackConfig;
+use crate::service::{StackStats, StatsCell};
+use crate::shared::{ListenerShared, Phase, SocketError, SocketShared, WANT_READ, WANT_WRITE};
+
+/// Wakes the engine after an application queued work (the engine's doorbell).
+pub type Kick = Arc<dyn Fn() + Send + Sync>;
+
+/// A cloneable handle applications use to reach one TCP engine.
+#[derive(Clone)]
+pub struct StackHandle {
+    cmds: Sender<Command>,
+    next_id: Arc<AtomicU64>,
+    kick: Arc<OnceLock<Kick>>,
+    config: Arc<StackConfig>,
+    stats: Arc<StatsCell>,
+}
+
+impl std::fmt::Debug for StackHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackHandle").finish_non_exhaustive()
+    }
+}
+
+impl StackHandle {
+    pub(crate) fn new(
+        cmds: Sender<Command>,
+        next_id: Arc<AtomicU64>,
+        config: Arc<StackConfig>,
+        stats: Arc<StatsCell>,
+    ) -> StackHandle {
+        StackHandle {
+            cmds,
+            next_id,
+            kick: Arc::new(OnceLock::new()),
+            config,
+            stats,
+        }
+    }
+
+    /// Install the engine doorbell. Only the first call has an effect; until then the
+    /// engine is expected to poll on its own.
+    pub fn set_kick(&self, kick: Kick) {
+        let _ = self.kick.set(kick);
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &StackConfig {
+        &self.config
+    }
+
+    /// Counters published by the engine after each poll.
+    pub fn stats(&self) -> StackStats {
+        self.stats.load()
+    }
+
+    fn ring(&self) {
+        if let Some(k) = self.kick.get() {
+            k();
+        }
+    }
+
+    fn send(&self, cmd: Command) -> io::Result<()> {
+        self.cmds
+            .send(cmd)
+            .map_err(|_| SocketError::EngineGone.to_io())?;
+        self.ring();
+        Ok(())
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Start connecting to `remote` (non-blocking). `local_port` binds the local port;
+    /// `None` takes an ephemeral one. The returned stream is in [`Phase::Connecting`]
+    /// until the handshake finishes or fails (connection refused, timeout).
+    pub fn connect(
+        &self,
+        remote: SocketAddr,
+        local_port: Option<u16>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Stream> {
+        let shared = Arc::new(SocketShared::new(self.id())?);
+        let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
+        let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
+        let deadline = Instant::now() + timeout.unwrap_or(self.config.connect_timeout);
+        self.send(Command::Connect {
+            shared: shared.clone(),
+            rx: rx_prod,
+            tx: tx_cons,
+            remote,
+            local_port,
+            deadline,
+        })?;
+        Ok(Stream {
+            handle: self.clone(),
+            shared,
+            rx: rx_cons,
+            tx: tx_prod,
+            write_shut: false,
+        })
+    }
+
+    /// Listen on `local` with an accept queue of `backlog` connections; waits (up to
+    /// `wait`) for the engine to arm the port.
+    pub fn listen(
+        &self,
+        local: SocketAddr,
+        backlog: usize,
+        wait: Duration,
+    ) -> io::Result<ListenSocket> {
+        let shared = Arc::new(ListenerShared::new(self.id())?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.send(Command::Listen {
+            shared: shared.clone(),
+            accept: tx,
+            local,
+            backlog,
+        })?;
+        let listener = ListenSocket {
+            handle: self.clone(),
+            shared,
+            accept: rx,
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(e) = listener.shared.error() {
+                return Err(e.to_io());
+            }
+            if listener.shared.is_listening() {
+                return Ok(listener);
+            }
+            if !listener.shared.readiness.wait(Some(deadline))? {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "engine did not answer the listen request",
+                ));
+            }
+        }
+    }
+}
+
+/// One TCP connection, application side. Dropping it closes the connection gracefully
+/// (queued data is sent, then FIN).
+#[derive(Debug)]
+pub struct Stream {
+    handle: StackHandle,
+    shared: Arc<SocketShared>,
+    rx: rtrb::Consumer<u8>,
+    tx: rtrb::Producer<u8>,
+    write_shut: bool,
+}
+
+impl Stream {
+    pub(crate) fn from_accepted(handle: StackHandle, c: AcceptedConn) -> Stream {
+        Stream {
+            handle,
+            shared: c.shared,
+            rx: c.rx,
+            tx: c.tx,
+            write_shut: false,
+        }
+    }
+
+    /// Connection phase.
+    pub fn phase(&self) -> Phase {
+        self.shared.phase()
+    }
+
+    /// `Ok(true)` once established, `Ok(false)` while connecting, the failure otherwise.
+    pub fn poll_connect(&self) -> io::Result<bool> {
+        if let Some(e) = self.shared.error() {
+            return Err(e.to_io());
+        }
+        match self.shared.phase() {
+            Phase::Connecting => {
+                if self.rx.is_abandoned() {
+                    return Err(SocketError::EngineGone.to_io());
+                }
+                Ok(false)
+            }
+            Phase::Established => Ok(true),
+            Phase::Closed => Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed")),
+        }
+    }
+
+    /// Sleep until the readiness descriptor fires or `deadline` passes (`false`).
+    pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        self.shared.readiness.wait(deadline)
+    }
+
+    fn mark_dirty(&self) {
+        if !self.shared.dirty.swap(true, Ordering::SeqCst) {
+            let _ = self.handle.send(Command::Dirty { id: self.shared.id });
+        }
+    }
+
+    /// Read available bytes; `Ok(0)` is end of stream; `WouldBlock` when nothing is
+    /// buffered (the readiness descriptor fires when that changes).
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        for attempt in 0..2 {
+            let n = buf.len().min(self.rx.slots());
+            if n > 0 {
+                if let Ok(chunk) = self.rx.read_chunk(n) {
+                    let (a, b) = chunk.as_slices();
+                    buf[..a.len()].copy_from_slice(a);
+                    buf[a.len()..n].copy_from_slice(b);
+                    chunk.commit_all();
+                }
+                fence(Ordering::SeqCst);
+                if self.shared.rx_stalled.swap(false, Ordering::SeqCst) {
+                    self.mark_dirty();
+                }
+                return Ok(n);
+            }
+            if self.shared.rx_eof() {
+                if self.rx.slots() == 0 {
+                    return Ok(0);
+                }
+                continue;
+            }
+            if let Some(e) = self.shared.error() {
+                return Err(e.to_io());
+            }
+            if self.shared.phase() == Phase::Closed {
+                return Ok(0);
+            }
+            if self.rx.is_abandoned() {
+                return Err(SocketError::EngineGone.to_io());
+            }
+            if attempt == 0 {
+                self.shared.register_want(WANT_READ);
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Queue bytes for sending; `WouldBlock` when the ring is full.
+    pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.write_shut {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "socket shut down for writing",
+            ));
+        }
+        if let Some(e) = self.shared.error() {
+            return Err(e.to_io());
+        }
+        match self.shared.phase() {
+            Phase::Closed => {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "connection closed",
+                ))
+            }
+            Phase::Connecting => return Err(io::ErrorKind::WouldBlock.into()),
+            Phase::Established => {}
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.tx.is_abandoned() {
+            return Err(SocketError::EngineGone.to_io());
+        }
+        for attempt in 0..2 {
+            let (_, rest) = self.tx.push_partial_slice(buf);
+            let n = buf.len() - rest.len();
+            if n > 0 {
+                self.mark_dirty();
+                return Ok(n);
+            }
+            if attempt == 0 {
+                self.shared.register_want(WANT_WRITE);
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Bytes queued in the tx ring that the engine has not taken yet.
+    pub fn tx_queued(&self) -> usize {
+        self.tx.buffer().capacity() - self.tx.slots()
+    }
+
+    /// Send FIN after the queued data; further writes fail with `BrokenPipe`.
+    pub fn shutdown_write(&mut self) -> io::Result<()> {
+        if !self.write_shut {
+            self.write_shut = true;
+            self.handle
+                .send(Command::ShutdownWrite { id: self.shared.id })?;
+        }
+        Ok(())
+    }
+
+    /// Reset the connection (RST) instead of closing it gracefully.
+    pub fn abort(&mut self) -> io::Result<()> {
+        self.handle.send(Command::Abort { id: self.shared.id })
+    }
+
+    /// Change `TCP_NODELAY` on this connection.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.handle.send(Command::SetNodelay {
+            id: self.shared.id,
+            nodelay,
+        })
+    }
+
+    /// Local address, once established.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.addrs().map(|a| a.0)
+    }
+
+    /// Peer address, once established.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.shared.addrs().map(|a| a.1)
+    }
+
+    /// The connection's failure, if any.
+    pub fn error(&self) -> Option<SocketError> {
+        self.shared.error()
+    }
+}
+
+impl AsRawFd for Stream {
+    /// The readiness eventfd: readable after a `WouldBlock` once progress is possible
+    /// (edge-style: drain it and retry the operation).
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.readiness.as_raw_fd()
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.readiness.as_fd()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.handle.send(Command::Close { id: self.shared.id });
+    }
+}
+
+/// A listening port, application side. Dropping it stops listening; connections queued
+/// but not accepted are closed.
+#[derive(Debug)]
+pub struct ListenSocket {
+    handle: StackHandle,
+    shared: Arc<ListenerShared>,
+    accept: Receiver<AcceptedConn>,
+}
+
+impl ListenSocket {
+    /// Take one established connection; `WouldBlock` if none is queued.
+    pub fn try_accept(&self) -> io::Result<Stream> {
+        for attempt in 0..2 {
+            match self.accept.try_recv() {
+                Ok(c) => {
+                    // Room in the accept queue: let the engine re-arm the port.
+                    let _ = self.handle.send(Command::Rearm { id: self.shared.id });
+                    return Ok(Stream::from_accepted(self.handle.clone(), c));
+                }
+                Err(TryRecvError::Disconnected) => return Err(SocketError::EngineGone.to_io()),
+                Err(TryRecvError::Empty) => {
+                    if attempt == 0 {
+                        self.shared.want_accept.store(true, Ordering::SeqCst);
+                        fence(Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Sleep until the readiness descriptor fires or `deadline` passes (`false`).
+    pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        self.shared.readiness.wait(deadline)
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.local_addr()
+    }
+
+    /// A clone of the engine handle this listener belongs to.
+    pub fn stack(&self) -> &StackHandle {
+        &self.handle
+    }
+}
+
+impl AsRawFd for ListenSocket {
+    /// Readable after a `WouldBlock` from [`ListenSocket::try_accept`] once a connection
+    /// is queued.
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.readiness.as_raw_fd()
+    }
+}
+
+impl AsFd for ListenSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.readiness.as_fd()
+    }
+}
+
+impl Drop for ListenSocket {
+    fn drop(&mut self) {
+        let _ = self.handle.send(Command::Unlisten { id: self.shared.id });
+        while let Ok(c) = self.accept.try_recv() {
+            drop(Stream::from_accepted(self.handle.clone(), c));
+        }
+    }
+}

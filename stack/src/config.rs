@@ -1,0 +1,238 @@
+//! Engine configuration: addresses, MTU, socket buffers and TCP options.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// Congestion control algorithm for every socket of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// No congestion control: the window is only bounded by the peer's receive window.
+    /// Only sensible on a trusted, loss-free link.
+    None,
+    /// CUBIC (RFC 8312), smoltcp's `socket-tcp-cubic`.
+    #[default]
+    Cubic,
+}
+
+/// Per-socket TCP options applied when a socket is created (connect or accept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// `TCP_NODELAY`: `true` disables Nagle's algorithm.
+    pub nodelay: bool,
+    /// Keep-alive probe interval; `None` disables keep-alive.
+    pub keepalive: Option<Duration>,
+    /// Delayed-ACK timeout; `None` acknowledges every segment at once.
+    pub ack_delay: Option<Duration>,
+    /// Abort the connection when nothing is acknowledged for this long (smoltcp `timeout`).
+    pub user_timeout: Option<Duration>,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions {
+            nodelay: false,
+            keepalive: None,
+            // smoltcp's default of 10 ms stalls Cubic's small initial window against a
+            // peer that waits for a second segment (perf-notes.md); 1 ms keeps the ACK
+            // count halved on bulk transfers without the start-up stall.
+            ack_delay: Some(Duration::from_millis(1)),
+            user_timeout: None,
+        }
+    }
+}
+
+/// Configuration of one TCP engine (one interface).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackConfig {
+    /// Ethernet address of the interface.
+    pub mac: [u8; 6],
+    /// Static IPv4 address and prefix length.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    /// IPv4 default gateway.
+    pub ipv4_gateway: Option<Ipv4Addr>,
+    /// Static IPv6 address and prefix length.
+    pub ipv6: Option<(Ipv6Addr, u8)>,
+    /// IP MTU (bytes of IP packet, without the Ethernet header). The MSS follows from it
+    /// (MTU − 40 for IPv4). Capped by the backend's own MTU.
+    pub mtu: usize,
+    /// smoltcp receive buffer per socket. The advertised window scale follows from it.
+    pub rx_buffer: usize,
+    /// smoltcp transmit buffer per socket.
+    pub tx_buffer: usize,
+    /// Application ring per direction per socket (between the app and the smoltcp buffer).
+    pub ring_size: usize,
+    /// Send TCP timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// Congestion control.
+    pub congestion: Congestion,
+    /// Default per-socket options.
+    pub tcp: TcpOptions,
+    /// Default connect timeout, used when the caller gives none.
+    pub connect_timeout: Duration,
+    /// Local ports handed out to connections that do not bind one.
+    pub ephemeral_ports: RangeInclusive<u16>,
+    /// How long a socket closed by the application may linger in FIN-WAIT-2 (or wait for
+    /// its unsent data to drain) before it is aborted, like Linux `tcp_fin_timeout`.
+    pub fin_timeout: Duration,
+    /// Upper bound on handshakes in progress per listening port (the SYN queue).
+    pub syn_backlog: usize,
+    /// Listening sockets kept armed per port (each holds full-size buffers).
+    pub armed_listeners: usize,
+    /// Random seed for the interface (initial sequence numbers, ...).
+    pub random_seed: u64,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        StackConfig {
+            mac: [0x02, 0x00, 0x00, 0x00, 0x00, 0x01],
+            ipv4: None,
+            ipv4_gateway: None,
+            ipv6: None,
+            mtu: 1500,
+            rx_buffer: 1 << 20,
+            tx_buffer: 1 << 20,
+            ring_size: 256 << 10,
+            timestamps: true,
+            congestion: Congestion::Cubic,
+            tcp: TcpOptions::default(),
+            connect_timeout: Duration::from_secs(20),
+            ephemeral_ports: 49152..=65535,
+            fin_timeout: Duration::from_secs(60),
+            syn_backlog: 256,
+            armed_listeners: 4,
+            random_seed: 0x7877_6172_7000_0001,
+        }
+    }
+}
+
+/// Reasons a [`StackConfig`] is rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Neither an IPv4 nor an IPv6 address.
+    NoAddress,
+    /// Prefix length out of range.
+    BadPrefix,
+    /// MTU below the IPv4 minimum of 576 or above 65535.
+    BadMtu,
+    /// A buffer or ring size of zero, or a receive buffer above 1 GiB (RFC 7323 limit).
+    BadBufferSize,
+    /// Empty ephemeral port range or one containing port 0.
+    BadPortRange,
+    /// `armed_listeners` or `syn_backlog` is zero.
+    BadBacklog,
+    /// The MAC address is multicast or all zeros.
+    BadMac,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            ConfigError::NoAddress => "no IPv4 or IPv6 address configured",
+            ConfigError::BadPrefix => "prefix length out of range",
+            ConfigError::BadMtu => "MTU must be within 576..=65535",
+            ConfigError::BadBufferSize => "buffer sizes must be within 1..=1 GiB",
+            ConfigError::BadPortRange => "ephemeral port range is empty or contains 0",
+            ConfigError::BadBacklog => "armed_listeners and syn_backlog must be at least 1",
+            ConfigError::BadMac => "MAC address must be unicast and non-zero",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl StackConfig {
+    /// Check the configuration before an engine is built from it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ipv4.is_none() && self.ipv6.is_none() {
+            return Err(ConfigError::NoAddress);
+        }
+        if matches!(self.ipv4, Some((_, p)) if p > 32)
+            || matches!(self.ipv6, Some((_, p)) if p > 128)
+        {
+            return Err(ConfigError::BadPrefix);
+        }
+        if !(576..=65535).contains(&self.mtu) {
+            return Err(ConfigError::BadMtu);
+        }
+        let sizes = [self.rx_buffer, self.tx_buffer, self.ring_size];
+        if sizes.iter().any(|&s| s == 0 || s > (1 << 30)) {
+            return Err(ConfigError::BadBufferSize);
+        }
+        if self.ephemeral_ports.is_empty() || *self.ephemeral_ports.start() == 0 {
+            return Err(ConfigError::BadPortRange);
+        }
+        if self.armed_listeners == 0 || self.syn_backlog == 0 {
+            return Err(ConfigError::BadBacklog);
+        }
+        if self.mac[0] & 1 != 0 || self.mac == [0; 6] {
+            return Err(ConfigError::BadMac);
+        }
+        Ok(())
+    }
+
+    /// The TCP maximum segment size an IPv4 connection advertises for this MTU.
+    pub fn ipv4_mss(&self) -> usize {
+        self.mtu.saturating_sub(40)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> StackConfig {
+        StackConfig {
+            ipv4: Some((Ipv4Addr::new(10, 0, 0, 1), 24)),
+            ..StackConfig::default()
+        }
+    }
+
+    #[test]
+    fn default_with_address_is_valid() {
+        assert_eq!(good().validate(), Ok(()));
+        assert_eq!(good().ipv4_mss(), 1460);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert_eq!(
+            StackConfig::default().validate(),
+            Err(ConfigError::NoAddress)
+        );
+        let c = StackConfig { mtu: 100, ..good() };
+        assert_eq!(c.validate(), Err(ConfigError::BadMtu));
+        let c = StackConfig {
+            rx_buffer: 0,
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadBufferSize));
+        let c = StackConfig {
+            rx_buffer: (1 << 30) + 1,
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadBufferSize));
+        let c = StackConfig {
+            ephemeral_ports: 0..=10,
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadPortRange));
+        let c = StackConfig {
+            ipv4: Some((Ipv4Addr::LOCALHOST, 33)),
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadPrefix));
+        let c = StackConfig {
+            mac: [1, 0, 0, 0, 0, 0],
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadMac));
+        let c = StackConfig {
+            armed_listeners: 0,
+            ..good()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::BadBacklog));
+    }
+}

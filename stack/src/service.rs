@@ -1,0 +1,857 @@
+//! The engine side: a smoltcp `Interface` + `SocketSet` driven as a poll-driver `Service`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use smoltcp::iface::{Config as IfaceConfig, Interface, PollIngressSingleResult, PollResult};
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::tcp::{self, CongestionControl, State};
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpListenEndpoint};
+use xwarp_poll_driver::backend::Backend;
+use xwarp_poll_driver::engine::{PollOutcome, Service};
+
+use crate::command::{AcceptedConn, Command};
+use crate::config::{Congestion, StackConfig, TcpOptions};
+use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
+use crate::ports::Ports;
+use crate::shared::{ListenerShared, SocketError, SocketShared, WANT_READ, WANT_WRITE};
+
+/// Counters of the TCP engine.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StackStats {
+    /// Connections established (active and passive).
+    pub established: u64,
+    /// Connections accepted from listeners.
+    pub accepted: u64,
+    /// Connections that ended with a reset (sent or received).
+    pub resets: u64,
+    /// Sockets removed from the socket set after reaching CLOSED.
+    pub recycled: u64,
+    /// Bytes moved from tx rings into TCP send buffers.
+    pub tx_bytes: u64,
+    /// Bytes moved from TCP receive buffers into rx rings.
+    pub rx_bytes: u64,
+    /// Listening sockets created (initial arming and re-arming).
+    pub listeners_armed: u64,
+}
+
+/// One connection as the engine sees it.
+struct Conn {
+    handle: SocketHandle,
+    shared: Arc<SocketShared>,
+    rx: rtrb::Producer<u8>,
+    tx: rtrb::Consumer<u8>,
+    connecting: Option<Instant>,
+    /// Ephemeral or explicitly claimed local port, released on removal.
+    port: Option<u16>,
+    last_state: State,
+    shutdown: bool,
+    app_closed: bool,
+    fin_queued: bool,
+    close_deadline: Option<Instant>,
+    finished: bool,
+}
+
+/// One listening port: a pool of smoltcp listening sockets (smoltcp has no backlog).
+struct Listener {
+    shared: Arc<ListenerShared>,
+    accept: Sender<AcceptedConn>,
+    endpoint: IpListenEndpoint,
+    backlog: usize,
+    pool: Vec<SocketHandle>,
+}
+
+/// What serving one connection did.
+#[derive(Default)]
+struct Step {
+    moved: bool,
+    remove: bool,
+}
+
+fn tsval() -> u32 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u32
+}
+
+fn smol_duration(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros(d.as_micros().min(u128::from(u64::MAX)) as u64)
+}
+
+/// The TCP engine service. Build it with [`crate::new_stack`]; the engine thread calls
+/// [`Service::poll`].
+pub struct TcpService {
+    config: StackConfig,
+    epoch: Instant,
+    cmds: Receiver<Command>,
+    next_id: Arc<AtomicU64>,
+    iface: Option<Interface>,
+    sockets: SocketSet<'static>,
+    conns: HashMap<u64, Conn>,
+    listeners: HashMap<u64, Listener>,
+    ports: Ports,
+    dirty: Vec<u64>,
+    next_deadline: Option<Instant>,
+    counters: StackStats,
+    stats: Arc<StatsCell>,
+}
+
+/// Stats published by the engine for other threads.
+#[derive(Debug, Default)]
+pub(crate) struct StatsCell {
+    inner: parking_cell::Cell,
+}
+
+/// A tiny seqlock-free snapshot cell: the engine stores, readers load, fields are
+/// independent atomics (a snapshot may mix two polls, which is fine for counters).
+mod parking_cell {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Cell([AtomicU64; 7]);
+
+    impl Cell {
+        pub(crate) fn store(&self, s: &super::StackStats) {
+            let v = [
+                s.established,
+                s.accepted,
+                s.resets,
+                s.recycled,
+                s.tx_bytes,
+                s.rx_bytes,
+                s.listeners_armed,
+            ];
+            for (a, v) in self.0.iter().zip(v) {
+                a.store(v, Ordering::Relaxed);
+            }
+        }
+
+        pub(crate) fn load(&self) -> super::StackStats {
+            let g = |i: usize| self.0[i].load(Ordering::Relaxed);
+            super::StackStats {
+                established: g(0),
+                accepted: g(1),
+                resets: g(2),
+                recycled: g(3),
+                tx_bytes: g(4),
+                rx_bytes: g(5),
+                listeners_armed: g(6),
+            }
+        }
+    }
+}
+
+impl StatsCell {
+    pub(crate) fn load(&self) -> StackStats {
+        self.inner.load()
+    }
+}
+
+impl std::fmt::Debug for TcpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpService")
+            .field("conns", &self.conns.len())
+            .field("listeners", &self.listeners.len())
+            .field("stats", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpService {
+    pub(crate) fn new(
+        config: StackConfig,
+        cmds: Receiver<Command>,
+        next_id: Arc<AtomicU64>,
+        stats: Arc<StatsCell>,
+    ) -> TcpService {
+        TcpService {
+            ports: Ports::new(config.ephemeral_ports.clone()),
+            config,
+            epoch: Instant::now(),
+            cmds,
+            next_id,
+            iface: None,
+            sockets: SocketSet::new(Vec::new()),
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            dirty: Vec::new(),
+            next_deadline: None,
+            counters: StackStats::default(),
+            stats,
+        }
+    }
+
+    /// Number of smoltcp sockets alive (connections, TIME-WAIT, armed listeners).
+    pub fn socket_count(&self) -> usize {
+        self.sockets.iter().count()
+    }
+
+    fn smol_now(&self, now: Instant) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(
+            now.saturating_duration_since(self.epoch).as_micros() as i64
+        )
+    }
+
+    fn std_instant(&self, t: smoltcp::time::Instant) -> Instant {
+        self.epoch + Duration::from_micros(t.total_micros().max(0) as u64)
+    }
+
+    fn make_iface<D: smoltcp::phy::Device + ?Sized>(&self, dev: &mut D, now: Instant) -> Interface {
+        let mut c = IfaceConfig::new(HardwareAddress::Ethernet(EthernetAddress(self.config.mac)));
+        c.random_seed = self.config.random_seed;
+        let mut iface = Interface::new(c, dev, self.smol_now(now));
+        iface.update_ip_addrs(|addrs| {
+            if let Some((ip, p)) = self.config.ipv4 {
+                let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(ip), p));
+            }
+            if let Some((ip, p)) = self.config.ipv6 {
+                let _ = addrs.push(IpCidr::new(IpAddress::Ipv6(ip), p));
+            }
+        });
+        if let Some(gw) = self.config.ipv4_gateway {
+            let _ = iface.routes_mut().add_default_ipv4_route(gw);
+        }
+        iface
+    }
+
+    fn new_socket(&self, opts: &TcpOptions) -> tcp::Socket<'static> {
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0u8; self.config.rx_buffer]),
+            tcp::SocketBuffer::new(vec![0u8; self.config.tx_buffer]),
+        );
+        s.set_nagle_enabled(!opts.nodelay);
+        s.set_ack_delay(opts.ack_delay.map(smol_duration));
+        s.set_keep_alive(opts.keepalive.map(smol_duration));
+        s.set_timeout(opts.user_timeout.map(smol_duration));
+        s.set_congestion_control(match self.config.congestion {
+            Congestion::None => CongestionControl::None,
+            Congestion::Cubic => CongestionControl::Cubic,
+        });
+        if self.config.timestamps {
+            s.set_tsval_generator(Some(tsval));
+        }
+        s
+    }
+
+    fn address_usable(&self, ip: IpAddr) -> bool {
+        if ip.is_unspecified() || ip.is_multicast() {
+            return false;
+        }
+        match ip {
+            IpAddr::V4(v4) => self.config.ipv4.is_some() && !v4.is_broadcast(),
+            IpAddr::V6(_) => self.config.ipv6.is_some(),
+        }
+    }
+
+    fn handle_command(&mut self, iface: &mut Interface, cmd: Command, now: Instant) {
+        match cmd {
+            Command::Connect {
+                shared,
+                rx,
+                tx,
+                remote,
+                local_port,
+                deadline,
+            } => self.connect(iface, shared, rx, tx, remote, local_port, deadline),
+            Command::Listen {
+                shared,
+                accept,
+                local,
+                backlog,
+            } => self.listen(shared, accept, local, backlog, now),
+            Command::Unlisten { id } => self.unlisten(id),
+            Command::Rearm { id } => self.maintain_listener(id, now),
+            Command::Dirty { id } => self.dirty.push(id),
+            Command::ShutdownWrite { id } => {
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.shutdown = true;
+                    self.dirty.push(id);
+                }
+            }
+            Command::Close { id } => {
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.app_closed = true;
+                    c.close_deadline = Some(now + self.config.fin_timeout);
+                    if c.connecting.is_some() {
+                        self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+                    }
+                    self.dirty.push(id);
+                }
+            }
+            Command::Abort { id } => {
+                if let Some(c) = self.conns.get_mut(&id) {
+                    self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+                    c.shared.set_error(SocketError::Aborted);
+                    c.finished = true;
+                    self.dirty.push(id);
+                }
+            }
+            Command::SetNodelay { id, nodelay } => {
+                if let Some(c) = self.conns.get(&id) {
+                    self.sockets
+                        .get_mut::<tcp::Socket>(c.handle)
+                        .set_nagle_enabled(!nodelay);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        &mut self,
+        iface: &mut Interface,
+        shared: Arc<SocketShared>,
+        rx: rtrb::Producer<u8>,
+        tx: rtrb::Consumer<u8>,
+        remote: SocketAddr,
+        local_port: Option<u16>,
+        deadline: Instant,
+    ) {
+        if !self.address_usable(remote.ip()) || remote.port() == 0 {
+            shared.set_error(SocketError::InvalidAddress);
+            return;
+        }
+        let port = match local_port {
+            Some(p) => {
+                if !self.ports.claim(p) {
+                    shared.set_error(SocketError::AddrInUse);
+                    return;
+                }
+                p
+            }
+            None => match self.ports.allocate() {
+                Some(p) => p,
+                None => {
+                    shared.set_error(SocketError::AddrNotAvailable);
+                    return;
+                }
+            },
+        };
+        let mut sock = self.new_socket(&self.config.tcp);
+        if sock.connect(iface.context(), remote, port).is_err() {
+            self.ports.release(port);
+            shared.set_error(SocketError::AddrNotAvailable);
+            return;
+        }
+        let handle = self.sockets.add(sock);
+        let id = shared.id;
+        self.conns.insert(
+            id,
+            Conn {
+                handle,
+                shared,
+                rx,
+                tx,
+                connecting: Some(deadline),
+                port: Some(port),
+                last_state: State::SynSent,
+                shutdown: false,
+                app_closed: false,
+                fin_queued: false,
+                close_deadline: None,
+                finished: false,
+            },
+        );
+        self.dirty.push(id);
+    }
+
+    fn listen(
+        &mut self,
+        shared: Arc<ListenerShared>,
+        accept: Sender<AcceptedConn>,
+        local: SocketAddr,
+        backlog: usize,
+        now: Instant,
+    ) {
+        if !local.ip().is_unspecified() && !self.address_usable(local.ip()) {
+            shared.set_error(SocketError::AddrNotAvailable);
+            return;
+        }
+        if !self.ports.listen(local.port(), shared.id) {
+            shared.set_error(SocketError::AddrInUse);
+            return;
+        }
+        let endpoint = IpListenEndpoint {
+            addr: (!local.ip().is_unspecified()).then(|| IpAddress::from(local.ip())),
+            port: local.port(),
+        };
+        let id = shared.id;
+        shared.set_listening(local);
+        self.listeners.insert(
+            id,
+            Listener {
+                shared,
+                accept,
+                endpoint,
+                backlog: backlog.max(1),
+                pool: Vec::new(),
+            },
+        );
+        self.maintain_listener(id, now);
+    }
+
+    fn unlisten(&mut self, id: u64) {
+        if let Some(l) = self.listeners.remove(&id) {
+            for h in l.pool {
+                let s = self.sockets.get_mut::<tcp::Socket>(h);
+                if s.state() == State::Listen {
+                    s.close();
+                    self.sockets.remove(h);
+                } else {
+                    // A handshake in progress: reset it, remove it once the RST is out.
+                    s.abort();
+                    let shared =
+                        match SocketShared::new(self.next_id.fetch_add(1, Ordering::Relaxed)) {
+                            Ok(s) => Arc::new(s),
+                            Err(_) => continue,
+                        };
+                    let (rx, _app_rx) = rtrb::RingBuffer::new(1);
+                    let (_app_tx, tx) = rtrb::RingBuffer::new(1);
+                    self.conns.insert(
+                        shared.id,
+                        Conn {
+                            handle: h,
+                            shared,
+                            rx,
+                            tx,
+                            connecting: None,
+                            port: None,
+                            last_state: State::Closed,
+                            shutdown: false,
+                            app_closed: true,
+                            fin_queued: true,
+                            close_deadline: None,
+                            finished: true,
+                        },
+                    );
+                }
+            }
+            self.ports.unlisten(l.endpoint.port);
+        }
+    }
+
+    /// Promote established sockets of a listener's pool to connections and keep the pool
+    /// armed within the backlog.
+    fn maintain_listener(&mut self, id: u64, now: Instant) {
+        let Some(l) = self.listeners.get_mut(&id) else {
+            return;
+        };
+        let mut promoted = Vec::new();
+        let mut i = 0;
+        while i < l.pool.len() {
+            let h = l.pool[i];
+            let state = self.sockets.get::<tcp::Socket>(h).state();
+            match state {
+                State::Listen | State::SynReceived => i += 1,
+                State::Closed => {
+                    l.pool.swap_remove(i);
+                    self.sockets.remove(h);
+                }
+                _ => {
+                    l.pool.swap_remove(i);
+                    promoted.push(h);
+                }
+            }
+        }
+        for h in promoted {
+            self.promote(id, h, now);
+        }
+        let Some(l) = self.listeners.get_mut(&id) else {
+            return;
+        };
+        let in_progress = l
+            .pool
+            .iter()
+            .filter(|&&h| self.sockets.get::<tcp::Socket>(h).state() != State::Listen)
+            .count();
+        let armed = l.pool.len() - in_progress;
+        let room = l
+            .backlog
+            .saturating_sub(l.accept.len() + in_progress)
+            .min(self.config.syn_backlog.saturating_sub(in_progress));
+        let target = room.min(self.config.armed_listeners);
+        if armed > target {
+            // The accept queue filled up: disarm so further SYNs are refused rather
+            // than silently exceeding the backlog.
+            let mut excess = armed - target;
+            let mut j = 0;
+            while j < l.pool.len() && excess > 0 {
+                let h = l.pool[j];
+                if self.sockets.get::<tcp::Socket>(h).state() == State::Listen {
+                    l.pool.swap_remove(j);
+                    self.sockets.remove(h);
+                    excess -= 1;
+                } else {
+                    j += 1;
+                }
+            }
+        } else {
+            let endpoint = l.endpoint;
+            let mut need = target - armed;
+            let mut new = Vec::new();
+            while need > 0 {
+                let mut s = self.new_socket(&self.config.tcp);
+                if s.listen(endpoint).is_err() {
+                    break;
+                }
+                new.push(self.sockets.add(s));
+                need -= 1;
+            }
+            let n = new.len() as u64;
+            if let Some(l) = self.listeners.get_mut(&id) {
+                l.pool.extend(new);
+            }
+            self.counters.listeners_armed += n;
+        }
+    }
+
+    fn promote(&mut self, listener: u64, h: SocketHandle, now: Instant) {
+        let cid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let shared = match SocketShared::new(cid) {
+            Ok(s) => Arc::new(s),
+            Err(_) => {
+                self.sockets.get_mut::<tcp::Socket>(h).abort();
+                return;
+            }
+        };
+        let s = self.sockets.get::<tcp::Socket>(h);
+        let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+            self.sockets.get_mut::<tcp::Socket>(h).abort();
+            return;
+        };
+        let state = s.state();
+        shared.set_established(local.into(), remote.into());
+        let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
+        let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
+        self.conns.insert(
+            cid,
+            Conn {
+                handle: h,
+                shared: shared.clone(),
+                rx: rx_prod,
+                tx: tx_cons,
+                connecting: None,
+                port: None,
+                last_state: state,
+                shutdown: false,
+                app_closed: false,
+                fin_queued: false,
+                close_deadline: None,
+                finished: false,
+            },
+        );
+        self.dirty.push(cid);
+        self.counters.established += 1;
+        self.counters.accepted += 1;
+        let conn = AcceptedConn {
+            shared,
+            rx: rx_cons,
+            tx: tx_prod,
+        };
+        let delivered = match self.listeners.get(&listener) {
+            Some(l) if l.accept.send(conn).is_ok() => {
+                l.shared.notify_accept();
+                true
+            }
+            _ => false,
+        };
+        if !delivered {
+            // Nobody will ever accept it: close it like an application would.
+            if let Some(c) = self.conns.get_mut(&cid) {
+                c.app_closed = true;
+                c.close_deadline = Some(now + self.config.fin_timeout);
+            }
+        }
+    }
+
+    /// Move data between rings and the socket, publish state, decide removal.
+    fn serve_conn(
+        sockets: &mut SocketSet<'static>,
+        c: &mut Conn,
+        now: Instant,
+        stats: &mut StackStats,
+    ) -> Step {
+        let mut step = Step::default();
+        let s = sockets.get_mut::<tcp::Socket>(c.handle);
+        let state = s.state();
+
+        if let Some(deadline) = c.connecting {
+            match state {
+                State::SynSent | State::SynReceived | State::Listen => {
+                    if now >= deadline {
+                        s.abort();
+                        c.shared.set_error(SocketError::TimedOut);
+                        c.connecting = None;
+                        c.finished = true;
+                    }
+                }
+                State::Closed => {
+                    let e = if now >= deadline {
+                        SocketError::TimedOut
+                    } else {
+                        SocketError::Refused
+                    };
+                    c.shared.set_error(e);
+                    c.connecting = None;
+                    c.finished = true;
+                }
+                _ => {
+                    if let (Some(l), Some(r)) = (s.local_endpoint(), s.remote_endpoint()) {
+                        c.shared.set_established(l.into(), r.into());
+                    }
+                    c.connecting = None;
+                    stats.established += 1;
+                }
+            }
+        }
+
+        if c.connecting.is_none() && !c.finished {
+            // Receive: TCP buffer -> rx ring, straight through smoltcp's ring slices.
+            let mut pushed = 0usize;
+            while s.can_recv() {
+                if c.app_closed {
+                    let _ = s.recv(|d| (d.len(), ()));
+                    continue;
+                }
+                if c.rx.slots() == 0 {
+                    c.shared.rx_stalled.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    if c.rx.slots() == 0 {
+                        break;
+                    }
+                }
+                let rx = &mut c.rx;
+                let n = s
+                    .recv(|d| {
+                        let (_, rest) = rx.push_partial_slice(d);
+                        let n = d.len() - rest.len();
+                        (n, n)
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                pushed += n;
+            }
+            if pushed > 0 {
+                stats.rx_bytes += pushed as u64;
+                c.shared.notify(WANT_READ);
+                step.moved = true;
+            }
+
+            // Transmit: tx ring -> TCP buffer.
+            if !c.fin_queued {
+                let mut moved = 0usize;
+                while s.can_send() {
+                    let avail = c.tx.slots();
+                    if avail == 0 {
+                        break;
+                    }
+                    let tx = &mut c.tx;
+                    let n = s
+                        .send(|free| {
+                            let n = free.len().min(avail);
+                            if let Ok(chunk) = tx.read_chunk(n) {
+                                let (a, b) = chunk.as_slices();
+                                free[..a.len()].copy_from_slice(a);
+                                free[a.len()..n].copy_from_slice(b);
+                                chunk.commit_all();
+                                (n, n)
+                            } else {
+                                (0, 0)
+                            }
+                        })
+                        .unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    moved += n;
+                }
+                if moved > 0 {
+                    stats.tx_bytes += moved as u64;
+                    c.shared.notify(WANT_WRITE);
+                    step.moved = true;
+                }
+                if (c.shutdown || c.app_closed) && c.tx.slots() == 0 && s.may_send() {
+                    s.close();
+                    c.fin_queued = true;
+                    step.moved = true;
+                }
+            }
+
+            let state = s.state();
+            if state == State::Closed {
+                let graceful = matches!(
+                    c.last_state,
+                    State::LastAck | State::TimeWait | State::Closing
+                ) || (c.last_state == State::Closed);
+                if graceful {
+                    c.shared.set_rx_eof();
+                    c.shared.set_closed();
+                } else {
+                    stats.resets += 1;
+                    c.shared.set_error(SocketError::Reset);
+                }
+                c.finished = true;
+            } else if !s.may_recv() && s.recv_queue() == 0 {
+                // FIN received and every byte before it delivered.
+                c.shared.set_rx_eof();
+            }
+            c.last_state = state;
+
+            if c.app_closed
+                && c.close_deadline.is_some_and(|d| now >= d)
+                && state != State::TimeWait
+            {
+                // tcp_fin_timeout: the peer never finished the close.
+                s.abort();
+                c.finished = true;
+            }
+        }
+
+        let s = sockets.get::<tcp::Socket>(c.handle);
+        if s.state() == State::Closed && s.local_endpoint().is_none() {
+            if !c.finished {
+                c.shared.set_closed();
+                c.finished = true;
+            }
+            step.remove = true;
+        }
+        step
+    }
+
+    fn serve(&mut self, id: u64, now: Instant) -> bool {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        c.shared.dirty.store(false, Ordering::SeqCst);
+        let stats = &mut self.counters;
+        let step = Self::serve_conn(&mut self.sockets, c, now, stats);
+        if step.remove {
+            if let Some(c) = self.conns.remove(&id) {
+                self.sockets.remove(c.handle);
+                if let Some(p) = c.port {
+                    self.ports.release(p);
+                }
+                stats.recycled += 1;
+            }
+        }
+        step.moved
+    }
+
+    fn next_conn_deadline(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(|c| {
+                if c.finished {
+                    None
+                } else {
+                    c.connecting.or(c.close_deadline)
+                }
+            })
+            .min()
+    }
+}
+
+impl<B: Backend> Service<B> for TcpService {
+    fn poll(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
+        let t = self.smol_now(now);
+        let mut busy = false;
+        let _ = backend.poll_rx();
+        let max_frame = self.config.mtu + ETHERNET_HEADER_LEN;
+        let mut iface = match self.iface.take() {
+            Some(i) => i,
+            None => {
+                let mut dev = CappedDevice {
+                    inner: &mut *backend,
+                    max_frame,
+                };
+                self.make_iface(&mut dev, now)
+            }
+        };
+
+        while let Ok(cmd) = self.cmds.try_recv() {
+            busy = true;
+            self.handle_command(&mut iface, cmd, now);
+        }
+
+        let mut ingress = false;
+        {
+            let mut dev = CappedDevice {
+                inner: &mut *backend,
+                max_frame,
+            };
+            iface.poll_maintenance(t);
+            loop {
+                match iface.poll_ingress_single(t, &mut dev, &mut self.sockets) {
+                    PollIngressSingleResult::None => break,
+                    PollIngressSingleResult::PacketProcessed => ingress = true,
+                    PollIngressSingleResult::SocketStateChanged => {
+                        ingress = true;
+                        // Re-arm listeners between packets: a burst of SYNs must not find
+                        // the pool empty while the accept queue has room.
+                        if !self.listeners.is_empty() {
+                            let ids: Vec<u64> = self.listeners.keys().copied().collect();
+                            for id in ids {
+                                self.maintain_listener(id, now);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        busy |= ingress;
+
+        let timer_due = self.next_deadline.is_some_and(|d| now >= d);
+        if ingress || timer_due {
+            let ids: Vec<u64> = self.conns.keys().copied().collect();
+            for id in ids {
+                busy |= self.serve(id, now);
+            }
+            self.dirty.clear();
+        } else {
+            let dirty = std::mem::take(&mut self.dirty);
+            for &id in &dirty {
+                busy |= self.serve(id, now);
+            }
+            self.dirty = dirty;
+            self.dirty.clear();
+        }
+        if !self.listeners.is_empty() && (ingress || timer_due) {
+            let ids: Vec<u64> = self.listeners.keys().copied().collect();
+            for id in ids {
+                self.maintain_listener(id, now);
+            }
+        }
+        self.stats.inner.store(&self.counters);
+
+        {
+            let mut dev = CappedDevice {
+                inner: &mut *backend,
+                max_frame,
+            };
+            loop {
+                match iface.poll_egress(t, &mut dev, &mut self.sockets) {
+                    PollResult::None => break,
+                    PollResult::SocketStateChanged => busy = true,
+                }
+            }
+        }
+        let _ = backend.flush();
+
+        let stack_deadline = iface.poll_at(t, &self.sockets).map(|d| self.std_instant(d));
+        self.iface = Some(iface);
+        let next = match (stack_deadline, self.next_conn_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.next_deadline = next;
+        PollOutcome {
+            busy,
+            next_deadline: next,
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! State shared between the engine thread and application threads, one per socket.
+//!
+//! Only atomics and an eventfd: the engine publishes state with release stores and signals
+//! the readiness descriptor; the application reads with acquire loads. Data never goes
+//! through here; it moves through the per-socket SPSC rings.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+
+/// Connection phase as seen by the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// SYN sent, waiting for the handshake to finish.
+    Connecting = 0,
+    /// Handshake complete; data may flow.
+    Established = 1,
+    /// The connection is gone (see [`SocketShared::error`] for why, if not graceful).
+    Closed = 2,
+}
+
+/// Why a socket failed; mapped to [`io::ErrorKind`] by [`SocketError::to_io`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SocketError {
+    /// The peer answered the SYN with RST.
+    Refused = 1,
+    /// The peer reset an established connection.
+    Reset = 2,
+    /// The connect or user timeout expired.
+    TimedOut = 3,
+    /// The local port is already in use.
+    AddrInUse = 4,
+    /// No local address or ephemeral port is available for this destination.
+    AddrNotAvailable = 5,
+    /// The destination address is invalid (unspecified, multicast, wrong family).
+    InvalidAddress = 6,
+    /// The engine stopped.
+    EngineGone = 7,
+    /// The connection was aborted locally.
+    Aborted = 8,
+}
+
+impl SocketError {
+    fn from_u8(v: u8) -> Option<SocketError> {
+        Some(match v {
+            1 => SocketError::Refused,
+            2 => SocketError::Reset,
+            3 => SocketError::TimedOut,
+            4 => SocketError::AddrInUse,
+            5 => SocketError::AddrNotAvailable,
+            6 => SocketError::InvalidAddress,
+            7 => SocketError::EngineGone,
+            8 => SocketError::Aborted,
+            _ => return None,
+        })
+    }
+
+    /// The `io::Error` an application sees for this failure.
+    pub fn to_io(self) -> io::Error {
+        let (kind, msg) = match self {
+            SocketError::Refused => (io::ErrorKind::ConnectionRefused, "connection refused"),
+            SocketError::Reset => (io::ErrorKind::ConnectionReset, "connection reset by peer"),
+            SocketError::TimedOut => (io::ErrorKind::TimedOut, "connection timed out"),
+            SocketError::AddrInUse => (io::ErrorKind::AddrInUse, "address in use"),
+            SocketError::AddrNotAvailable => {
+                (io::ErrorKind::AddrNotAvailable, "address not available")
+            }
+            SocketError::InvalidAddress => (io::ErrorKind::InvalidInput, "invalid address"),
+            SocketError::EngineGone => (io::ErrorKind::ConnectionAborted, "engine stopped"),
+            SocketError::Aborted => (io::ErrorKind::ConnectionAborted, "connection aborted"),
+        };
+        io::Error::new(kind, msg)
+    }
+}
+
+/// Readiness interest bits the application registers before it waits.
+pub(crate) const WANT_READ: u8 = 1;
+/// See [`WANT_READ`].
+pub(crate) const WANT_WRITE: u8 = 2;
+
+/// An eventfd that becomes readable when the engine has news for the application.
+#[derive(Debug)]
+pub struct Readiness {
+    fd: OwnedFd,
+}
+
+impl Readiness {
+    /// A fresh, non-blocking, close-on-exec eventfd.
+    pub fn new() -> io::Result<Readiness> {
+        let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        Ok(Readiness { fd })
+    }
+
+    /// Make the descriptor readable.
+    pub fn signal(&self) {
+        // EAGAIN only happens when the counter is about to overflow, i.e. it is
+        // already readable: nothing is lost by ignoring it.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+
+    /// Reset the descriptor to not readable.
+    pub fn drain(&self) {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut buf);
+    }
+
+    /// Sleep until the descriptor is readable or `deadline` passes; then drain it.
+    /// Returns `false` on timeout.
+    pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        loop {
+            let timeout = match deadline {
+                None => None,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    Some(rustix::event::Timespec {
+                        tv_sec: left.as_secs() as i64,
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    })
+                }
+            };
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(0) => continue,
+                Ok(_) => {
+                    self.drain();
+                    return Ok(true);
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl AsRawFd for Readiness {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for Readiness {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Engine ↔ application state of one connection.
+#[derive(Debug)]
+pub struct SocketShared {
+    /// Engine-wide connection id.
+    pub(crate) id: u64,
+    pub(crate) readiness: Readiness,
+    phase: AtomicU8,
+    error: AtomicU8,
+    rx_eof: AtomicBool,
+    want: AtomicU8,
+    /// Set by the app when it queued tx data or freed rx space the engine has not seen.
+    pub(crate) dirty: AtomicBool,
+    /// Set by the engine when smoltcp holds data the rx ring had no room for.
+    pub(crate) rx_stalled: AtomicBool,
+    addrs: OnceLock<(SocketAddr, SocketAddr)>,
+}
+
+impl SocketShared {
+    pub(crate) fn new(id: u64) -> io::Result<SocketShared> {
+        Ok(SocketShared {
+            id,
+            readiness: Readiness::new()?,
+            phase: AtomicU8::new(Phase::Connecting as u8),
+            error: AtomicU8::new(0),
+            rx_eof: AtomicBool::new(false),
+            want: AtomicU8::new(0),
+            dirty: AtomicBool::new(false),
+            rx_stalled: AtomicBool::new(false),
+            addrs: OnceLock::new(),
+        })
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Connecting,
+            1 => Phase::Established,
+            _ => Phase::Closed,
+        }
+    }
+
+    /// The failure, if the connection failed.
+    pub fn error(&self) -> Option<SocketError> {
+        SocketError::from_u8(self.error.load(Ordering::Acquire))
+    }
+
+    /// `true` once the peer's FIN was seen and every byte before it is in the rx ring.
+    pub fn rx_eof(&self) -> bool {
+        self.rx_eof.load(Ordering::Acquire)
+    }
+
+    /// (local, peer) addresses, known once established.
+    pub fn addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        self.addrs.get().copied()
+    }
+
+    pub(crate) fn set_established(&self, local: SocketAddr, peer: SocketAddr) {
+        let _ = self.addrs.set((local, peer));
+        self.phase
+            .store(Phase::Established as u8, Ordering::Release);
+        self.readiness.signal();
+    }
+
+    pub(crate) fn set_error(&self, e: SocketError) {
+        // The first error wins.
+        let _ = self
+            .error
+            .compare_exchange(0, e as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.phase.store(Phase::Closed as u8, Ordering::Release);
+        self.readiness.signal();
+    }
+
+    pub(crate) fn set_rx_eof(&self) {
+        if !self.rx_eof.swap(true, Ordering::AcqRel) {
+            self.readiness.signal();
+        }
+    }
+
+    pub(crate) fn set_closed(&self) {
+        self.phase.store(Phase::Closed as u8, Ordering::Release);
+        self.readiness.signal();
+    }
+
+    /// Application side: register interest before re-checking and sleeping.
+    pub(crate) fn register_want(&self, bits: u8) {
+        self.want.fetch_or(bits, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Engine side: after making progress on `bits`, wake the app if it waits for them.
+    pub(crate) fn notify(&self, bits: u8) {
+        fence(Ordering::SeqCst);
+        if self.want.load(Ordering::SeqCst) & bits != 0
+            && self.want.fetch_and(!bits, Ordering::SeqCst) & bits != 0
+        {
+            self.readiness.signal();
+        }
+    }
+}
+
+/// Engine ↔ application state of one listening port.
+#[derive(Debug)]
+pub struct ListenerShared {
+    pub(crate) id: u64,
+    pub(crate) readiness: Readiness,
+    error: AtomicU8,
+    listening: AtomicBool,
+    pub(crate) want_accept: AtomicBool,
+    local: OnceLock<SocketAddr>,
+}
+
+impl ListenerShared {
+    pub(crate) fn new(id: u64) -> io::Result<ListenerShared> {
+        Ok(ListenerShared {
+            id,
+            readiness: Readiness::new()?,
+            error: AtomicU8::new(0),
+            listening: AtomicBool::new(false),
+            want_accept: AtomicBool::new(false),
+            local: OnceLock::new(),
+        })
+    }
+
+    /// The failure, if `listen` failed.
+    pub fn error(&self) -> Option<SocketError> {
+        SocketError::from_u8(self.error.load(Ordering::Acquire))
+    }
+
+    /// `true` once the engine armed the port.
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// The bound address, once listening.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local.get().copied()
+    }
+
+    pub(crate) fn set_listening(&self, local: SocketAddr) {
+        let _ = self.local.set(local);
+        self.listening.store(true, Ordering::Release);
+        self.readiness.signal();
+    }
+
+    pub(crate) fn set_error(&self, e: SocketError) {
+        let _ = self
+            .error
+            .compare_exchange(0, e as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.readiness.signal();
+    }
+
+    pub(crate) fn notify_accept(&self) {
+        fence(Ordering::SeqCst);
+        if self.want_accept.swap(false, Ordering::SeqCst) {
+            self.readiness.signal();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn readiness_wait_times_out_then_wakes() {
+        let r = Readiness::new().unwrap();
+        let t = Instant::now();
+        assert!(!r.wait(Some(t + Duration::from_millis(20))).unwrap());
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        r.signal();
+        assert!(r
+            .wait(Some(Instant::now() + Duration::from_secs(5)))
+            .unwrap());
+        // Drained: a second wait times out.
+        assert!(!r
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+    }
+
+    #[test]
+    fn notify_signals_only_registered_interest() {
+        let s = SocketShared::new(1).unwrap();
+        s.notify(WANT_READ);
+        assert!(!s
+            .readiness
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+        s.register_want(WANT_READ);
+        s.notify(WANT_WRITE);
+        assert!(!s
+            .readiness
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+        s.notify(WANT_READ);
+        assert!(s
+            .readiness
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+    }
+
+    #[test]
+    fn first_error_wins_and_maps_to_io_kind() {
+        let s = SocketShared::new(1).unwrap();
+        s.set_error(SocketError::Refused);
+        s.set_error(SocketError::Reset);
+        assert_eq!(s.error(), Some(SocketError::Refused));
+        assert_eq!(s.phase(), Phase::Closed);
+        assert_eq!(
+            s.error().unwrap().to_io().kind(),
+            io::ErrorKind::ConnectionRefused
+        );
+    }
+}
