@@ -203,6 +203,9 @@ class Guest:
         self._ns_created = True
         n = ["ip", "-n", self.ns]
         _run(n + ["link", "set", "lo", "up"])
+        # no IPv6 chatter from the host side of the tap (the guest boots with ipv6.disable=1)
+        _run(["ip", "netns", "exec", self.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+              "net.ipv6.conf.default.disable_ipv6=1"], check=False)
         _run(n + ["tuntap", "add", "dev", TAP, "mode", "tap"])
         _run(n + ["addr", "add", f"{HOST_IP}/{PREFIX}", "dev", TAP])
         _run(n + ["link", "set", TAP, "up"])
