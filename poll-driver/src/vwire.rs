@@ -19,7 +19,7 @@ use crate::backend::{Backend, BackendStats};
 use crate::rng::SplitMix64;
 use crate::sys::EventFd;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use smoltcp::phy::{Device, DeviceCapabilities, Medium};
+use smoltcp::phy::{ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
@@ -126,6 +126,10 @@ pub struct WireConfig {
     pub a_to_b: LinkConfig,
     /// Faults on frames sent by NIC `b` to NIC `a`.
     pub b_to_a: LinkConfig,
+    /// Advertise checksum offload to smoltcp (no IPv4/TCP/UDP/ICMP checksums computed or
+    /// verified). Only for a trusted in-process peer (both ends xwarp, perf-notes.md);
+    /// refused together with the `corrupt` fault, which checksums exist to catch.
+    pub checksum_offload: bool,
 }
 
 impl Default for WireConfig {
@@ -135,6 +139,7 @@ impl Default for WireConfig {
             queue_depth: 1024,
             a_to_b: LinkConfig::seeded(1),
             b_to_a: LinkConfig::seeded(2),
+            checksum_offload: false,
         }
     }
 }
@@ -158,6 +163,7 @@ impl WireConfig {
             queue_depth: 1024,
             a_to_b: link,
             b_to_a: back,
+            checksum_offload: false,
         }
     }
 
@@ -175,7 +181,13 @@ impl WireConfig {
             )));
         }
         self.a_to_b.validate()?;
-        self.b_to_a.validate()
+        self.b_to_a.validate()?;
+        if self.checksum_offload && (self.a_to_b.corrupt > 0.0 || self.b_to_a.corrupt > 0.0) {
+            return Err(invalid(
+                "vwire: checksum_offload cannot be combined with the corrupt fault".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -285,6 +297,7 @@ pub struct VirtualNic {
     rx: RxSide,
     tx: TxSide,
     mtu: usize,
+    checksum_offload: bool,
 }
 
 /// Constructor of virtual wires.
@@ -310,11 +323,13 @@ impl VirtualWire {
             rx: a_rx,
             tx: a_tx,
             mtu: config.mtu,
+            checksum_offload: config.checksum_offload,
         };
         let b = VirtualNic {
             rx: b_rx,
             tx: b_tx,
             mtu: config.mtu,
+            checksum_offload: config.checksum_offload,
         };
         Ok((a, b))
     }
@@ -632,6 +647,9 @@ impl Device for VirtualNic {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = self.max_frame_len();
+        if self.checksum_offload {
+            caps.checksum = ChecksumCapabilities::ignored();
+        }
         caps
     }
 }

@@ -15,6 +15,7 @@ fn wire(link: LinkConfig) -> (VirtualNic, VirtualNic) {
         queue_depth: 4096,
         a_to_b: link,
         b_to_a: LinkConfig::seeded(99),
+        ..WireConfig::default()
     })
     .expect("valid config")
 }
@@ -95,6 +96,11 @@ fn invalid_configs_are_errors_not_panics() {
         c.a_to_b.reorder = 0.5;
         c.a_to_b.reorder_delay = Duration::ZERO;
     }));
+    assert!(bad(&|c| {
+        c.checksum_offload = true;
+        c.a_to_b.corrupt = 0.01;
+    }));
+    assert!(!bad(&|c| c.checksum_offload = true));
     assert!(!bad(&|_| {}));
 }
 
