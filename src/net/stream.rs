@@ -177,6 +177,12 @@ impl TcpStream {
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
     }
 
+    /// Sleep on the readiness descriptor until it fires (`true`) or `timeout` passes
+    /// (`false`). For non-blocking loops: call after an operation returned `WouldBlock`.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.inner.wait(timeout.map(|t| Instant::now() + t))
+    }
+
     /// Bytes written but not yet taken by the engine.
     pub fn unsent(&self) -> usize {
         self.inner.tx_queued()
