@@ -1,1 +1,63 @@
-//! AF_XDP backend (Linux).
+//! AF_XDP backend (Linux, root): UMEM, rings, the XSK socket, the XDP steering program and
+//! [`AfXdpNic`], a smoltcp `Device` + [`crate::backend::Backend`].
+//!
+//! Built on `libc` alone (afxdp-notes.md, first option): our own UMEM and rings, a steering
+//! program generated as raw eBPF instructions and loaded with `bpf(BPF_PROG_LOAD)`, attached
+//! with `BPF_LINK_CREATE` so the kernel detaches it when the process dies.
+//!
+//! * [`Umem`]: `rx_frames + tx_frames` chunks of 2048 or 4096 bytes ([`ChunkSize`]). RX
+//!   chunks cycle fill ring → RX ring → stack → fill ring; TX chunks cycle free list → TX
+//!   ring → completion ring → free list. The halves never mix, so smoltcp can hold an RX and
+//!   a TX token at once.
+//! * [`XskSocket`]: bound to (ifindex, queue); zero-copy where the driver allows it, copy
+//!   mode otherwise (veth answers `EOPNOTSUPP`); `XDP_USE_NEED_WAKEUP` honoured. Copy-mode TX
+//!   needs a `sendto` per 32 descriptors, so [`crate::backend::Backend::flush`] kicks in a loop
+//!   until the TX ring is drained, reclaiming completions as it goes.
+//! * Frames larger than chunk − 256 bytes cannot be received (the kernel drops them
+//!   silently): [`AfXdpNic::max_frame_size`] / the device MTU tell the stack.
+//! * [`XdpProgram`] / [`SteeringFilter`]: redirect only the engine's traffic (its IPv4/IPv6
+//!   addresses, ARP and NDP for them, optionally only some TCP ports); `XDP_PASS` the rest so
+//!   the host stack keeps working on the interface. A stale program (ours, by the `xwarp`
+//!   name prefix, or any if forced) is detached and replaced.
+//!
+//! ## Checksums
+//! This module computes and checks no checksum; it reports [`AfXdpConfig::checksum`] to smoltcp
+//! unchanged and the stack decides. Beware: frames from a local veth or tap peer arrive with
+//! only a **partial L4 checksum** (CHECKSUM_PARTIAL: the sender's kernel left the TCP/UDP
+//! checksum to an offload that never happens on a virtual link). A stack that verifies L4
+//! checksums on RX drops them, unless the peer turns TX checksum offload off
+//! (`ethtool -K <peer> tx off`, or [`crate::netns::set_tx_checksum_offload`]). Frames the
+//! engine sends must always carry full checksums.
+//!
+//! ## Multi-queue
+//! One [`AfXdpNic`] serves one RX queue. Frames steered by the program arrive on the queue
+//! the NIC put them on; keep test interfaces at one queue or open a NIC per queue.
+
+mod bpf;
+pub mod netlink;
+mod nic;
+mod program;
+mod ring;
+mod socket;
+
+pub use bpf::BpfInsn;
+pub use nic::{AfXdpConfig, AfXdpNic, RxToken, TxToken, ZeroCopy};
+pub use program::{
+    steering_program, SteeringFilter, XdpLink, XdpMode, XdpProgram, PROGRAM_NAME_PREFIX,
+};
+pub use ring::{ConsumerRing, ProducerRing};
+pub use socket::{
+    BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket, XDP_PACKET_HEADROOM,
+};
+
+/// `true` if this process can create AF_XDP sockets (kernel support and privileges).
+pub fn available() -> bool {
+    // SAFETY: plain socket(2); closed right away.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: our fd.
+    unsafe { libc::close(fd) };
+    true
+}

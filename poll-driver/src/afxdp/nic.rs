@@ -1,0 +1,584 @@
+//! [`AfXdpNic`]: one AF_XDP socket on one RX queue, with its UMEM and steering program,
+//! as a smoltcp `Device` and an engine [`Backend`].
+
+use super::program::{SteeringFilter, XdpLink, XdpMode, XdpProgram};
+use super::socket::{BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket};
+use crate::backend::{Backend, BackendStats};
+use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Zero-copy policy for the bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// Try zero-copy, fall back to copy mode on `EOPNOTSUPP` (veth).
+    Auto,
+    /// Zero-copy or fail.
+    Require,
+    /// Copy mode only.
+    Off,
+}
+
+/// Everything an [`AfXdpNic`] needs.
+#[derive(Debug, Clone)]
+pub struct AfXdpConfig {
+    /// Interface name (in the calling thread's network namespace).
+    pub ifname: String,
+    /// RX queue to bind (keep the interface at one queue, or open one NIC per queue).
+    pub queue: u32,
+    /// XDP attach mode.
+    pub mode: XdpMode,
+    /// Zero-copy policy.
+    pub zero_copy: ZeroCopy,
+    /// Honour `XDP_USE_NEED_WAKEUP` (kick only when the kernel asks).
+    pub need_wakeup: bool,
+    /// UMEM chunk size.
+    pub chunk: ChunkSize,
+    /// UMEM chunks reserved for RX (cycled through the fill and RX rings).
+    pub rx_frames: u32,
+    /// UMEM chunks reserved for TX (cycled through the TX and completion rings).
+    pub tx_frames: u32,
+    /// Ring sizes (powers of two).
+    pub rings: RingSizes,
+    /// Descriptors pulled from the RX ring at a time.
+    pub rx_batch: u32,
+    /// TX descriptors queued before they are published and kicked without waiting for
+    /// [`Backend::flush`].
+    pub tx_batch: u32,
+    /// Which frames the steering program redirects to this socket.
+    pub filter: SteeringFilter,
+    /// Replace an attached XDP program even if it is not an xwarp one.
+    pub force_replace: bool,
+    /// Checksum capabilities reported to smoltcp. Frames from a veth/tap peer arrive with a
+    /// partial L4 checksum; see the module docs: the stack decides what to verify.
+    pub checksum: ChecksumCapabilities,
+}
+
+impl AfXdpConfig {
+    /// Defaults for `ifname` queue 0 with `filter`: auto mode, 2048-byte chunks, 2048-entry
+    /// rings, 2048 RX + 2048 TX frames, batches of 64.
+    pub fn new(ifname: &str, filter: SteeringFilter) -> Self {
+        AfXdpConfig {
+            ifname: ifname.to_string(),
+            queue: 0,
+            mode: XdpMode::Auto,
+            zero_copy: ZeroCopy::Auto,
+            need_wakeup: true,
+            chunk: ChunkSize::C2048,
+            rx_frames: 2048,
+            tx_frames: 2048,
+            rings: RingSizes {
+                fill: 2048,
+                completion: 2048,
+                rx: 2048,
+                tx: 2048,
+            },
+            rx_batch: 64,
+            tx_batch: 64,
+            filter,
+            force_replace: false,
+            checksum: ChecksumCapabilities::default(),
+        }
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// RX-side state (disjoint from TX so smoltcp can hold both tokens at once).
+#[derive(Debug)]
+struct RxState {
+    /// Descriptors taken off the RX ring, not yet handed to the stack.
+    pending: VecDeque<libc::xdp_desc>,
+    /// RX chunks the stack is done with, waiting to go back on the fill ring.
+    free: Vec<u64>,
+    batch: u32,
+    frames: u64,
+    bytes: u64,
+    dropped: u64,
+}
+
+/// TX-side state.
+#[derive(Debug)]
+struct TxState {
+    free: Vec<u64>,
+    batch: u32,
+    frames: u64,
+    bytes: u64,
+    dropped: u64,
+    /// Where a reply goes when no TX chunk is available (it is then dropped and counted).
+    scratch: Vec<u8>,
+}
+
+/// An AF_XDP NIC queue: socket, UMEM, steering program and its link.
+#[derive(Debug)]
+pub struct AfXdpNic {
+    // Drop order: detach the program, then close the socket, then free the UMEM.
+    link: XdpLink,
+    program: XdpProgram,
+    sock: XskSocket,
+    umem: Umem,
+    rxs: RxState,
+    txs: TxState,
+    chunk_mask: u64,
+    max_frame: usize,
+    mtu: usize,
+    mac: [u8; 6],
+    checksum: ChecksumCapabilities,
+}
+
+// SAFETY: the raw pointers inside (rings, UMEM) point into mappings owned by this value;
+// nothing else references them, so moving the whole NIC to another thread is sound. It is
+// not `Sync`: all ring access needs `&mut self`.
+unsafe impl Send for AfXdpNic {}
+
+fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: all-zero is a valid ifreq.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if ifname.len() >= req.ifr_name.len() {
+        return Err(invalid(format!("interface name too long: {ifname}")));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn ioctl_ifreq(ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+    let mut req = ifreq(ifname)?;
+    // SAFETY: plain socket(2), closed below.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: valid fd and a live ifreq, as SIOCGIF* expects.
+    let r = unsafe { libc::ioctl(s, request as _, &mut req) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `s` is our fd.
+    unsafe { libc::close(s) };
+    if r < 0 {
+        return Err(err);
+    }
+    Ok(req)
+}
+
+/// MTU (L3) and MAC address of `ifname`.
+fn link_info(ifname: &str) -> io::Result<(usize, [u8; 6])> {
+    let req = ioctl_ifreq(ifname, libc::SIOCGIFMTU)?;
+    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu }.max(0) as usize;
+    let req = ioctl_ifreq(ifname, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member.
+    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (d, s) in mac.iter_mut().zip(hw.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok((mtu, mac))
+}
+
+impl AfXdpNic {
+    /// Open queue `config.queue` of `config.ifname`: allocate the UMEM, bind the socket
+    /// (zero-copy where allowed, else copy), load the steering program, register the socket
+    /// in its XSKMAP and attach it (native where available, else generic), replacing a stale
+    /// xwarp program if one is in the way.
+    pub fn open(config: AfXdpConfig) -> io::Result<Self> {
+        let c = &config;
+        if c.rx_batch == 0 || c.tx_batch == 0 {
+            return Err(invalid("rx_batch and tx_batch must be at least 1".into()));
+        }
+        if c.rx_frames == 0 || c.tx_frames == 0 {
+            return Err(invalid("rx_frames and tx_frames must be at least 1".into()));
+        }
+        let total = c
+            .rx_frames
+            .checked_add(c.tx_frames)
+            .ok_or_else(|| invalid("too many frames".into()))?;
+        let name = CString::new(c.ifname.as_str())
+            .map_err(|_| invalid(format!("bad interface name {:?}", c.ifname)))?;
+        // SAFETY: `name` is a valid NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("interface {}: {e}", c.ifname),
+            ));
+        }
+        let (l3_mtu, mac) = link_info(&c.ifname)?;
+        let umem = Umem::new(total, c.chunk)?;
+
+        let bind = |zero_copy| {
+            XskSocket::bind(
+                &umem,
+                ifindex,
+                c.queue,
+                c.rings,
+                BindOptions {
+                    zero_copy,
+                    need_wakeup: c.need_wakeup,
+                },
+            )
+        };
+        let sock = match c.zero_copy {
+            ZeroCopy::Off => bind(false)?,
+            ZeroCopy::Require => bind(true)?,
+            ZeroCopy::Auto => match bind(true) {
+                Ok(s) => s,
+                // EOPNOTSUPP (veth, generic-only drivers) or EINVAL: no zero-copy here.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput
+                    ) =>
+                {
+                    bind(false)?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+
+        let program = XdpProgram::load(&c.filter, c.queue + 1)?;
+        program.set_socket(c.queue, sock.fd())?;
+        let link = program.attach(ifindex, c.mode, c.force_replace)?;
+
+        let chunk = u64::from(c.chunk.bytes());
+        let rx_free: Vec<u64> = (0..c.rx_frames).map(|i| umem.frame_addr(i)).collect();
+        let tx_free: Vec<u64> = (c.rx_frames..total).map(|i| umem.frame_addr(i)).collect();
+        let max_frame = c.chunk.max_frame_size();
+        let mut nic = AfXdpNic {
+            link,
+            program,
+            sock,
+            umem,
+            rxs: RxState {
+                pending: VecDeque::with_capacity(c.rx_batch as usize),
+                free: rx_free,
+                batch: c.rx_batch,
+                frames: 0,
+                bytes: 0,
+                dropped: 0,
+            },
+            txs: TxState {
+                free: tx_free,
+                batch: c.tx_batch,
+                frames: 0,
+                bytes: 0,
+                dropped: 0,
+                scratch: Vec::new(),
+            },
+            chunk_mask: !(chunk - 1),
+            max_frame,
+            mtu: max_frame.min(l3_mtu + 14),
+            mac,
+            checksum: config.checksum.clone(),
+        };
+        nic.refill();
+        Ok(nic)
+    }
+
+    /// Largest Ethernet frame (without FCS) this NIC can receive: chunk − 256. The stack
+    /// must keep its MTU at or below this (smoltcp's Ethernet "MTU" includes the header).
+    pub fn max_frame_size(&self) -> usize {
+        self.max_frame
+    }
+
+    /// The interface's MAC address (the engine answers ARP/NDP with it).
+    pub fn mac_address(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// `true` if the XDP program runs in native (driver) mode.
+    pub fn is_native(&self) -> bool {
+        self.link.is_native()
+    }
+
+    /// `true` if the socket is bound in zero-copy mode.
+    pub fn is_zero_copy(&self) -> bool {
+        self.sock.is_zero_copy()
+    }
+
+    /// Id of the attached steering program (as `ip link` shows it).
+    pub fn program_id(&self) -> u32 {
+        self.program.id()
+    }
+
+    /// The loaded steering program (e.g. to test-run frames against it).
+    pub fn program(&self) -> &XdpProgram {
+        &self.program
+    }
+
+    /// The kernel's counters for this socket.
+    pub fn xdp_statistics(&self) -> io::Result<XdpStatistics> {
+        self.sock.statistics()
+    }
+
+    /// Put free RX chunks back on the fill ring; wake the driver if it asks.
+    fn refill(&mut self) {
+        let fill = &mut self.sock.fill;
+        let n = fill.free(self.rxs.free.len() as u32) as usize;
+        let n = n.min(self.rxs.free.len());
+        if n == 0 {
+            return;
+        }
+        for _ in 0..n {
+            if let Some(addr) = self.rxs.free.pop() {
+                if !fill.push(addr) {
+                    self.rxs.free.push(addr);
+                    break;
+                }
+            }
+        }
+        fill.submit();
+        if self.sock.uses_need_wakeup() && self.sock.fill.needs_wakeup() {
+            self.sock.kick_rx();
+        }
+    }
+
+    /// Move up to `rx_batch` descriptors from the RX ring to the pending queue.
+    fn pull_rx(&mut self) {
+        let n = self.sock.rx.available(self.rxs.batch);
+        for i in 0..n {
+            let d = self.sock.rx.read(i);
+            if d.options & libc::XDP_PKT_CONTD != 0 || d.len as usize > self.max_frame {
+                // Multi-buffer frames are not requested (no XDP_USE_SG); never expected.
+                self.rxs.free.push(d.addr & self.chunk_mask);
+                self.rxs.dropped += 1;
+            } else {
+                self.rxs.pending.push_back(d);
+            }
+        }
+        self.sock.rx.release(n);
+    }
+}
+
+/// Reclaim completed TX chunks.
+fn reclaim(sock: &mut XskSocket, txs: &mut TxState, mask: u64) {
+    let n = sock.completion.available(u32::MAX);
+    for i in 0..n {
+        txs.free.push(sock.completion.read(i) & mask);
+    }
+    sock.completion.release(n);
+}
+
+/// Publish queued TX descriptors and kick until the kernel has taken them all (copy mode
+/// moves at most 32 per `sendto`), reclaiming completions on the way so they never fill up.
+fn drive_tx(sock: &mut XskSocket, txs: &mut TxState, mask: u64) -> io::Result<()> {
+    if sock.tx.unpublished() > 0 {
+        sock.tx.submit();
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let limit = sock.tx.size() / 32 + 64;
+    for _ in 0..limit {
+        reclaim(sock, txs, mask);
+        if !sock.tx.kernel_pending() {
+            break;
+        }
+        if sock.uses_need_wakeup() && !sock.tx.needs_wakeup() {
+            // The driver drains the ring on its own (zero-copy without need_wakeup set).
+            break;
+        }
+        sock.kick_tx()?;
+    }
+    reclaim(sock, txs, mask);
+    Ok(())
+}
+
+/// Receive token: a UMEM chunk lent to the stack, returned to the fill pool after use.
+pub struct RxToken<'a> {
+    data: *const u8,
+    len: usize,
+    addr: u64,
+    free: &'a mut Vec<u64>,
+}
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        // SAFETY: `data..data+len` lies inside the UMEM chunk of this descriptor (the kernel
+        // wrote it, `len <= max_frame`, checked in `pull_rx`); the chunk is owned by this token
+        // until `Drop` puts it back on the free list, and the UMEM outlives the borrow `'a`.
+        let frame = unsafe { std::slice::from_raw_parts(self.data, self.len) };
+        f(frame)
+    }
+}
+
+impl Drop for RxToken<'_> {
+    fn drop(&mut self) {
+        self.free.push(self.addr);
+    }
+}
+
+/// Transmit token: the stack writes straight into a UMEM chunk.
+pub struct TxToken<'a> {
+    sock: &'a mut XskSocket,
+    txs: &'a mut TxState,
+    umem: *mut u8,
+    mask: u64,
+    max_frame: usize,
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let TxToken {
+            sock,
+            txs,
+            umem,
+            mask,
+            max_frame,
+        } = self;
+        if txs.free.is_empty() || sock.tx.free(1) == 0 {
+            let _ = drive_tx(sock, txs, mask);
+        }
+        let slot = sock.tx.free(1) > 0;
+        let addr = if slot { txs.free.pop() } else { None };
+        let Some(addr) = addr.filter(|_| len <= max_frame) else {
+            if let Some(a) = addr {
+                txs.free.push(a);
+            }
+            // No chunk, no ring slot or an oversized frame: let the stack build it, drop it.
+            txs.dropped += 1;
+            txs.scratch.resize(len, 0);
+            return f(&mut txs.scratch[..len]);
+        };
+        // SAFETY: `addr` is a TX chunk owned by us (popped from the free list: not on any
+        // ring), `len <= max_frame < chunk size`, and the UMEM outlives this token.
+        let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(addr as usize), len) };
+        let r = f(buf);
+        let pushed = sock.tx.push(libc::xdp_desc {
+            addr,
+            len: len as u32,
+            options: 0,
+        });
+        debug_assert!(pushed, "slot checked above");
+        txs.frames += 1;
+        txs.bytes += len as u64;
+        if sock.tx.unpublished() >= txs.batch {
+            if let Err(_e) = drive_tx(sock, txs, mask) {
+                txs.dropped += 1;
+            }
+        }
+        r
+    }
+}
+
+impl phy::Device for AfXdpNic {
+    type RxToken<'a> = RxToken<'a>;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _timestamp: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
+        if self.rxs.pending.is_empty() {
+            self.refill();
+            self.pull_rx();
+        }
+        let d = self.rxs.pending.pop_front()?;
+        self.rxs.frames += 1;
+        self.rxs.bytes += u64::from(d.len);
+        let base = self.umem.base();
+        // SAFETY: `d.addr` is an offset inside the UMEM (the kernel only returns chunks we
+        // put on the fill ring) and `d.len <= max_frame` (checked in `pull_rx`).
+        let data = unsafe { base.add(d.addr as usize) };
+        Some((
+            RxToken {
+                data,
+                len: d.len as usize,
+                addr: d.addr & self.chunk_mask,
+                free: &mut self.rxs.free,
+            },
+            TxToken {
+                sock: &mut self.sock,
+                txs: &mut self.txs,
+                umem: base,
+                mask: self.chunk_mask,
+                max_frame: self.max_frame,
+            },
+        ))
+    }
+
+    fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
+        if self.txs.free.is_empty() || self.sock.tx.free(1) == 0 {
+            let _ = drive_tx(&mut self.sock, &mut self.txs, self.chunk_mask);
+            if self.txs.free.is_empty() || self.sock.tx.free(1) == 0 {
+                return None;
+            }
+        }
+        Some(TxToken {
+            sock: &mut self.sock,
+            txs: &mut self.txs,
+            umem: self.umem.base(),
+            mask: self.chunk_mask,
+            max_frame: self.max_frame,
+        })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = self.mtu;
+        caps.max_burst_size = None;
+        caps.checksum = self.checksum.clone();
+        caps
+    }
+}
+
+impl Backend for AfXdpNic {
+    fn flush(&mut self) -> io::Result<()> {
+        drive_tx(&mut self.sock, &mut self.txs, self.chunk_mask)
+    }
+
+    fn poll_rx(&mut self) -> io::Result<bool> {
+        self.refill();
+        if self.rxs.pending.is_empty() {
+            self.pull_rx();
+        }
+        reclaim(&mut self.sock, &mut self.txs, self.chunk_mask);
+        Ok(!self.rxs.pending.is_empty())
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.sock.fd())
+    }
+
+    fn prepare_sleep(&mut self) -> io::Result<bool> {
+        self.flush()?;
+        self.refill();
+        if !self.rxs.pending.is_empty() {
+            return Ok(false);
+        }
+        // Anything that landed while we were deciding to sleep?
+        Ok(self.sock.rx.available(1) == 0)
+    }
+
+    fn stats(&self) -> BackendStats {
+        let k = self.sock.statistics().unwrap_or_default();
+        BackendStats {
+            rx_frames: self.rxs.frames,
+            rx_bytes: self.rxs.bytes,
+            tx_frames: self.txs.frames,
+            tx_bytes: self.txs.bytes,
+            dropped: self.rxs.dropped
+                + self.txs.dropped
+                + k.rx_dropped
+                + k.rx_ring_full
+                + k.rx_invalid_descs
+                + k.tx_invalid_descs,
+        }
+    }
+}
+
+impl Drop for AfXdpNic {
+    fn drop(&mut self) {
+        // Stop steering to this socket before it closes; the link itself detaches when
+        // `self.link` drops (first field).
+        let _ = self.program.clear_socket(self.sock.queue());
+    }
+}

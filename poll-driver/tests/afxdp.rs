@@ -1,0 +1,680 @@
+//! AF_XDP backend and XDP steering program against the real kernel, inside network
+//! namespaces (root). Without root or AF_XDP every test prints `SKIPPED: <reason>` to stderr
+//! and returns.
+#![cfg(target_os = "linux")]
+
+use smoltcp::phy::{ChecksumCapabilities, Device, RxToken, TxToken};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
+};
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use xwarp_poll_driver::afxdp::{
+    netlink, AfXdpConfig, AfXdpNic, SteeringFilter, XdpMode, XdpProgram,
+};
+use xwarp_poll_driver::backend::Backend;
+use xwarp_poll_driver::netns::{self, VethPair};
+
+/// `Some(reason)` if these tests cannot run here.
+fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("afxdp tests need root".into());
+    }
+    if !xwarp_poll_driver::afxdp::available() {
+        return Some("AF_XDP sockets are not available in this kernel".into());
+    }
+    if netns::ip(&["-V"]).is_err() {
+        return Some("the `ip` tool (iproute2) is missing".into());
+    }
+    None
+}
+
+macro_rules! require_root_and_afxdp {
+    () => {
+        if let Some(reason) = skip_reason() {
+            eprintln!("SKIPPED: {reason}");
+            eprintln!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+fn ifindex(name: &str) -> u32 {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid C string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
+/// Answer ARP for `ip` and ICMP echo to `ip` straight from the device tokens (smoltcp wire
+/// parses and builds; the reply is written into the UMEM chunk of the TX token).
+/// Returns `true` if a frame was handled.
+fn answer_one(nic: &mut AfXdpNic, mac: EthernetAddress, ip: Ipv4Addr) -> bool {
+    let now = smoltcp::time::Instant::now();
+    let Some((rx, tx)) = nic.receive(now) else {
+        return false;
+    };
+    let caps = ChecksumCapabilities::default();
+    // Build the reply into an owned buffer while the RX frame is borrowed, then send.
+    let reply: Option<Vec<u8>> = rx.consume(|frame| {
+        let eth = EthernetFrame::new_checked(frame).ok()?;
+        let eth_repr = EthernetRepr::parse(&eth).ok()?;
+        match eth_repr.ethertype {
+            EthernetProtocol::Arp => {
+                let arp = ArpPacket::new_checked(eth.payload()).ok()?;
+                let ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Request,
+                    source_hardware_addr,
+                    source_protocol_addr,
+                    target_protocol_addr,
+                    ..
+                } = ArpRepr::parse(&arp).ok()?
+                else {
+                    return None;
+                };
+                if target_protocol_addr != ip {
+                    return None;
+                }
+                let arp_reply = ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Reply,
+                    source_hardware_addr: mac,
+                    source_protocol_addr: ip,
+                    target_hardware_addr: source_hardware_addr,
+                    target_protocol_addr: source_protocol_addr,
+                };
+                let mut out = vec![0u8; 14 + arp_reply.buffer_len()];
+                let mut f = EthernetFrame::new_unchecked(&mut out[..]);
+                EthernetRepr {
+                    src_addr: mac,
+                    dst_addr: source_hardware_addr,
+                    ethertype: EthernetProtocol::Arp,
+                }
+                .emit(&mut f);
+                arp_reply.emit(&mut ArpPacket::new_unchecked(f.payload_mut()));
+                Some(out)
+            }
+            EthernetProtocol::Ipv4 => {
+                let ipp = Ipv4Packet::new_checked(eth.payload()).ok()?;
+                let ip_repr = Ipv4Repr::parse(&ipp, &caps).ok()?;
+                if ip_repr.dst_addr != ip || ip_repr.next_header != IpProtocol::Icmp {
+                    return None;
+                }
+                let icmp = Icmpv4Packet::new_checked(ipp.payload()).ok()?;
+                let Icmpv4Repr::EchoRequest {
+                    ident,
+                    seq_no,
+                    data,
+                } = Icmpv4Repr::parse(&icmp, &caps).ok()?
+                else {
+                    return None;
+                };
+                let icmp_reply = Icmpv4Repr::EchoReply {
+                    ident,
+                    seq_no,
+                    data,
+                };
+                let ip_reply = Ipv4Repr {
+                    src_addr: ip,
+                    dst_addr: ip_repr.src_addr,
+                    next_header: IpProtocol::Icmp,
+                    payload_len: icmp_reply.buffer_len(),
+                    hop_limit: 64,
+                };
+                let mut out = vec![0u8; 14 + ip_reply.buffer_len() + icmp_reply.buffer_len()];
+                let mut f = EthernetFrame::new_unchecked(&mut out[..]);
+                EthernetRepr {
+                    src_addr: mac,
+                    dst_addr: eth_repr.src_addr,
+                    ethertype: EthernetProtocol::Ipv4,
+                }
+                .emit(&mut f);
+                let mut ipo = Ipv4Packet::new_unchecked(f.payload_mut());
+                ip_reply.emit(&mut ipo, &caps);
+                icmp_reply.emit(&mut Icmpv4Packet::new_unchecked(ipo.payload_mut()), &caps);
+                Some(out)
+            }
+            _ => None,
+        }
+    });
+    if let Some(reply) = reply {
+        tx.consume(reply.len(), |buf| buf.copy_from_slice(&reply));
+    }
+    true
+}
+
+/// The engine: answers ARP/ICMP for `ip` until `stop`, sleeping on the XSK fd when idle.
+fn run_responder(nic: &mut AfXdpNic, ip: Ipv4Addr, stop: &AtomicBool, limit: Duration) {
+    let mac = EthernetAddress(nic.mac_address());
+    let deadline = Instant::now() + limit;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        nic.poll_rx().expect("poll_rx");
+        let mut busy = false;
+        while answer_one(nic, mac, ip) {
+            busy = true;
+        }
+        nic.flush().expect("flush");
+        if !busy && nic.prepare_sleep().expect("prepare_sleep") {
+            let mut pfd = libc::pollfd {
+                fd: nic.wait_fd().expect("an XSK fd"),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, short timeout.
+            unsafe { libc::poll(&mut pfd, 1, 5) };
+        }
+    }
+}
+
+/// Ping `dst` from the calling thread's namespace with a raw ICMP socket: the kernel resolves
+/// the address with ARP and sends the echo requests. Returns the round-trip times.
+fn kernel_ping(dst: Ipv4Addr, count: u16) -> io::Result<Vec<Duration>> {
+    // SAFETY: plain socket(2), wrapped right away.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: valid fd and timeval.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        )
+    };
+    let ident = (std::process::id() & 0xffff) as u16;
+    let caps = ChecksumCapabilities::default();
+    let mut rtts = Vec::new();
+    let overall = Instant::now() + Duration::from_secs(10);
+    let mut seq = 0u16;
+    while rtts.len() < count as usize {
+        if Instant::now() > overall {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("only {} of {count} echo replies from {dst}", rtts.len()),
+            ));
+        }
+        seq = seq.wrapping_add(1);
+        let payload: Vec<u8> = (0..56u8).map(|i| i ^ seq as u8).collect();
+        let req = Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no: seq,
+            data: &payload,
+        };
+        let mut buf = vec![0u8; req.buffer_len()];
+        req.emit(&mut Icmpv4Packet::new_unchecked(&mut buf[..]), &caps);
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(dst.octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        let sent_at = Instant::now();
+        // SAFETY: valid fd, buffer and address.
+        let r = unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&sa as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Wait for the matching reply (the raw socket also sees other ICMP).
+        let wait_until = sent_at + Duration::from_millis(500);
+        while Instant::now() < wait_until {
+            let mut rbuf = [0u8; 2048];
+            // SAFETY: valid fd and buffer.
+            let n = unsafe { libc::recv(fd.as_raw_fd(), rbuf.as_mut_ptr().cast(), rbuf.len(), 0) };
+            if n < 0 {
+                break;
+            }
+            let Ok(ipp) = Ipv4Packet::new_checked(&rbuf[..n as usize]) else {
+                continue;
+            };
+            if ipp.src_addr() != dst {
+                continue;
+            }
+            let Ok(icmp) = Icmpv4Packet::new_checked(ipp.payload()) else {
+                continue;
+            };
+            // Full checksum verification: the engine must send complete checksums.
+            if let Ok(Icmpv4Repr::EchoReply {
+                ident: i,
+                seq_no,
+                data,
+            }) = Icmpv4Repr::parse(&icmp, &caps)
+            {
+                if i == ident && seq_no == seq {
+                    assert_eq!(data, &payload[..], "echo reply carries the request's data");
+                    rtts.push(sent_at.elapsed());
+                    break;
+                }
+            }
+        }
+    }
+    Ok(rtts)
+}
+
+fn udp_echo_once(sock: &UdpSocket) -> io::Result<usize> {
+    let mut buf = [0u8; 1500];
+    let (n, from) = sock.recv_from(&mut buf)?;
+    sock.send_to(&buf[..n], from)
+}
+
+fn ping_through_engine(mode: XdpMode, net: u8) {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(net).expect("namespaces and veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, net, 10);
+    // Complete L4 checksums from B (the notes: veth peers otherwise send partial ones).
+    pair.b
+        .run(|| netns::set_tx_checksum_offload("veth-b", false))
+        .unwrap()
+        .expect("ethtool tx off on veth-b");
+
+    let stop = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(bool, u32), String>>();
+    let udp_port = 7000 + u16::from(net);
+    let mut rtts = Vec::new();
+    std::thread::scope(|s| {
+        // Namespace A, thread 1: the AF_XDP engine.
+        let engine = s.spawn(|| {
+            pair.a
+                .run(|| {
+                    let mut cfg =
+                        AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![engine_ip], vec![]));
+                    cfg.mode = mode;
+                    cfg.rings.fill = 256;
+                    cfg.rings.completion = 256;
+                    cfg.rings.rx = 256;
+                    cfg.rings.tx = 256;
+                    cfg.rx_frames = 256;
+                    cfg.tx_frames = 256;
+                    let mut nic = match AfXdpNic::open(cfg) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return None;
+                        }
+                    };
+                    assert!(nic.max_frame_size() <= 2048 - 256);
+                    assert_eq!(nic.capabilities().max_transmission_unit, 1514);
+                    let _ = ready_tx.send(Ok((nic.is_native(), nic.program_id())));
+                    run_responder(&mut nic, engine_ip, &stop, Duration::from_secs(30));
+                    let stats = nic.stats();
+                    let xstats = nic.xdp_statistics().expect("XDP_STATISTICS");
+                    drop(nic);
+                    Some((stats, xstats))
+                })
+                .expect("enter namespace A")
+        });
+        // Namespace A, thread 2: a kernel UDP echo on A's own kernel address.
+        let kernel_echo = s.spawn(|| {
+            pair.a
+                .run(|| {
+                    let sock = UdpSocket::bind((pair.addr_a, udp_port)).expect("bind in A");
+                    sock.set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    udp_echo_once(&sock)
+                })
+                .expect("enter namespace A")
+        });
+
+        let ready = ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("engine started");
+        let (native, prog_id) = match ready {
+            Ok(v) => v,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                panic!("AfXdpNic::open failed: {e}");
+            }
+        };
+        assert_eq!(native, mode == XdpMode::Native, "attach mode");
+        let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+        assert!(
+            shown.contains(&format!("id {prog_id}")),
+            "ip link shows our program: {shown}"
+        );
+
+        // Namespace B: the kernel pings the engine, and talks UDP to A's kernel.
+        let result = pair.b.run(|| {
+            let rtts = kernel_ping(engine_ip, 20)?;
+            let sock = UdpSocket::bind(("0.0.0.0", 0))?;
+            sock.set_read_timeout(Some(Duration::from_secs(3)))?;
+            let msg: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
+            let mut buf = [0u8; 1500];
+            let mut got = None;
+            for _ in 0..3 {
+                sock.send_to(&msg, (pair.addr_a, udp_port))?;
+                if let Ok((n, _)) = sock.recv_from(&mut buf) {
+                    got = Some(buf[..n].to_vec());
+                    break;
+                }
+            }
+            Ok::<_, io::Error>((rtts, got, msg))
+        });
+        stop.store(true, Ordering::Relaxed);
+        let (r, got, msg) = result.expect("enter namespace B").expect("ping from B");
+        rtts = r;
+        assert_eq!(
+            got.as_deref(),
+            Some(&msg[..]),
+            "kernel UDP echo in A still works"
+        );
+        assert!(kernel_echo.join().unwrap().is_ok());
+        let (stats, xstats) = engine.join().unwrap().expect("engine ran");
+        assert!(
+            stats.rx_frames >= 21,
+            "ARP + echo requests reached the engine: {stats:?}"
+        );
+        assert!(
+            stats.tx_frames >= 21,
+            "ARP + echo replies were sent: {stats:?}"
+        );
+        eprintln!("engine stats {stats:?}, kernel XDP statistics {xstats:?}");
+    });
+    rtts.sort();
+    eprintln!(
+        "{mode:?}: ping RTT min {:?} median {:?} max {:?} ({} samples)",
+        rtts[0],
+        rtts[rtts.len() / 2],
+        rtts[rtts.len() - 1],
+        rtts.len()
+    );
+
+    // After the drop no XDP program remains on the interface.
+    let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+    assert!(!shown.contains("xdp"), "program detached on drop: {shown}");
+    let names = (pair.a.name().to_string(), pair.b.name().to_string());
+    drop(pair);
+    let list = netns::ip(&["netns", "list"]).unwrap();
+    assert!(
+        !list.contains(&names.0) && !list.contains(&names.1),
+        "namespaces removed: {list}"
+    );
+}
+
+#[test]
+fn kernel_pings_engine_native_mode() {
+    ping_through_engine(XdpMode::Native, 1);
+}
+
+#[test]
+fn kernel_pings_engine_generic_mode() {
+    ping_through_engine(XdpMode::Generic, 2);
+}
+
+// ---- steering program decisions (BPF_PROG_TEST_RUN) ----
+
+const PASS: u32 = 2;
+const REDIRECT: u32 = 4;
+
+fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
+
+fn ipv4(dst: Ipv4Addr, proto: u8, ihl_words: u8, l4: &[u8]) -> Vec<u8> {
+    let hl = ihl_words as usize * 4;
+    let mut h = vec![0u8; hl];
+    h[0] = 0x40 | ihl_words;
+    h[2..4].copy_from_slice(&((hl + l4.len()) as u16).to_be_bytes());
+    h[6] = 0x40; // DF
+    h[8] = 64;
+    h[9] = proto;
+    h[12..16].copy_from_slice(&[10, 88, 9, 2]);
+    h[16..20].copy_from_slice(&dst.octets());
+    h.extend_from_slice(l4);
+    eth(0x0800, &h)
+}
+
+fn tcp_ports(dport: u16) -> Vec<u8> {
+    let mut t = vec![0u8; 20];
+    t[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    t[2..4].copy_from_slice(&dport.to_be_bytes());
+    t[12] = 0x50;
+    t
+}
+
+fn arp_request(target: Ipv4Addr) -> Vec<u8> {
+    let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    a.extend_from_slice(&[2, 0, 0, 0, 0, 2, 10, 88, 9, 2]);
+    a.extend_from_slice(&[0; 6]);
+    a.extend_from_slice(&target.octets());
+    eth(0x0806, &a)
+}
+
+fn ipv6(dst: Ipv6Addr, next: u8, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    h.push(next);
+    h.push(255);
+    h.extend_from_slice(&"fd00:88::2".parse::<Ipv6Addr>().unwrap().octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(l4);
+    eth(0x86dd, &h)
+}
+
+fn ndp(kind: u8, target: Ipv6Addr) -> Vec<u8> {
+    let mut m = vec![kind, 0, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&target.octets());
+    m
+}
+
+#[test]
+fn steering_program_redirects_only_engine_traffic() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(3).expect("namespaces and veth pair");
+    let me4 = Ipv4Addr::new(10, 88, 3, 10);
+    let other4 = Ipv4Addr::new(10, 88, 3, 1);
+    let me6: Ipv6Addr = "fd00:88::10".parse().unwrap();
+    let other6: Ipv6Addr = "fd00:88::1".parse().unwrap();
+    let snm: Ipv6Addr = "ff02::1:ff00:10".parse().unwrap();
+    pair.a
+        .run(|| {
+            let mut cfg = AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![me4], vec![me6]));
+            cfg.rx_frames = 64;
+            cfg.tx_frames = 64;
+            let nic = AfXdpNic::open(cfg).expect("open");
+            let all = nic.program();
+            let fd = nic.wait_fd().unwrap();
+            // Same addresses, TCP ports 80 and 4791 only.
+            let mut ports = SteeringFilter::new(vec![me4], vec![me6]);
+            ports.tcp_ports = Some(vec![80, 4791]);
+            let only_ports = XdpProgram::load(&ports, 1).expect("ports program verifies");
+            only_ports.set_socket(0, fd).unwrap();
+
+            let cases: Vec<(&str, Vec<u8>, u32, u32)> = vec![
+                ("udp to engine", ipv4(me4, 17, 5, &[0; 8]), REDIRECT, PASS),
+                (
+                    "tcp:80 to engine",
+                    ipv4(me4, 6, 5, &tcp_ports(80)),
+                    REDIRECT,
+                    REDIRECT,
+                ),
+                (
+                    "tcp:22 to engine",
+                    ipv4(me4, 6, 5, &tcp_ports(22)),
+                    REDIRECT,
+                    PASS,
+                ),
+                (
+                    "tcp:4791 with IP options",
+                    ipv4(me4, 6, 7, &tcp_ports(4791)),
+                    REDIRECT,
+                    REDIRECT,
+                ),
+                (
+                    "tcp:80 to kernel",
+                    ipv4(other4, 6, 5, &tcp_ports(80)),
+                    PASS,
+                    PASS,
+                ),
+                ("arp for engine", arp_request(me4), REDIRECT, REDIRECT),
+                ("arp for kernel", arp_request(other4), PASS, PASS),
+                (
+                    "ipv6 tcp:80 to engine",
+                    ipv6(me6, 6, &tcp_ports(80)),
+                    REDIRECT,
+                    REDIRECT,
+                ),
+                ("ipv6 udp to engine", ipv6(me6, 17, &[0; 8]), REDIRECT, PASS),
+                (
+                    "ipv6 to kernel",
+                    ipv6(other6, 6, &tcp_ports(80)),
+                    PASS,
+                    PASS,
+                ),
+                (
+                    "NS for engine",
+                    ipv6(snm, 58, &ndp(135, me6)),
+                    REDIRECT,
+                    REDIRECT,
+                ),
+                (
+                    "NS for kernel",
+                    ipv6(snm, 58, &ndp(135, other6)),
+                    PASS,
+                    PASS,
+                ),
+                (
+                    "NA to engine",
+                    ipv6(me6, 58, &ndp(136, other6)),
+                    REDIRECT,
+                    REDIRECT,
+                ),
+                (
+                    "ICMPv6 echo to engine",
+                    ipv6(me6, 58, &ndp(128, me6)),
+                    REDIRECT,
+                    PASS,
+                ),
+                ("unknown ethertype", eth(0x88b5, &[0; 46]), PASS, PASS),
+                (
+                    "truncated ipv4",
+                    eth(0x0800, &[0x45])[..20].to_vec(),
+                    PASS,
+                    PASS,
+                ),
+                ("runt frame", vec![0xff; 13], PASS, PASS),
+            ];
+            for (what, frame, want_all, want_ports) in cases {
+                assert_eq!(
+                    all.test_run(&frame).unwrap(),
+                    want_all,
+                    "{what} (all traffic)"
+                );
+                assert_eq!(
+                    only_ports.test_run(&frame).unwrap(),
+                    want_ports,
+                    "{what} (ports 80, 4791)"
+                );
+            }
+        })
+        .expect("enter namespace A");
+}
+
+// ---- stale programs ----
+
+#[test]
+fn stale_programs_are_replaced_and_foreign_ones_need_force() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(4).expect("namespaces and veth pair");
+    let me4 = Ipv4Addr::new(10, 88, 4, 10);
+    pair.a
+        .run(|| {
+            let idx = ifindex("veth-a");
+            let filter = SteeringFilter::new(vec![me4], vec![]);
+            let cfg = || {
+                let mut c = AfXdpConfig::new("veth-a", filter.clone());
+                c.mode = XdpMode::Native;
+                c.rx_frames = 64;
+                c.tx_frames = 64;
+                c
+            };
+
+            // 1. An xwarp program left attached through netlink (a crashed legacy loader).
+            let stale = XdpProgram::load(&filter, 1).unwrap();
+            netlink::set_xdp_fd(idx, stale.fd(), netlink::XDP_FLAGS_DRV_MODE).unwrap();
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, stale.id());
+            drop(stale);
+            let nic = AfXdpNic::open(cfg()).expect("stale xwarp program replaced");
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, nic.program_id());
+            drop(nic);
+            assert!(netlink::xdp_attachment(idx).unwrap().is_empty());
+
+            // 2. A link that is still alive (held by another process, say).
+            let holder = XdpProgram::load(&filter, 1).unwrap();
+            let link = holder.attach(idx, XdpMode::Native, false).unwrap();
+            let nic = AfXdpNic::open(cfg()).expect("live xwarp link replaced");
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, nic.program_id());
+            drop(link);
+            drop(nic);
+            assert!(netlink::xdp_attachment(idx).unwrap().is_empty());
+
+            // 3. Someone else's program: refused unless forced.
+            let foreign = XdpProgram::load_named(&filter, 1, "other_prog").unwrap();
+            netlink::set_xdp_fd(idx, foreign.fd(), netlink::XDP_FLAGS_DRV_MODE).unwrap();
+            let err = AfXdpNic::open(cfg()).expect_err("foreign program must not be replaced");
+            assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+            assert!(err.to_string().contains("other_prog"), "{err}");
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, foreign.id());
+            let mut forced = cfg();
+            forced.force_replace = true;
+            let nic = AfXdpNic::open(forced).expect("forced replacement");
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, nic.program_id());
+            drop(nic);
+            assert!(netlink::xdp_attachment(idx).unwrap().is_empty());
+        })
+        .expect("enter namespace A");
+    let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+    assert!(!shown.contains("xdp"), "{shown}");
+}
+
+#[test]
+fn config_errors_are_reported_not_panicked() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(5).expect("namespaces and veth pair");
+    pair.a
+        .run(|| {
+            let filter = SteeringFilter::new(vec![Ipv4Addr::new(10, 88, 5, 10)], vec![]);
+            let mut c = AfXdpConfig::new("veth-a", filter.clone());
+            c.rings.rx = 1000;
+            let e = AfXdpNic::open(c).expect_err("ring size not a power of two");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            let c = AfXdpConfig::new("no-such-if0", filter.clone());
+            assert!(AfXdpNic::open(c).is_err());
+            let mut c = AfXdpConfig::new("veth-a", filter);
+            c.rx_batch = 0;
+            assert_eq!(
+                AfXdpNic::open(c).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        })
+        .expect("enter namespace A");
+}
