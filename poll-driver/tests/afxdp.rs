@@ -581,16 +581,18 @@ fn steering_program_redirects_only_engine_traffic() {
                     PASS,
                     PASS,
                 ),
-                ("runt frame", vec![0xff; 13], PASS, PASS),
+                ("ARP with no body", eth(0x0806, &[])[..14].to_vec(), PASS, PASS),
             ];
             for (what, frame, want_all, want_ports) in cases {
                 assert_eq!(
-                    all.test_run(&frame).unwrap(),
+                    all.test_run(&frame).unwrap_or_else(|e| panic!("{what}: {e}")),
                     want_all,
                     "{what} (all traffic)"
                 );
                 assert_eq!(
-                    only_ports.test_run(&frame).unwrap(),
+                    only_ports
+                        .test_run(&frame)
+                        .unwrap_or_else(|e| panic!("{what}: {e}")),
                     want_ports,
                     "{what} (ports 80, 4791)"
                 );

@@ -213,16 +213,30 @@ impl AfXdpNic {
         let umem = Umem::new(total, c.chunk)?;
 
         let bind = |zero_copy| {
-            XskSocket::bind(
-                &umem,
-                ifindex,
-                c.queue,
-                c.rings,
-                BindOptions {
-                    zero_copy,
-                    need_wakeup: c.need_wakeup,
-                },
-            )
+            // A socket closed a moment ago may still hold the queue: the kernel releases
+            // its buffer pool from a work queue (EBUSY meanwhile). Retry for up to 2 s.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            loop {
+                let r = XskSocket::bind(
+                    &umem,
+                    ifindex,
+                    c.queue,
+                    c.rings,
+                    BindOptions {
+                        zero_copy,
+                        need_wakeup: c.need_wakeup,
+                    },
+                );
+                match r {
+                    Err(e)
+                        if e.kind() == io::ErrorKind::ResourceBusy
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    r => return r,
+                }
+            }
         };
         let sock = match c.zero_copy {
             ZeroCopy::Off => bind(false)?,
