@@ -122,6 +122,41 @@ def tshark_rows(pcap: Path, display_filter: str, fields: list[str]) -> list[list
     return [line.split("\t") for line in p.stdout.splitlines() if line.strip()]
 
 
+def tshark_fpdu_crcs(pcap: Path) -> list[dict]:
+    """Every FPDU with a CRC tshark checked: {frame, srcport, opcode, crc, good}.
+
+    tshark has no field for the verdict; it is in the showname of iwarp_mpa.crc_check
+    ("(Good CRC32)" / "(Bad CRC32, should be ...)"), so this reads PDML.
+    """
+    import xml.etree.ElementTree as ET
+
+    argv = TSHARK_BASE + ["-r", str(pcap), "-Y", "iwarp_mpa.crc_check", "-T", "pdml"]
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    if p.returncode != 0:
+        raise RuntimeError(f"tshark failed: {p.stderr.strip()}")
+    out = []
+    for pkt in ET.fromstring(p.stdout).iter("packet"):
+        fields = {}
+        crcs = []
+        for f in pkt.iter("field"):
+            name = f.get("name", "")
+            if name == "iwarp_mpa.crc_check":
+                crcs.append(f)
+            elif name in ("frame.number", "tcp.srcport", "iwarp_rdma.opcode") and name not in fields:
+                fields[name] = f.get("show", "")
+        opcodes = [f.get("show", "") for f in pkt.iter("field") if f.get("name") == "iwarp_rdma.opcode"]
+        for i, f in enumerate(crcs):
+            show = f.get("showname", "")
+            out.append({
+                "frame": int(fields.get("frame.number", "0")),
+                "srcport": int(fields.get("tcp.srcport", "0")),
+                "opcode": int(opcodes[i], 0) if i < len(opcodes) else None,
+                "crc": f.get("show", ""),
+                "good": "Good CRC" in show,
+            })
+    return out
+
+
 def flag(v: str) -> int:
     """tshark boolean field text -> 0/1 (4.0 prints 1/0; other versions True/False)."""
     v = v.split(",")[0].strip()
@@ -136,8 +171,51 @@ def first_int(v: str) -> int | None:
     return int(v, 0)
 
 
-def check_no_malformed(c: Checks, pcap: Path) -> None:
-    """No frame in the capture dissects as malformed."""
-    rows = tshark_rows(pcap, "_ws.malformed || _ws.expert.severity == error", ["frame.number"])
-    c.check("tshark: no malformed/error frames", not rows,
+def check_no_malformed(c: Checks, pcap: Path, allow_errors: str | None = None) -> None:
+    """No frame dissects as malformed or carries an error-level expert item.
+
+    allow_errors: a display filter for frames whose error-level items are expected (e.g. a
+    deliberately corrupted CRC); they are still checked for being malformed.
+    """
+    rows = tshark_rows(pcap, "_ws.malformed", ["frame.number"])
+    c.check("tshark: no malformed frames", not rows,
             f"frames {[r[0] for r in rows]}" if rows else "0 frames")
+    flt = "_ws.expert.severity == error"
+    if allow_errors:
+        flt = f"({flt}) && !({allow_errors})"
+    rows = tshark_rows(pcap, flt, ["frame.number"])
+    c.check("tshark: no error-level expert items" + (" (besides the expected)" if allow_errors else ""),
+            not rows, f"frames {[r[0] for r in rows]}" if rows else "0 frames")
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        v = i
+        for _ in range(8):
+            v = (v >> 1) ^ 0x82F63B78 if v & 1 else v >> 1
+        table.append(v)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32c (Castagnoli, reflected 0x82F63B78, init/xorout 0xFFFFFFFF) (iwarp-wire.md §1.6)."""
+    v = 0xFFFFFFFF
+    for b in data:
+        v = _CRC32C[(v ^ b) & 0xFF] ^ (v >> 8)
+    return v ^ 0xFFFFFFFF
+
+
+def mpa_crc_trailer(fpdu_without_crc: bytes) -> bytes:
+    """The 4 CRC bytes as they go on the wire: CRC32c value little-endian (iwarp-wire.md §1.6)."""
+    return crc32c(fpdu_without_crc).to_bytes(4, "little")
+
+
+# Known answers (iwarp-wire.md §6.1), checked at import so a broken CRC cannot pass silently.
+assert crc32c(b"123456789") == 0xE3069283
+assert crc32c(bytes(32)) == 0x8A9136AA
+assert mpa_crc_trailer(bytes.fromhex("0022414300000000000000000000000100000000"
+                                     "0000559d4c2a10000000020300000040")) == bytes.fromhex("af5d202b")
