@@ -168,6 +168,9 @@ impl FpduParser {
         if !self.markers || (self.marker_have == 0 && self.pos % MARKER_INTERVAL as u64 != 0) {
             return Ok(true);
         }
+        if input.is_empty() {
+            return Ok(false);
+        }
         if self.marker_have == 0 {
             // A marker where no FPDU is in progress starts the next FPDU (FPDUPTR 0).
             self.begin_fpdu();
@@ -226,6 +229,7 @@ impl FpduParser {
                     let want = 2 - usize::from(have);
                     let n = want.min(input.len()).min(self.room());
                     buf[usize::from(have)..usize::from(have) + n].copy_from_slice(&input[..n]);
+                    self.add_crc(&input[..n]);
                     *input = &input[n..];
                     self.pos += n as u64;
                     let have = have + n as u8;
@@ -233,7 +237,6 @@ impl FpduParser {
                         self.state = State::Length { have, buf };
                         continue;
                     }
-                    self.add_crc(&buf);
                     let ulpdu_len = u16::from_be_bytes(buf);
                     if ulpdu_len == 0 {
                         return self.fail(MpaError::UlpduTooShort {
@@ -267,6 +270,8 @@ impl FpduParser {
                     let need = usize::from(self.header.header_len);
                     let n = (need - have).min(input.len()).min(self.room());
                     self.header.ddp_header[have..have + n].copy_from_slice(&input[..n]);
+                    // CRC in stream order: a marker may interrupt the header.
+                    self.add_crc(&input[..n]);
                     *input = &input[n..];
                     self.pos += n as u64;
                     have += n;
@@ -275,7 +280,6 @@ impl FpduParser {
                         continue;
                     }
                     let h = self.header;
-                    self.add_crc(h.ddp_header());
                     let remaining = h.ulpdu_len - u16::from(h.header_len);
                     self.state = if remaining == 0 {
                         State::Trailer {
