@@ -155,6 +155,7 @@ class Guest:
         console_log: str | os.PathLike | None = None,
         echo: bool = False,
         mem_mb: int = 512,
+        offload: bool = True,
     ):
         if siw not in ("default", "crc"):
             raise ValueError(f"siw variant must be 'default' or 'crc', not {siw!r}")
@@ -165,6 +166,10 @@ class Guest:
         self.console_log = Path(console_log) if console_log else None
         self.echo = echo
         self.mem_mb = mem_mb
+        # offload=False: the guest's virtio-net offers no checksum/TSO offload, so frames on
+        # the tap carry full checksums and are <= MTU (what an AF_XDP engine on tap0 wants;
+        # with offload the guest leaves partial checksums, afxdp-notes.md).
+        self.offload = offload
         self.ns = f"{NS_PREFIX}{os.getpid()}-{next(_counter)}"
         self._tmp = tempfile.TemporaryDirectory(prefix="xwi-vm-")
         self.pidfile = Path(self._tmp.name) / "qemu.pid"
@@ -258,7 +263,8 @@ class Guest:
             "-serial", "stdio", "-no-reboot",
             "-kernel", str(VMLINUX), "-initrd", str(INITRD), "-append", append,
             "-netdev", f"tap,id=n0,ifname={TAP},script=no,downscript=no",
-            "-device", "virtio-net-pci,netdev=n0,romfile=,speed=10000,duplex=full",
+            "-device", "virtio-net-pci,netdev=n0,romfile=,speed=10000,duplex=full"
+            + ("" if self.offload else ",csum=off,guest_csum=off,gso=off"),
             "-pidfile", str(self.pidfile),
         ]
 
@@ -410,6 +416,8 @@ def main() -> int:
     ap.add_argument("--console-log", help="write the guest console to this file")
     ap.add_argument("--host-cmd", help="shell command run in the namespace before the guest boots")
     ap.add_argument("--quiet", action="store_true", help="do not echo the guest console")
+    ap.add_argument("--no-offload", action="store_true",
+                    help="virtio-net without checksum/TSO offload (full checksums on the tap)")
     ap.add_argument("--cleanup", action="store_true", help="remove stale namespaces and exit")
     ap.add_argument("guest_cmd", nargs=argparse.REMAINDER, help="command for the guest (after --)")
     a = ap.parse_args()
@@ -426,7 +434,7 @@ def main() -> int:
         print(f"[vm] SKIPPED: {problem}")
         return 0
     with Guest(" ".join(cmd), siw=a.siw, timeout=a.timeout, pcap=a.pcap,
-               console_log=a.console_log, echo=not a.quiet) as g:
+               console_log=a.console_log, echo=not a.quiet, offload=not a.no_offload) as g:
         host = None
         if a.host_cmd:
             host = g.netns_popen(["sh", "-c", a.host_cmd])
