@@ -311,12 +311,12 @@ impl QueuePair {
 
     /// The LLP connection closed or was lost: move to ERROR and flush.
     pub fn on_llp_closed(&mut self) {
-        self.to_error();
+        self.enter_error();
     }
 
     /// Move to ERROR without a Terminate (verbs "modify QP to error") and flush.
     pub fn modify_to_error(&mut self) {
-        self.to_error();
+        self.enter_error();
     }
 
     /// Queue a Terminate for a cause found outside this layer (e.g. an MPA CRC error:
@@ -401,12 +401,12 @@ impl QueuePair {
                             self.sq.push_front(wr);
                         }
                         let Some(t) = self.term_pending.take() else {
-                            self.to_error();
+                            self.enter_error();
                             return Ok(None);
                         };
                         let r = self.emit_terminate(&t, emit);
                         self.events.push_back(QpEvent::TerminateSent);
-                        self.to_error();
+                        self.enter_error();
                         return Ok(Some(r));
                     }
                 }
@@ -646,7 +646,7 @@ impl QueuePair {
                             RdmapErrorCode::Unspecified,
                         ));
                         self.events.push_back(QpEvent::TerminateDropped(t));
-                        self.to_error();
+                        self.enter_error();
                     } else {
                         self.local_tx_error();
                     }
@@ -809,16 +809,13 @@ impl QueuePair {
 
     /// Enter ERROR and flush: every outstanding send WR and posted receive (own RQ; an
     /// SRQ keeps its receives, as in verbs) completes with [`CompletionStatus::WrFlushError`].
-    fn to_error(&mut self) {
+    fn enter_error(&mut self) {
         if self.state == QpState::Error {
             return;
         }
         self.state = QpState::Error;
         self.term_pending = None;
-        if let Some(TxCur::Sq { wr, opcode, .. }) = self.tx_cur.take() {
-            if opcode == Opcode::ReadRequest {
-                // Not yet on the wire.
-            }
+        if let Some(TxCur::Sq { wr, .. }) = self.tx_cur.take() {
             self.flush_send_wr(&wr);
         }
         while let Some(o) = self.orq.pop_front() {
@@ -1284,7 +1281,7 @@ impl QueuePair {
                     if let Ok(p) = Terminate::parse(body) {
                         self.events.push_back(QpEvent::TerminateReceived(p));
                     }
-                    self.to_error();
+                    self.enter_error();
                 } else if let Some(req) = ReadRequest::parse(body) {
                     self.accept_read(res, req, &seg);
                 }
