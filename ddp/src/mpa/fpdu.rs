@@ -9,7 +9,10 @@
 //! ULPDU_Length field follows it (as Wireshark's `get_first_marker_offset` assumes), and it
 //! is covered by that FPDU's CRC. Every FPDU is a multiple of 4 bytes, so a marker never
 //! splits the CRC field; markers before the CRC field are covered by the CRC.
-//! (siw never uses markers, iwarp-wire.md §1.7, so this has no siw interop risk.)
+//! The OSC iWARP userspace MPA (2007, `mpa_wrt_mrkr_fpdu`/`mpa_rd_mrkr_fpdu`) frames
+//! markers the same way (leading marker with FPDUPTR 0, FPDUPTR = offset from the FPDU
+//! start, markers inside the CRC). siw never uses markers (iwarp-wire.md §1.7), so this has
+//! no siw interop risk.
 
 use super::crc::{crc32c, crc_to_trailer};
 use super::error::{LocalError, MpaError};
