@@ -3,10 +3,12 @@
 //!
 //! * Each NIC is a smoltcp [`Device`] (`Medium::Ethernet`) and a [`Backend`], so an engine
 //!   on any thread can drive it; the two ends may live on different engine threads.
-//! * Faults are applied on the sending side, in a fixed order per frame: drop,
-//!   rate limit (tail drop when the backlog exceeds [`LinkConfig::rate_queue`]), corrupt,
-//!   duplicate, reorder, delay + jitter. The random draws per frame do not depend on
-//!   timing, so the same seed and the same frames give the same fault sequence.
+//! * Faults are applied on the sending side, in a fixed order per frame: drop, rate
+//!   limit (tail drop when the backlog exceeds [`LinkConfig::rate_queue`]), delay +
+//!   jitter, reorder, corrupt, duplicate (the copy is identical, corruption included).
+//!   Only `reorder` (and jitter when [`LinkConfig::jitter_may_reorder`] is set) changes
+//!   the order of frames. The random draws per frame do not depend on timing, so the
+//!   same seed and the same frames give the same fault sequence.
 //! * Time-based faults (delay, jitter, reorder, rate) stamp each frame with a delivery
 //!   time; the receiver holds frames until then and reports the earliest one through
 //!   [`Backend::next_deadline`] so a sleeping engine wakes for it.
@@ -52,8 +54,13 @@ pub struct LinkConfig {
     pub corrupt_bits: u32,
     /// Fixed one-way delay added to every frame.
     pub delay: Duration,
-    /// Extra delay drawn uniformly from `[0, jitter]` per frame (may reorder, like netem).
+    /// Extra delay drawn uniformly from `[0, jitter]` per frame. Frames keep their order
+    /// (a frame is never delivered before the one sent ahead of it) unless
+    /// [`LinkConfig::jitter_may_reorder`] is set.
     pub jitter: Duration,
+    /// Let jitter reorder frames, like netem does (heavy reordering at high frame rates;
+    /// use [`LinkConfig::reorder`] for controlled reordering).
+    pub jitter_may_reorder: bool,
     /// Line rate in bits per second (frame bytes × 8); `0` means unlimited.
     pub rate_bps: u64,
     /// With a rate limit: the longest backlog a frame may wait behind before it is
@@ -73,6 +80,7 @@ impl Default for LinkConfig {
             corrupt_bits: 1,
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
+            jitter_may_reorder: false,
             rate_bps: 0,
             rate_queue: Duration::from_millis(50),
         }
@@ -270,6 +278,8 @@ struct TxSide {
     timed: bool,
     rng: SplitMix64,
     link_free_at: Option<Instant>,
+    /// Delivery time of the previous frame (before any reorder hold), to keep order.
+    last_due: Option<Instant>,
     seq: u64,
     max_frame: usize,
     peer: Arc<WakeState>,
@@ -353,6 +363,7 @@ fn direction(
         cfg,
         timed,
         link_free_at: None,
+        last_due: None,
         seq: 0,
         max_frame,
         peer: rx_wake.clone(),
@@ -441,15 +452,20 @@ impl TxSide {
                 self.link_free_at = Some(depart);
             }
             let jitter = self.cfg.jitter.mul_f64(d.jitter);
-            let mut extra = self.cfg.delay + jitter;
+            let extra = self.cfg.delay + jitter;
             if !extra.is_zero() {
                 self.faults.delayed += 1;
             }
+            let mut due = depart + extra;
+            if !self.cfg.jitter_may_reorder {
+                due = self.last_due.map_or(due, |last| due.max(last));
+                self.last_due = Some(due);
+            }
             if d.reorder < self.cfg.reorder {
                 self.faults.reordered += 1;
-                extra += self.cfg.reorder_delay;
+                due += self.cfg.reorder_delay;
             }
-            deliver_at = Some(depart + extra);
+            deliver_at = Some(due);
         }
         if d.corrupt < self.cfg.corrupt && !buf.is_empty() {
             self.faults.corrupted += 1;
