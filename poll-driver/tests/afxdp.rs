@@ -38,8 +38,7 @@ fn skip_reason() -> Option<String> {
 macro_rules! require_root_and_afxdp {
     () => {
         if let Some(reason) = skip_reason() {
-            eprintln!("SKIPPED: {reason}");
-            eprintln!("SKIPPED: {reason}");
+            eprintln!("SKIPPED: {reason} ({}:{})", file!(), line!());
             return;
         }
     };
@@ -958,4 +957,93 @@ fn one_flush_drains_a_400_frame_burst_and_rx_flood_is_verified() {
             "most of the flood reached the engine: {good}/{sent}, {xs:?}"
         );
     });
+}
+
+// ---- the kernel detaches the link when the process dies ----
+
+const CHILD_ENV: &str = "XWARP_AFXDP_CHILD_IFNAME";
+
+/// Helper process for `link_is_detached_when_the_process_is_killed` (run by that test
+/// inside namespace A; ignored in normal runs).
+#[test]
+#[ignore = "helper process, started by link_is_detached_when_the_process_is_killed"]
+fn afxdp_child_holds_a_nic_until_killed() {
+    let ifname = std::env::var(CHILD_ENV).expect("started by the parent test");
+    let mut cfg = AfXdpConfig::new(
+        &ifname,
+        SteeringFilter::new(vec![Ipv4Addr::new(10, 88, 7, 10)], vec![]),
+    );
+    cfg.mode = XdpMode::Native;
+    cfg.rx_frames = 64;
+    cfg.tx_frames = 64;
+    let nic = AfXdpNic::open(cfg).expect("child opens the NIC");
+    println!("READY {}", nic.program_id());
+    std::thread::sleep(Duration::from_secs(30));
+    drop(nic);
+}
+
+#[test]
+fn link_is_detached_when_the_process_is_killed() {
+    use std::io::{BufRead, BufReader};
+    require_root_and_afxdp!();
+    let pair = VethPair::new(7).expect("namespaces and veth pair");
+    let exe = std::env::current_exe().unwrap();
+    let mut child = pair
+        .a
+        .command(exe.to_str().unwrap())
+        .unwrap()
+        .args([
+            "--exact",
+            "afxdp_child_holds_a_nic_until_killed",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &pair.if_a)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().unwrap();
+    let (line_tx, line_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let prog_id = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match line_rx.recv_timeout(left) {
+            Ok(l) => {
+                // libtest prints "test <name> ... " without a newline before our line.
+                if let Some(pos) = l.find("READY ") {
+                    break l[pos + 6..].trim().to_string();
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("child never reported READY");
+            }
+        }
+    };
+    let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+    assert!(shown.contains(&format!("id {prog_id}")), "{shown}");
+    child.kill().expect("SIGKILL the child");
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+        if !shown.contains("xdp") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "program still attached after SIGKILL: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
