@@ -38,7 +38,14 @@ fn skip_reason() -> Option<String> {
 macro_rules! require_root_and_afxdp {
     () => {
         if let Some(reason) = skip_reason() {
-            eprintln!("SKIPPED: {reason} ({}:{})", file!(), line!());
+            // Straight to fd 2: libtest's capture only swallows the print macros.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {reason} ({}:{})",
+                file!(),
+                line!()
+            );
             return;
         }
     };
