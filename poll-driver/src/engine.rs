@@ -240,6 +240,22 @@ impl Engine {
         B: Backend + Send + 'static,
         S: Service<B> + 'static,
     {
+        Self::spawn_with_doorbell(config, Doorbell::new()?, backend, service)
+    }
+
+    /// Like [`Engine::spawn`], with a doorbell created beforehand, so that application
+    /// handles built together with the service can hold it before the engine starts.
+    /// One doorbell must serve one engine only.
+    pub fn spawn_with_doorbell<B, S>(
+        config: EngineConfig,
+        doorbell: Doorbell,
+        backend: B,
+        service: S,
+    ) -> io::Result<EngineHandle<B, S>>
+    where
+        B: Backend + Send + 'static,
+        S: Service<B> + 'static,
+    {
         let core = match config.core {
             Some(id) => {
                 let ids = core_affinity::get_core_ids().unwrap_or_default();
@@ -255,7 +271,6 @@ impl Engine {
             }
             None => None,
         };
-        let doorbell = Doorbell::new()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(SharedStats::default());
         let tid = Arc::new(AtomicI32::new(0));

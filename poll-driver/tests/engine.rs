@@ -173,6 +173,28 @@ fn doorbell_wakes_a_sleeping_engine_and_is_free_while_awake() {
 }
 
 #[test]
+fn doorbell_made_before_spawn_wakes_the_engine() {
+    let (mut a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+    let (svc, req) = echo();
+    let bell = Doorbell::new().unwrap();
+    let app_side = bell.clone();
+    let eng = Engine::spawn_with_doorbell(cfg("prebell"), bell, b, svc).unwrap();
+    assert!(wait_for(|| eng.stats().sleeps >= 1, Duration::from_secs(2)));
+    let f = numbered_frame(42, 120);
+    req.send(f.clone()).unwrap();
+    app_side.ring();
+    let mut back = Vec::new();
+    assert!(wait_for(|| a.recv_frame(&mut back), Duration::from_secs(2)));
+    assert_eq!(back, f);
+    assert_eq!(
+        eng.doorbell().syscalls(),
+        1,
+        "the handle shares the same doorbell"
+    );
+    drop(eng); // dropping the handle stops and joins the engine
+}
+
+#[test]
 fn frame_arrival_wakes_a_sleeping_engine() {
     let (mut a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
     let (svc, _req) = echo();

@@ -272,6 +272,32 @@ fn delay_and_jitter_hold_frames_until_due() {
 }
 
 #[test]
+fn jitter_keeps_order_unless_allowed_to_reorder() {
+    for may_reorder in [false, true] {
+        let (mut a, mut b) = wire(LinkConfig {
+            jitter: Duration::from_millis(5),
+            jitter_may_reorder: may_reorder,
+            ..LinkConfig::seeded(21)
+        });
+        let start = Instant::now();
+        for seq in 0..500 {
+            dev_send(&mut a, &numbered_frame(seq, 64));
+        }
+        a.flush().unwrap();
+        let mut got = Vec::new();
+        while got.len() < 500 && start.elapsed() < Duration::from_secs(5) {
+            got.extend(seqs(&drain(&mut b)));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got.len(), 500);
+        let in_order = got.windows(2).all(|w| w[0] < w[1]);
+        assert_eq!(in_order, !may_reorder, "may_reorder={may_reorder}");
+        got.sort_unstable();
+        assert_eq!(got, (0..500).collect::<Vec<_>>());
+    }
+}
+
+#[test]
 fn rate_limit_paces_frames_at_the_configured_bit_rate() {
     // 1000-byte frames at 8 Mbit/s: 1 ms each, 100 frames ~ 100 ms.
     let (mut a, mut b) = wire(LinkConfig {
@@ -298,7 +324,7 @@ fn rate_limit_paces_frames_at_the_configured_bit_rate() {
     let half = half_at.unwrap();
     assert!(half >= Duration::from_millis(48), "half after {half:?}");
     assert!(total >= Duration::from_millis(99), "all after {total:?}");
-    assert!(total < Duration::from_millis(400), "all after {total:?}");
+    assert!(total < Duration::from_secs(1), "all after {total:?}");
     assert_eq!(a.tx_faults().rate_limited, 99);
 
     // A short queue tail-drops what cannot be sent within `rate_queue`.
