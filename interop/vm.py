@@ -101,6 +101,16 @@ def capability_problem() -> str | None:
     return None
 
 
+def _pid_alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie (a SIGKILLed creator may linger as one)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # state is the field after the parenthesised command name
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
 def cleanup_stale() -> list[str]:
     """Delete xwi-<pid>-<n> namespaces whose creating process is gone. Returns their names."""
     removed = []
@@ -110,14 +120,8 @@ def cleanup_stale() -> list[str]:
         m = re.fullmatch(re.escape(NS_PREFIX) + r"(\d+)-\d+", name)
         if not m:
             continue
-        pid = int(m.group(1))
-        try:
-            os.kill(pid, 0)
+        if _pid_alive(int(m.group(1))):
             continue  # creator alive: not ours to touch
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
         # kill what still runs inside (qemu, tcpdump, peers), then delete
         pids = _run(["ip", "netns", "pids", name], check=False, quiet=True).stdout.split()
         for q in pids:
