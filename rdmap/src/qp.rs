@@ -35,6 +35,9 @@ use crate::wire::{
 /// Smallest max-ULPDU `poll_segment` accepts: room for the longest Terminate.
 pub const MIN_MULPDU: usize = UNTAGGED_HEADER_LEN + MAX_TERMINATE_LEN;
 
+/// Largest DDP segment over MPA (16-bit ULPDU_Length); larger `max_ulpdu` values are clamped.
+pub const MAX_ULPDU: usize = u16::MAX as usize;
+
 /// Most Read Responses sent back to back while send work waits (siw, iwarp-wire.md §4.4).
 const IRQ_BURST: u32 = 4;
 
@@ -386,6 +389,8 @@ impl QueuePair {
         if max_ulpdu < MIN_MULPDU {
             return Err(QpError::MulpduTooSmall);
         }
+        // MPA's ULPDU_Length is 16 bits (RFC 5044 §4), so no DDP segment can be longer.
+        let max_ulpdu = max_ulpdu.min(MAX_ULPDU);
         loop {
             match self.state {
                 QpState::Idle | QpState::Error => return Ok(None),

@@ -3,7 +3,7 @@
 //!
 //! See iwarp-wire.md §3 for the layouts and §4.6 for siw's Terminate quirks.
 
-use xwarp_ddp::segment::{DdpError, MAX_HEADER_LEN, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use xwarp_ddp::segment::{DdpError, MAX_HEADER_LEN};
 
 /// RDMAP version carried in the RV field (RFC 5040 §4.2).
 pub const RDMAP_VERSION: u8 = 1;
@@ -568,11 +568,6 @@ impl Terminate {
 pub enum TerminateParseError {
     /// Fewer than 4 bytes.
     Truncated,
-}
-
-/// Whether `len` is a valid DDP header length (14 or 18).
-pub fn is_header_len(len: usize) -> bool {
-    len == TAGGED_HEADER_LEN || len == UNTAGGED_HEADER_LEN
 }
 
 fn be32(b: &[u8]) -> u32 {

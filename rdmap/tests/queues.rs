@@ -483,3 +483,74 @@ fn idle_qp_sends_nothing_until_rts() {
         .is_some());
     assert_eq!(q.set_rts(), Err(QpError::InvalidState));
 }
+
+#[test]
+fn rfc5041_tx_msn_per_queue_starts_at_one_and_mo_to_are_contiguous() {
+    let (mut a, _b, a_buf, _, _) = pair(4, 4);
+    a.qp.post_send(send_wr(1, a_buf, 0x1000, 200)).unwrap();
+    a.qp.post_send(read_wr(2, a_buf, 0x1000, Stag(0x55), 0x10, 8))
+        .unwrap();
+    a.qp.post_send(SendWr {
+        wr_id: 3,
+        op: SendOp::Write {
+            remote_stag: Stag(0x66),
+            remote_to: 0xffff_fff0,
+        },
+        sgl: vec![Sge {
+            lkey: a_buf,
+            addr: 0x1000,
+            len: 130,
+        }],
+        signaled: true,
+        fence: false,
+    })
+    .unwrap();
+    a.qp.post_send(send_wr(4, a_buf, 0x1000, 0)).unwrap();
+    let segs = a.drain_segments(MIN_MULPDU);
+    let hdrs: Vec<SegmentHeader> = segs
+        .iter()
+        .map(|s| SegmentHeader::parse(s).unwrap())
+        .collect();
+    let mut want = Vec::new();
+    // Send: 200 bytes in 52-byte chunks, MSN 1, MO 0, 52, 104, 156.
+    for (mo, last) in [(0, false), (52, false), (104, false), (156, true)] {
+        want.push(format!("U qn0 msn1 mo{mo} L{last}"));
+    }
+    want.push("U qn1 msn1 mo0 Ltrue".to_string());
+    // Write: 130 bytes in 56-byte chunks, TO contiguous across the 32-bit boundary.
+    for (to, last) in [
+        (0xffff_fff0u64, false),
+        (0x1_0000_0028, false),
+        (0x1_0000_0060, true),
+    ] {
+        want.push(format!("T stag66 to{to:x} L{last}"));
+    }
+    want.push("U qn0 msn2 mo0 Ltrue".to_string());
+    let got: Vec<String> = hdrs
+        .iter()
+        .map(|h| match h {
+            SegmentHeader::Untagged(u) => {
+                format!("U qn{} msn{} mo{} L{}", u.qn, u.msn, u.mo, u.last)
+            }
+            SegmentHeader::Tagged(t) => format!("T stag{:x} to{:x} L{}", t.stag, t.to, t.last),
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert!(segs.iter().all(|s| s.len() <= MIN_MULPDU));
+    // Local completion when the last segment is handed out; the Read is still open.
+    let ids: Vec<u64> = a.completions().iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+}
+
+#[test]
+fn rfc5040_zero_length_read_gets_one_empty_response() {
+    let (mut a, mut b, a_buf, b_src, _) = pair(1, 1);
+    a.qp.post_send(read_wr(1, a_buf, 0x1000, b_src, 0x8000, 0))
+        .unwrap();
+    b.deliver(&a.next_segment(1500).unwrap());
+    let r = b.next_segment(1500).unwrap();
+    assert_eq!(r.len(), 14);
+    assert_eq!(&r[..2], &[0xc1, 0x42]);
+    a.deliver(&r);
+    assert_eq!(a.completions(), vec![ok(1, WcOpcode::Read, 0)]);
+}
