@@ -387,9 +387,7 @@ mod tests {
     #[test]
     fn rfc5041_untagged_header_roundtrip_wire_bytes() {
         // Send, QN 0, MSN 1 (iwarp-wire.md §6.2).
-        let bytes = [
-            0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
-        ];
+        let bytes = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
         let h = UntaggedHeader::parse(&bytes).unwrap();
         assert_eq!(
             h,
