@@ -60,7 +60,7 @@ fn ifindex(name: &str) -> u32 {
 /// Answer ARP for `ip` and ICMP echo to `ip` straight from the device tokens (smoltcp wire
 /// parses and builds; the reply is written into the UMEM chunk of the TX token).
 /// Returns `true` if a frame was handled.
-fn answer_one(nic: &mut AfXdpNic, mac: EthernetAddress, ip: Ipv4Addr) -> bool {
+fn answer_one(nic: &mut AfXdpNic, mac: EthernetAddress, ip: Ipv4Addr, ip6: Ipv6Addr) -> bool {
     let now = smoltcp::time::Instant::now();
     let Some((rx, tx)) = nic.receive(now) else {
         return false;
@@ -144,6 +144,7 @@ fn answer_one(nic: &mut AfXdpNic, mac: EthernetAddress, ip: Ipv4Addr) -> bool {
                 icmp_reply.emit(&mut Icmpv4Packet::new_unchecked(ipo.payload_mut()), &caps);
                 Some(out)
             }
+            EthernetProtocol::Ipv6 => answer_ipv6(&eth, eth_repr.src_addr, mac, ip6),
             _ => None,
         }
     });
@@ -153,14 +154,90 @@ fn answer_one(nic: &mut AfXdpNic, mac: EthernetAddress, ip: Ipv4Addr) -> bool {
     true
 }
 
+/// Answer an ICMPv6 Neighbor Solicitation for `ip6` with a Neighbor Advertisement
+/// (RFC 4861 §7.2.4), or an ICMPv6 echo request to `ip6` with a reply.
+fn answer_ipv6(
+    eth: &EthernetFrame<&[u8]>,
+    peer_mac: EthernetAddress,
+    mac: EthernetAddress,
+    ip6: Ipv6Addr,
+) -> Option<Vec<u8>> {
+    use smoltcp::wire::{
+        Icmpv6Packet, Icmpv6Repr, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags, NdiscRepr,
+    };
+    let caps = ChecksumCapabilities::default();
+    let ipp = Ipv6Packet::new_checked(eth.payload()).ok()?;
+    let ip_repr = Ipv6Repr::parse(&ipp).ok()?;
+    if ip_repr.next_header != IpProtocol::Icmpv6 {
+        return None;
+    }
+    let icmp = Icmpv6Packet::new_checked(ipp.payload()).ok()?;
+    let req = Icmpv6Repr::parse(&ip_repr.src_addr, &ip_repr.dst_addr, &icmp, &caps).ok()?;
+    let (reply, hop_limit) = match req {
+        Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit { target_addr, .. }) if target_addr == ip6 => {
+            (
+                Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+                    flags: NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE,
+                    target_addr: ip6,
+                    lladdr: Some(mac.into()),
+                }),
+                255, // RFC 4861 §7.1.2: NDP messages carry hop limit 255
+            )
+        }
+        Icmpv6Repr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        } if ip_repr.dst_addr == ip6 => (
+            Icmpv6Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            },
+            64,
+        ),
+        _ => return None,
+    };
+    let out_ip = Ipv6Repr {
+        src_addr: ip6,
+        dst_addr: ip_repr.src_addr,
+        next_header: IpProtocol::Icmpv6,
+        payload_len: reply.buffer_len(),
+        hop_limit,
+    };
+    let mut out = vec![0u8; 14 + out_ip.buffer_len() + reply.buffer_len()];
+    let mut f = EthernetFrame::new_unchecked(&mut out[..]);
+    EthernetRepr {
+        src_addr: mac,
+        dst_addr: peer_mac,
+        ethertype: EthernetProtocol::Ipv6,
+    }
+    .emit(&mut f);
+    let mut ipo = Ipv6Packet::new_unchecked(f.payload_mut());
+    out_ip.emit(&mut ipo);
+    reply.emit(
+        &ip6,
+        &ip_repr.src_addr,
+        &mut Icmpv6Packet::new_unchecked(ipo.payload_mut()),
+        &caps,
+    );
+    Some(out)
+}
+
 /// The engine: answers ARP/ICMP for `ip` until `stop`, sleeping on the XSK fd when idle.
-fn run_responder(nic: &mut AfXdpNic, ip: Ipv4Addr, stop: &AtomicBool, limit: Duration) {
+fn run_responder(
+    nic: &mut AfXdpNic,
+    ip: Ipv4Addr,
+    ip6: Ipv6Addr,
+    stop: &AtomicBool,
+    limit: Duration,
+) {
     let mac = EthernetAddress(nic.mac_address());
     let deadline = Instant::now() + limit;
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
         nic.poll_rx().expect("poll_rx");
         let mut busy = false;
-        while answer_one(nic, mac, ip) {
+        while answer_one(nic, mac, ip, ip6) {
             busy = true;
         }
         nic.flush().expect("flush");
@@ -280,6 +357,105 @@ fn kernel_ping(dst: Ipv4Addr, count: u16) -> io::Result<Vec<Duration>> {
     Ok(rtts)
 }
 
+/// Ping `dst` over IPv6 from the calling thread's namespace with a raw ICMPv6 socket (the
+/// kernel resolves the address with NDP and fills in the ICMPv6 checksum). Returns the
+/// number of verified replies.
+fn kernel_ping6(src: Ipv6Addr, dst: Ipv6Addr, count: u16) -> io::Result<usize> {
+    use smoltcp::wire::{Icmpv6Packet, Icmpv6Repr};
+    // SAFETY: plain socket(2), wrapped right away.
+    let raw = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: valid fd and timeval.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        )
+    };
+    let caps = ChecksumCapabilities::default();
+    let ident = 0x6006;
+    let mut ok = 0usize;
+    let overall = Instant::now() + Duration::from_secs(10);
+    let mut seq = 0u16;
+    while ok < count as usize {
+        if Instant::now() > overall {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("only {ok} of {count} ICMPv6 echo replies from {dst}"),
+            ));
+        }
+        seq = seq.wrapping_add(1);
+        let payload: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(3) ^ seq as u8).collect();
+        let req = Icmpv6Repr::EchoRequest {
+            ident,
+            seq_no: seq,
+            data: &payload,
+        };
+        let mut buf = vec![0u8; req.buffer_len()];
+        req.emit(
+            &src,
+            &dst,
+            &mut Icmpv6Packet::new_unchecked(&mut buf[..]),
+            &caps,
+        );
+        // SAFETY: all-zero is a valid sockaddr_in6.
+        let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        sa.sin6_family = libc::AF_INET6 as u16;
+        sa.sin6_addr.s6_addr = dst.octets();
+        // SAFETY: valid fd, buffer and address.
+        let r = unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&sa as *const libc::sockaddr_in6).cast(),
+                std::mem::size_of::<libc::sockaddr_in6>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let wait_until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < wait_until {
+            let mut rbuf = [0u8; 2048];
+            // SAFETY: valid fd and buffer.
+            let n = unsafe { libc::recv(fd.as_raw_fd(), rbuf.as_mut_ptr().cast(), rbuf.len(), 0) };
+            if n < 0 {
+                break;
+            }
+            let Ok(icmp) = Icmpv6Packet::new_checked(&rbuf[..n as usize]) else {
+                continue;
+            };
+            // Checksum verified against the pseudo-header: the engine sent a full one.
+            if let Ok(Icmpv6Repr::EchoReply {
+                ident: i,
+                seq_no,
+                data,
+            }) = Icmpv6Repr::parse(&dst, &src, &icmp, &caps)
+            {
+                if i == ident && seq_no == seq {
+                    assert_eq!(data, &payload[..], "ICMPv6 echo reply carries the data");
+                    ok += 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(ok)
+}
+
 fn udp_echo_once(sock: &UdpSocket) -> io::Result<usize> {
     let mut buf = [0u8; 1500];
     let (n, from) = sock.recv_from(&mut buf)?;
@@ -290,6 +466,28 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
     require_root_and_afxdp!();
     let pair = VethPair::new(net).expect("namespaces and veth pair");
     let engine_ip = Ipv4Addr::new(10, 88, net, 10);
+    let engine_ip6: Ipv6Addr = format!("fd00:88:{net}::10").parse().unwrap();
+    let b_ip6: Ipv6Addr = format!("fd00:88:{net}::2").parse().unwrap();
+    pair.a
+        .ip(&[
+            "addr",
+            "add",
+            &format!("fd00:88:{net}::1/64"),
+            "dev",
+            "veth-a",
+            "nodad",
+        ])
+        .unwrap();
+    pair.b
+        .ip(&[
+            "addr",
+            "add",
+            &format!("{b_ip6}/64"),
+            "dev",
+            "veth-b",
+            "nodad",
+        ])
+        .unwrap();
     // Complete L4 checksums from B (the notes: veth peers otherwise send partial ones).
     pair.b
         .run(|| netns::set_tx_checksum_offload("veth-b", false))
@@ -305,8 +503,10 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
         let engine = s.spawn(|| {
             pair.a
                 .run(|| {
-                    let mut cfg =
-                        AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![engine_ip], vec![]));
+                    let mut cfg = AfXdpConfig::new(
+                        &pair.if_a,
+                        SteeringFilter::new(vec![engine_ip], vec![engine_ip6]),
+                    );
                     cfg.mode = mode;
                     cfg.rings.fill = 256;
                     cfg.rings.completion = 256;
@@ -324,7 +524,13 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
                     assert!(nic.max_frame_size() <= 2048 - 256);
                     assert_eq!(nic.capabilities().max_transmission_unit, 1514);
                     let _ = ready_tx.send(Ok((nic.is_native(), nic.program_id())));
-                    run_responder(&mut nic, engine_ip, &stop, Duration::from_secs(30));
+                    run_responder(
+                        &mut nic,
+                        engine_ip,
+                        engine_ip6,
+                        &stop,
+                        Duration::from_secs(30),
+                    );
                     let stats = nic.stats();
                     let xstats = nic.xdp_statistics().expect("XDP_STATISTICS");
                     drop(nic);
@@ -364,6 +570,7 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
         // Namespace B: the kernel pings the engine, and talks UDP to A's kernel.
         let result = pair.b.run(|| {
             let rtts = kernel_ping(engine_ip, 20)?;
+            assert_eq!(kernel_ping6(b_ip6, engine_ip6, 5)?, 5);
             let sock = UdpSocket::bind(("0.0.0.0", 0))?;
             sock.set_read_timeout(Some(Duration::from_secs(3)))?;
             let msg: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
@@ -389,11 +596,11 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
         assert!(kernel_echo.join().unwrap().is_ok());
         let (stats, xstats) = engine.join().unwrap().expect("engine ran");
         assert!(
-            stats.rx_frames >= 21,
+            stats.rx_frames >= 27,
             "ARP + echo requests reached the engine: {stats:?}"
         );
         assert!(
-            stats.tx_frames >= 21,
+            stats.tx_frames >= 27,
             "ARP + echo replies were sent: {stats:?}"
         );
         eprintln!("engine stats {stats:?}, kernel XDP statistics {xstats:?}");
