@@ -182,20 +182,15 @@ impl VethPair {
     }
 }
 
-/// Turn TX checksum offload of `ifname` on or off (what `ethtool -K <ifname> tx on|off`
-/// does), in the calling thread's namespace. Off makes the kernel fill complete L4
-/// checksums in frames it sends over a veth.
-pub fn set_tx_checksum_offload(ifname: &str, on: bool) -> io::Result<()> {
-    const ETHTOOL_STXCSUM: u32 = 0x17;
-    #[repr(C)]
-    struct EthtoolValue {
-        cmd: u32,
-        data: u32,
-    }
-    let mut value = EthtoolValue {
-        cmd: ETHTOOL_STXCSUM,
-        data: u32::from(on),
-    };
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// `SIOCETHTOOL` with an `ethtool_value` request on `ifname`; returns the value's data.
+fn ethtool_value(ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
+    let mut value = EthtoolValue { cmd, data };
     // SAFETY: all-zero is a valid ifreq.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     if ifname.len() >= req.ifr_name.len() {
@@ -221,8 +216,23 @@ pub fn set_tx_checksum_offload(ifname: &str, on: bool) -> io::Result<()> {
     if r < 0 {
         return Err(io::Error::new(
             err.kind(),
-            format!("SIOCETHTOOL ETHTOOL_STXCSUM on {ifname}: {err}"),
+            format!("SIOCETHTOOL command {cmd:#x} on {ifname}: {err}"),
         ));
     }
-    Ok(())
+    Ok(value.data)
+}
+
+/// Whether TX checksum offload of `ifname` is on (`ethtool -k <ifname>`, `tx-checksumming`),
+/// in the calling thread's namespace.
+pub fn tx_checksum_offload(ifname: &str) -> io::Result<bool> {
+    const ETHTOOL_GTXCSUM: u32 = 0x16;
+    ethtool_value(ifname, ETHTOOL_GTXCSUM, 0).map(|v| v != 0)
+}
+
+/// Turn TX checksum offload of `ifname` on or off (what `ethtool -K <ifname> tx on|off`
+/// does), in the calling thread's namespace. Off makes the kernel fill complete L4
+/// checksums in frames it sends over a veth.
+pub fn set_tx_checksum_offload(ifname: &str, on: bool) -> io::Result<()> {
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    ethtool_value(ifname, ETHTOOL_STXCSUM, u32::from(on)).map(|_| ())
 }

@@ -489,10 +489,20 @@ fn ping_through_engine(mode: XdpMode, net: u8) {
         ])
         .unwrap();
     // Complete L4 checksums from B (the notes: veth peers otherwise send partial ones).
-    pair.b
-        .run(|| netns::set_tx_checksum_offload("veth-b", false))
+    let offload = pair
+        .b
+        .run(|| {
+            let before = netns::tx_checksum_offload("veth-b")?;
+            netns::set_tx_checksum_offload("veth-b", false)?;
+            Ok::<_, io::Error>((before, netns::tx_checksum_offload("veth-b")?))
+        })
         .unwrap()
         .expect("ethtool tx off on veth-b");
+    assert_eq!(
+        offload,
+        (true, false),
+        "veth starts with TX csum offload; helper turns it off"
+    );
 
     let stop = AtomicBool::new(false);
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(bool, u32), String>>();
