@@ -486,7 +486,7 @@ impl LoopCtx {
             let deadline = [
                 last.next_deadline.or(out.next_deadline),
                 backend.next_deadline(),
-                self.config.max_sleep.map(|d| now + d),
+                self.config.max_sleep.and_then(|d| now.checked_add(d)),
             ]
             .into_iter()
             .flatten()

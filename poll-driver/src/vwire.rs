@@ -114,6 +114,17 @@ impl LinkConfig {
                 )));
             }
         }
+        const LIMIT: Duration = Duration::from_secs(3600);
+        for (name, d) in [
+            ("delay", self.delay),
+            ("jitter", self.jitter),
+            ("reorder_delay", self.reorder_delay),
+            ("rate_queue", self.rate_queue),
+        ] {
+            if d > LIMIT {
+                return Err(invalid(format!("vwire: {name} {d:?} longer than one hour")));
+            }
+        }
         if self.reorder > 0.0 && self.reorder_delay.is_zero() {
             return Err(invalid(
                 "vwire: reorder needs a non-zero reorder_delay".into(),

@@ -509,3 +509,85 @@ fn service_deadlines_wake_the_engine() {
     // And between ticks it slept rather than spun.
     assert!(exit.stats.iterations < 200_000, "{:?}", exit.stats);
 }
+
+/// A virtual NIC whose `flush` fails with a chosen error kind after `ok_flushes` calls.
+struct Flaky {
+    nic: VirtualNic,
+    ok_flushes: u64,
+    flushes: u64,
+    kind: std::io::ErrorKind,
+}
+
+impl smoltcp::phy::Device for Flaky {
+    type RxToken<'a> = <VirtualNic as smoltcp::phy::Device>::RxToken<'a>;
+    type TxToken<'a> = <VirtualNic as smoltcp::phy::Device>::TxToken<'a>;
+    fn receive(
+        &mut self,
+        t: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        self.nic.receive(t)
+    }
+    fn transmit(&mut self, t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        self.nic.transmit(t)
+    }
+    fn capabilities(&self) -> smoltcp::phy::DeviceCapabilities {
+        self.nic.capabilities()
+    }
+}
+
+impl Backend for Flaky {
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flushes += 1;
+        if self.flushes > self.ok_flushes {
+            return Err(std::io::Error::new(self.kind, "injected"));
+        }
+        self.nic.flush()
+    }
+    fn poll_rx(&mut self) -> std::io::Result<bool> {
+        self.nic.poll_rx()
+    }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.nic.wait_fd()
+    }
+    fn prepare_sleep(&mut self) -> std::io::Result<bool> {
+        self.nic.prepare_sleep()
+    }
+    fn stats(&self) -> xwarp_poll_driver::backend::BackendStats {
+        self.nic.stats()
+    }
+}
+
+#[test]
+fn hard_backend_errors_end_the_loop_and_soft_ones_are_counted() {
+    use std::io::ErrorKind;
+    let (_a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+    let (svc, _r) = echo();
+    let flaky = Flaky {
+        nic: b,
+        ok_flushes: 10,
+        flushes: 0,
+        kind: ErrorKind::BrokenPipe,
+    };
+    let eng = Engine::spawn(cfg("hard"), flaky, svc).unwrap();
+    assert!(wait_for(|| eng.is_finished(), Duration::from_secs(2)));
+    let exit = eng.stop().unwrap();
+    let err = exit.error.expect("the loop reports why it ended");
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe);
+    assert_eq!(exit.backend.flushes, 11, "no iteration after the failure");
+
+    let (_a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+    let (svc, _r) = echo();
+    let flaky = Flaky {
+        nic: b,
+        ok_flushes: 0,
+        flushes: 0,
+        kind: ErrorKind::WouldBlock,
+    };
+    let eng = Engine::spawn(cfg("soft"), flaky, svc).unwrap();
+    assert!(wait_for(|| eng.stats().sleeps >= 1, Duration::from_secs(2)));
+    assert!(!eng.is_finished());
+    let exit = eng.stop().unwrap();
+    assert!(exit.error.is_none());
+    assert_eq!(exit.stats.backend_soft_errors, exit.backend.flushes);
+    assert!(exit.stats.backend_soft_errors > 0);
+}

@@ -96,6 +96,8 @@ fn invalid_configs_are_errors_not_panics() {
         c.a_to_b.reorder = 0.5;
         c.a_to_b.reorder_delay = Duration::ZERO;
     }));
+    assert!(bad(&|c| c.a_to_b.jitter = Duration::MAX));
+    assert!(bad(&|c| c.b_to_a.delay = Duration::from_secs(7200)));
     assert!(bad(&|c| {
         c.checksum_offload = true;
         c.a_to_b.corrupt = 0.01;
