@@ -110,6 +110,7 @@ pub enum QpError {
 #[derive(Debug)]
 enum TxCur {
     Sq {
+        seq: u64,
         wr: SendWr,
         opcode: Opcode,
         msn: u32,
@@ -132,6 +133,7 @@ struct InboundRead {
 
 #[derive(Debug, Clone, Copy)]
 struct OutstandingRead {
+    seq: u64,
     wr_id: u64,
     signaled: bool,
     sink: Sge,
@@ -182,6 +184,10 @@ pub struct QueuePair {
     state: QpState,
     // --- send side
     sq: VecDeque<SendWr>,
+    /// Started send WRs not yet retired, in posting order: completions are released in
+    /// this order (verbs), so a Send posted after a Read completes after the Read.
+    sq_slots: VecDeque<SqSlot>,
+    sq_seq_base: u64,
     tx_cur: Option<TxCur>,
     tx_msn: [u32; 3],
     orq: VecDeque<OutstandingRead>,
@@ -198,6 +204,14 @@ pub struct QueuePair {
     // --- outputs
     cq: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
+}
+
+#[derive(Debug)]
+struct SqSlot {
+    wr_id: u64,
+    opcode: WcOpcode,
+    /// `None` while running; `Some(cqe)` once finished (`Some(None)`: unsignaled success).
+    done: Option<Option<Completion>>,
 }
 
 enum Start {
@@ -240,6 +254,17 @@ fn tagged(c: TaggedErrorCode) -> TerminateCause {
     TerminateCause::Ddp(DdpError::Tagged(c))
 }
 
+fn error_cqe(wr: &SendWr, status: CompletionStatus) -> Completion {
+    Completion {
+        wr_id: wr.wr_id,
+        status,
+        opcode: wc_opcode(&wr.op),
+        byte_len: 0,
+        solicited: false,
+        invalidated_stag: None,
+    }
+}
+
 fn wc_opcode(op: &SendOp) -> WcOpcode {
     match op {
         SendOp::Send { .. } => WcOpcode::Send,
@@ -255,6 +280,8 @@ impl QueuePair {
             cfg,
             state: QpState::Idle,
             sq: VecDeque::with_capacity(cfg.sq_depth.min(4096)),
+            sq_slots: VecDeque::new(),
+            sq_seq_base: 0,
             tx_cur: None,
             tx_msn: [1; 3],
             orq: VecDeque::new(),
@@ -351,8 +378,7 @@ impl QueuePair {
         if wr.sgl.len() > MAX_SGE || (matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != 1) {
             return Err(PostError::InvalidSgl);
         }
-        let in_tx = usize::from(matches!(self.tx_cur, Some(TxCur::Sq { .. })));
-        if self.sq.len() + self.orq.len() + in_tx >= self.cfg.sq_depth {
+        if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
         self.sq.push_back(wr);
@@ -400,11 +426,9 @@ impl QueuePair {
                         Some(TxCur::Sq { opcode, sent, .. }) if !opcode.is_tagged() && *sent > 0
                     );
                     if !untagged_in_flight {
-                        // A tagged message may be abandoned (different class); its WR is
-                        // flushed when the QP reaches ERROR.
-                        if let Some(TxCur::Sq { wr, .. }) = self.tx_cur.take() {
-                            self.sq.push_front(wr);
-                        }
+                        // A tagged message may be abandoned (different class); its still
+                        // open completion slot is flushed when the QP reaches ERROR.
+                        self.tx_cur = None;
                         let Some(t) = self.term_pending.take() else {
                             self.enter_error();
                             return Ok(None);
@@ -485,9 +509,18 @@ impl QueuePair {
         let Some(wr) = self.sq.pop_front() else {
             return Start::Blocked;
         };
+        let seq = self.sq_seq_base + self.sq_slots.len() as u64;
+        self.sq_slots.push_back(SqSlot {
+            wr_id: wr.wr_id,
+            opcode: wc_opcode(&wr.op),
+            done: None,
+        });
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.len)).sum();
         if total > u64::from(u32::MAX) {
-            self.complete_send_error(&wr, CompletionStatus::LocalLengthError);
+            self.finish_slot(
+                seq,
+                Some(error_cqe(&wr, CompletionStatus::LocalLengthError)),
+            );
             self.local_tx_error();
             return Start::Retry;
         }
@@ -502,7 +535,10 @@ impl QueuePair {
                 .is_err()
         });
         if bad {
-            self.complete_send_error(&wr, CompletionStatus::LocalProtectionError);
+            self.finish_slot(
+                seq,
+                Some(error_cqe(&wr, CompletionStatus::LocalProtectionError)),
+            );
             self.local_tx_error();
             return Start::Retry;
         }
@@ -531,6 +567,7 @@ impl QueuePair {
             None => 0,
         };
         self.tx_cur = Some(TxCur::Sq {
+            seq,
             wr,
             opcode,
             msn,
@@ -558,6 +595,7 @@ impl QueuePair {
         };
         match cur {
             TxCur::Sq {
+                seq,
                 wr,
                 opcode,
                 msn,
@@ -594,6 +632,7 @@ impl QueuePair {
                     rr.emit(&mut hbuf[UNTAGGED_HEADER_LEN..]);
                     let r = emit(&hbuf, &[]);
                     self.orq.push_back(OutstandingRead {
+                        seq: *seq,
                         wr_id: wr.wr_id,
                         signaled: wr.signaled,
                         sink,
@@ -642,9 +681,9 @@ impl QueuePair {
                 if need > 0 {
                     // A region vanished or changed under a message in flight.
                     let cut_untagged = !opcode.is_tagged() && *sent > 0;
-                    let wr = wr.clone();
+                    let (seq, cqe) = (*seq, error_cqe(wr, CompletionStatus::LocalProtectionError));
                     self.tx_cur = None;
-                    self.complete_send_error(&wr, CompletionStatus::LocalProtectionError);
+                    self.finish_slot(seq, Some(cqe));
                     if cut_untagged {
                         let t = Terminate::new(TerminateCause::Rdmap(
                             RdmapEtype::LocalCatastrophic,
@@ -708,10 +747,9 @@ impl QueuePair {
                     } else {
                         None
                     };
+                    let seq = *seq;
                     self.tx_cur = None;
-                    if let Some(c) = done {
-                        self.cq.push_back(c);
-                    }
+                    self.finish_slot(seq, done);
                 }
                 Ok(r)
             }
@@ -772,19 +810,26 @@ impl QueuePair {
         )));
     }
 
-    fn complete_send_error(&mut self, wr: &SendWr, status: CompletionStatus) {
-        self.cq.push_back(Completion {
-            wr_id: wr.wr_id,
-            status,
-            opcode: wc_opcode(&wr.op),
-            byte_len: 0,
-            solicited: false,
-            invalidated_stag: None,
-        });
+    /// Record the outcome of started WR `seq` and release every completion that is now
+    /// in order.
+    fn finish_slot(&mut self, seq: u64, cqe: Option<Completion>) {
+        if let Some(slot) = seq
+            .checked_sub(self.sq_seq_base)
+            .and_then(|i| self.sq_slots.get_mut(i as usize))
+        {
+            slot.done = Some(cqe);
+        }
+        while self.sq_slots.front().is_some_and(|s| s.done.is_some()) {
+            if let Some(Some(c)) = self.sq_slots.pop_front().and_then(|s| s.done) {
+                self.cq.push_back(c);
+            }
+            self.sq_seq_base += 1;
+        }
     }
 
     fn flush_send_wr(&mut self, wr: &SendWr) {
-        self.complete_send_error(wr, CompletionStatus::WrFlushError);
+        self.cq
+            .push_back(error_cqe(wr, CompletionStatus::WrFlushError));
     }
 
     fn flush_recv(&mut self, wr_id: u64) {
@@ -820,19 +865,23 @@ impl QueuePair {
         }
         self.state = QpState::Error;
         self.term_pending = None;
-        if let Some(TxCur::Sq { wr, .. }) = self.tx_cur.take() {
-            self.flush_send_wr(&wr);
+        // Started WRs (in flight, or Reads awaiting their Response) are flushed through
+        // their completion slots, in posting order, then the ones never started.
+        self.tx_cur = None;
+        self.orq.clear();
+        for slot in self.sq_slots.iter_mut() {
+            if slot.done.is_none() {
+                slot.done = Some(Some(Completion {
+                    wr_id: slot.wr_id,
+                    status: CompletionStatus::WrFlushError,
+                    opcode: slot.opcode,
+                    byte_len: 0,
+                    solicited: false,
+                    invalidated_stag: None,
+                }));
+            }
         }
-        while let Some(o) = self.orq.pop_front() {
-            self.cq.push_back(Completion {
-                wr_id: o.wr_id,
-                status: CompletionStatus::WrFlushError,
-                opcode: WcOpcode::Read,
-                byte_len: 0,
-                solicited: false,
-                invalidated_stag: None,
-            });
-        }
+        self.finish_slot(u64::MAX, None);
         while let Some(wr) = self.sq.pop_front() {
             self.flush_send_wr(&wr);
         }
@@ -1258,16 +1307,15 @@ impl QueuePair {
                 if let SegmentHeader::Tagged(t) = hdr {
                     if t.last && parse_ctrl(t.rsvd_ulp) == Ok(Opcode::ReadResponse) {
                         if let Some(o) = self.orq.pop_front() {
-                            if o.signaled {
-                                self.cq.push_back(Completion {
-                                    wr_id: o.wr_id,
-                                    status: CompletionStatus::Success,
-                                    opcode: WcOpcode::Read,
-                                    byte_len: o.sink.len,
-                                    solicited: false,
-                                    invalidated_stag: None,
-                                });
-                            }
+                            let cqe = o.signaled.then_some(Completion {
+                                wr_id: o.wr_id,
+                                status: CompletionStatus::Success,
+                                opcode: WcOpcode::Read,
+                                byte_len: o.sink.len,
+                                solicited: false,
+                                invalidated_stag: None,
+                            });
+                            self.finish_slot(o.seq, cqe);
                         }
                     }
                 }
