@@ -137,7 +137,7 @@ TARBALL=$(ls "$SRCDIR"/usr/src/linux-source-*.tar.* | head -1)
 TOP=$(basename "$TARBALL" | sed -E 's/\.tar\..*//')           # linux-source-6.1
 nice -n 10 tar -x -C "$SRCDIR" -f "$TARBALL" \
     "$TOP/drivers/infiniband/sw/siw" "$TOP/scripts/extract-vmlinux"
-rm -rf "$SRCDIR/usr"
+rm -rf "${SRCDIR:?}/usr"
 SIWSRC="$SRCDIR/$TOP/drivers/infiniband/sw/siw"
 [[ -f "$SIWSRC/siw_main.c" ]] || die "siw sources missing from $TARBALL"
 step "extract siw source"
