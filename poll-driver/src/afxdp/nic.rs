@@ -1,7 +1,7 @@
 //! [`AfXdpNic`]: one AF_XDP socket on one RX queue, with its UMEM and steering program,
 //! as a smoltcp `Device` and an engine [`Backend`].
 
-use super::program::{SteeringFilter, XdpLink, XdpMode, XdpProgram};
+use super::program::{Steering, SteeringFilter, XdpMode, XdpProgram};
 use super::socket::{BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket};
 use crate::backend::{Backend, BackendStats};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 /// Zero-copy policy for the bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,9 +118,9 @@ struct TxState {
 /// An AF_XDP NIC queue: socket, UMEM, steering program and its link.
 #[derive(Debug)]
 pub struct AfXdpNic {
-    // Drop order: detach the program, then close the socket, then free the UMEM.
-    link: XdpLink,
-    program: XdpProgram,
+    // Drop order: release the program (detached with its last holder), then close the
+    // socket, then free the UMEM.
+    steering: Arc<Steering>,
     sock: XskSocket,
     umem: Umem,
     rxs: RxState,
@@ -181,12 +182,49 @@ fn link_info(ifname: &str) -> io::Result<(usize, [u8; 6])> {
     Ok((mtu, mac))
 }
 
+fn ifindex_of(ifname: &str) -> io::Result<u32> {
+    let name =
+        CString::new(ifname).map_err(|_| invalid(format!("bad interface name {ifname:?}")))?;
+    // SAFETY: `name` is a valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("interface {ifname}: {e}")));
+    }
+    Ok(ifindex)
+}
+
 impl AfXdpNic {
     /// Open queue `config.queue` of `config.ifname`: allocate the UMEM, bind the socket
     /// (zero-copy where allowed, else copy), load the steering program, register the socket
     /// in its XSKMAP and attach it (native where available, else generic), replacing a stale
     /// xwarp program if one is in the way.
     pub fn open(config: AfXdpConfig) -> io::Result<Self> {
+        Self::open_inner(config, None)
+    }
+
+    /// Open one more RX queue of an interface whose steering program is already attached
+    /// (multi-queue: one NIC per queue, all sharing `steering`, which must have been attached
+    /// to the same interface with room for `config.queue`). `config.mode`, `filter` and
+    /// `force_replace` are those of `steering` and ignored here.
+    pub fn open_shared(config: AfXdpConfig, steering: Arc<Steering>) -> io::Result<Self> {
+        Self::open_inner(config, Some(steering))
+    }
+
+    /// Attach the steering program of `config` to its interface with room for `queues` RX
+    /// queues, for use with [`AfXdpNic::open_shared`].
+    pub fn attach_steering(config: &AfXdpConfig, queues: u32) -> io::Result<Arc<Steering>> {
+        let ifindex = ifindex_of(&config.ifname)?;
+        Steering::attach(
+            ifindex,
+            &config.filter,
+            queues,
+            config.mode,
+            config.force_replace,
+        )
+    }
+
+    fn open_inner(config: AfXdpConfig, steering: Option<Arc<Steering>>) -> io::Result<Self> {
         let c = &config;
         if c.rx_batch == 0 || c.tx_batch == 0 {
             return Err(invalid("rx_batch and tx_batch must be at least 1".into()));
@@ -198,16 +236,23 @@ impl AfXdpNic {
             .rx_frames
             .checked_add(c.tx_frames)
             .ok_or_else(|| invalid("too many frames".into()))?;
-        let name = CString::new(c.ifname.as_str())
-            .map_err(|_| invalid(format!("bad interface name {:?}", c.ifname)))?;
-        // SAFETY: `name` is a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("interface {}: {e}", c.ifname),
-            ));
+        let ifindex = ifindex_of(&c.ifname)?;
+        if let Some(st) = &steering {
+            if st.link().ifindex() != ifindex {
+                return Err(invalid(format!(
+                    "steering program is attached to ifindex {}, not {} ({})",
+                    st.link().ifindex(),
+                    ifindex,
+                    c.ifname
+                )));
+            }
+            if c.queue >= st.queues() {
+                return Err(invalid(format!(
+                    "queue {} is outside the steering program's {} queues",
+                    c.queue,
+                    st.queues()
+                )));
+            }
         }
         let (l3_mtu, mac) = link_info(&c.ifname)?;
         let umem = Umem::new(total, c.chunk)?;
@@ -256,17 +301,18 @@ impl AfXdpNic {
             },
         };
 
-        let program = XdpProgram::load(&c.filter, c.queue + 1)?;
-        program.set_socket(c.queue, sock.fd())?;
-        let link = program.attach(ifindex, c.mode, c.force_replace)?;
+        let steering = match steering {
+            Some(st) => st,
+            None => Steering::attach(ifindex, &c.filter, c.queue + 1, c.mode, c.force_replace)?,
+        };
+        steering.program().set_socket(c.queue, sock.fd())?;
 
         let chunk = u64::from(c.chunk.bytes());
         let rx_free: Vec<u64> = (0..c.rx_frames).map(|i| umem.frame_addr(i)).collect();
         let tx_free: Vec<u64> = (c.rx_frames..total).map(|i| umem.frame_addr(i)).collect();
         let max_frame = c.chunk.max_frame_size();
         let mut nic = AfXdpNic {
-            link,
-            program,
+            steering,
             sock,
             umem,
             rxs: RxState {
@@ -308,7 +354,7 @@ impl AfXdpNic {
 
     /// `true` if the XDP program runs in native (driver) mode.
     pub fn is_native(&self) -> bool {
-        self.link.is_native()
+        self.steering.link().is_native()
     }
 
     /// `true` if the socket is bound in zero-copy mode.
@@ -318,12 +364,17 @@ impl AfXdpNic {
 
     /// Id of the attached steering program (as `ip link` shows it).
     pub fn program_id(&self) -> u32 {
-        self.program.id()
+        self.steering.program().id()
     }
 
     /// The loaded steering program (e.g. to test-run frames against it).
     pub fn program(&self) -> &XdpProgram {
-        &self.program
+        self.steering.program()
+    }
+
+    /// The shared steering attachment (clone it for [`AfXdpNic::open_shared`]).
+    pub fn steering(&self) -> &Arc<Steering> {
+        &self.steering
     }
 
     /// The kernel's counters for this socket.
@@ -591,8 +642,8 @@ impl Backend for AfXdpNic {
 
 impl Drop for AfXdpNic {
     fn drop(&mut self) {
-        // Stop steering to this socket before it closes; the link itself detaches when
-        // `self.link` drops (first field).
-        let _ = self.program.clear_socket(self.sock.queue());
+        // Stop steering to this socket before it closes; the program detaches when the last
+        // NIC sharing it drops (first field).
+        let _ = self.steering.program().clear_socket(self.sock.queue());
     }
 }

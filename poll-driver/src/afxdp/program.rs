@@ -541,6 +541,53 @@ impl Drop for XdpLink {
     }
 }
 
+/// A steering program attached to one interface, shared by the [`crate::afxdp::AfXdpNic`]s
+/// of its RX queues (one XSK per queue, all in the program's XSKMAP). The program is
+/// detached when the last holder drops it.
+#[derive(Debug)]
+pub struct Steering {
+    // Drop order: detach first, then close the program and its map.
+    link: XdpLink,
+    program: XdpProgram,
+    queues: u32,
+}
+
+impl Steering {
+    /// Load the program for `filter` with room for `queues` RX queues and attach it to
+    /// `ifindex` (see [`XdpProgram::attach`] for `mode` and `force`).
+    pub fn attach(
+        ifindex: u32,
+        filter: &SteeringFilter,
+        queues: u32,
+        mode: XdpMode,
+        force: bool,
+    ) -> io::Result<std::sync::Arc<Self>> {
+        let queues = queues.max(1);
+        let program = XdpProgram::load(filter, queues)?;
+        let link = program.attach(ifindex, mode, force)?;
+        Ok(std::sync::Arc::new(Steering {
+            link,
+            program,
+            queues,
+        }))
+    }
+
+    /// The loaded program.
+    pub fn program(&self) -> &XdpProgram {
+        &self.program
+    }
+
+    /// The attachment.
+    pub fn link(&self) -> &XdpLink {
+        &self.link
+    }
+
+    /// Number of RX queues the XSKMAP has room for.
+    pub fn queues(&self) -> u32 {
+        self.queues
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
