@@ -330,8 +330,8 @@ impl<B, S> EngineHandle<B, S> {
         self.doorbell.clone()
     }
 
-    /// Counters as last published (at most ~1000 iterations old while busy, exact
-    /// whenever the engine sleeps).
+    /// Counters as last published: on every sleep, on every wakeup (before the work that
+    /// the wakeup brought is done) and every 1024 iterations while busy.
     pub fn stats(&self) -> EngineStats {
         self.stats.snapshot()
     }
@@ -511,6 +511,7 @@ impl LoopCtx {
             if !readable[0] && !readable[1] {
                 st.wakeups_timeout += 1;
             }
+            self.stats.publish(st);
             idle_iters = 0;
             idle_since = None;
         }
