@@ -758,16 +758,19 @@ impl QueuePair {
                 let chunk = (rr.size - *sent).min((max_ulpdu - TAGGED_HEADER_LEN) as u32);
                 let last = *sent + chunk == rr.size;
                 let src = rr.src_to.wrapping_add(u64::from(*sent));
-                let data = res
-                    .stags
-                    .check(
-                        Stag(rr.src_stag),
-                        pd,
-                        src,
-                        u64::from(chunk),
-                        Access::REMOTE_READ,
-                    )
-                    .and_then(|o| res.stags.read(Stag(rr.src_stag), o, chunk as usize));
+                let data = if chunk == 0 {
+                    Ok(&[][..])
+                } else {
+                    res.stags
+                        .check(
+                            Stag(rr.src_stag),
+                            pd,
+                            src,
+                            u64::from(chunk),
+                            Access::REMOTE_READ,
+                        )
+                        .and_then(|o| res.stags.read(Stag(rr.src_stag), o, chunk as usize))
+                };
                 let data = match data {
                     Ok(d) => d,
                     Err(e) => {
@@ -1385,13 +1388,20 @@ impl QueuePair {
             );
             return;
         }
-        if let Err(e) = res.stags.check(
-            Stag(req.src_stag),
-            self.cfg.pd,
-            req.src_to,
-            u64::from(req.size),
-            Access::REMOTE_READ,
-        ) {
+        // A zero-length Read moves no data, so its source is not validated (it is one of
+        // the MPA v2 RTR forms, iwarp-wire.md §1.5).
+        if let Err(e) = (req.size > 0)
+            .then(|| {
+                res.stags.check(
+                    Stag(req.src_stag),
+                    self.cfg.pd,
+                    req.src_to,
+                    u64::from(req.size),
+                    Access::REMOTE_READ,
+                )
+            })
+            .transpose()
+        {
             self.fail_with(rdmap_protection(e), &seg.raw, seg.ulpdu_len, rr);
             return;
         }

@@ -557,3 +557,15 @@ fn llp_error_terminate_from_outside() {
     assert_eq!(b.next_segment(1500).unwrap(), expect);
     assert_eq!(b.qp.state(), QpState::Error);
 }
+
+#[test]
+fn rfc5040_zero_length_read_request_needs_no_source_check() {
+    // Zero-length Read RTR (iwarp-wire.md §1.5): any source STag, one empty Response.
+    let mut b = setup(1);
+    b.deliver(&read_request(1, 0, 0, 0));
+    assert_eq!(b.qp.state(), QpState::Rts);
+    assert_eq!(
+        b.drain_segments(1500),
+        vec![tagged(0xc1, 0x42, 0xabc01, 0x9_0000, &[])]
+    );
+}
