@@ -140,6 +140,12 @@ impl VethPair {
     /// `10.88.<net>.1/24` (A) and `.2/24` (B), both up. `net` picks the /24, so a test can
     /// tell its addresses apart in captures; namespaces isolate them anyway.
     pub fn new(net: u8) -> io::Result<Self> {
+        Self::with_queues(net, 1)
+    }
+
+    /// [`VethPair::new`] with `queues` TX and RX queues on each end (multi-queue tests).
+    pub fn with_queues(net: u8, queues: u32) -> io::Result<Self> {
+        let q = queues.max(1).to_string();
         let a = NetNs::new("a")?;
         let b = NetNs::new("b")?;
         let if_a = "veth-a".to_string();
@@ -149,9 +155,9 @@ impl VethPair {
             "add",
             &if_a,
             "numtxqueues",
-            "1",
+            &q,
             "numrxqueues",
-            "1",
+            &q,
             "type",
             "veth",
             "peer",
@@ -160,9 +166,9 @@ impl VethPair {
             "netns",
             b.name(),
             "numtxqueues",
-            "1",
+            &q,
             "numrxqueues",
-            "1",
+            &q,
         ])?;
         let addr_a = Ipv4Addr::new(10, 88, net, 1);
         let addr_b = Ipv4Addr::new(10, 88, net, 2);

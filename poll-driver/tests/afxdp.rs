@@ -1271,3 +1271,131 @@ fn link_is_detached_when_the_process_is_killed() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+// ---- multi-queue: one NIC per RX queue sharing one steering program ----
+
+#[test]
+fn two_queues_share_one_program_and_all_flows_reach_the_engine() {
+    require_root_and_afxdp!();
+    const FLOWS: u16 = 32;
+    const PER_FLOW: u32 = 8;
+    let pair = VethPair::with_queues(8, 2).expect("namespaces and 2-queue veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, 8, 10);
+    let mac_a = mac_of(&pair.a, "veth-a");
+    pair.b
+        .ip(&[
+            "neigh",
+            "replace",
+            &engine_ip.to_string(),
+            "lladdr",
+            &mac_a
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+            "dev",
+            "veth-b",
+        ])
+        .unwrap();
+    pair.b
+        .run(|| netns::set_tx_checksum_offload("veth-b", false))
+        .unwrap()
+        .unwrap();
+
+    let (ready_tx, ready_rx) = mpsc::channel::<u32>();
+    let (done_tx, done_rx) = mpsc::channel::<u32>();
+    let pair = &pair;
+    std::thread::scope(|s| {
+        let engine = s.spawn(move || {
+            pair.a
+                .run(move || {
+                    let cfg = |queue| {
+                        let mut c = AfXdpConfig::new(
+                            "veth-a",
+                            SteeringFilter::new(vec![engine_ip], vec![]),
+                        );
+                        c.mode = XdpMode::Native;
+                        c.queue = queue;
+                        c.rx_frames = 512;
+                        c.tx_frames = 64;
+                        c
+                    };
+                    let steering = AfXdpNic::attach_steering(&cfg(0), 2).expect("attach");
+                    let mut nics = [
+                        AfXdpNic::open_shared(cfg(0), steering.clone()).expect("queue 0"),
+                        AfXdpNic::open_shared(cfg(1), steering.clone()).expect("queue 1"),
+                    ];
+                    // A queue beyond the XSKMAP is refused, not a panic.
+                    assert!(AfXdpNic::open_shared(cfg(2), steering.clone()).is_err());
+                    drop(steering);
+                    ready_tx.send(nics[0].program_id()).unwrap();
+                    let mut per_queue = [0u32; 2];
+                    let mut seen = std::collections::HashSet::new();
+                    let mut expected = None;
+                    let give_up = Instant::now() + Duration::from_secs(20);
+                    let now = smoltcp::time::Instant::now();
+                    while Instant::now() < give_up {
+                        for (q, nic) in nics.iter_mut().enumerate() {
+                            nic.poll_rx().unwrap();
+                            while let Some((rx, _)) = nic.receive(now) {
+                                if let Some(p) = rx.consume(|f| parse_udp(f, engine_ip, 9001)) {
+                                    let seq = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                                    assert_eq!(p, udp_payload(seq));
+                                    assert!(seen.insert(seq), "duplicate {seq}");
+                                    per_queue[q] += 1;
+                                }
+                            }
+                        }
+                        if expected.is_none() {
+                            expected = done_rx.try_recv().ok();
+                        }
+                        if expected.is_some_and(|n| seen.len() as u32 >= n) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    let [n0, n1] = nics;
+                    drop(n0);
+                    // The program stays while queue 1 still uses it.
+                    let still = netlink::xdp_attachment(ifindex("veth-a")).unwrap();
+                    drop(n1);
+                    let after = netlink::xdp_attachment(ifindex("veth-a")).unwrap();
+                    (per_queue, seen.len() as u32, expected, still, after)
+                })
+                .expect("enter namespace A")
+        });
+        let prog_id = ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let shown = pair.a.ip(&["link", "show", "dev", "veth-a"]).unwrap();
+        assert!(shown.contains(&format!("id {prog_id}")), "{shown}");
+        pair.b
+            .run(move || {
+                let mut sent = 0;
+                for flow in 0..FLOWS {
+                    let sock = UdpSocket::bind((pair.addr_b, 20000 + flow)).unwrap();
+                    for i in 0..PER_FLOW {
+                        let seq = u32::from(flow) * PER_FLOW + i;
+                        sock.send_to(&udp_payload(seq), (engine_ip, 9001)).unwrap();
+                        sent += 1;
+                    }
+                }
+                done_tx.send(sent).unwrap();
+            })
+            .expect("enter namespace B");
+        let (per_queue, got, expected, still, after) = engine.join().unwrap();
+        eprintln!("frames per RX queue: {per_queue:?}");
+        assert_eq!(
+            Some(got),
+            expected,
+            "every datagram reached one of the two NICs"
+        );
+        assert_eq!(
+            still.drv, prog_id,
+            "program kept while a queue still uses it"
+        );
+        assert!(
+            after.is_empty(),
+            "program detached with the last NIC: {after:?}"
+        );
+    });
+}
