@@ -243,6 +243,127 @@ fn be64(b: &[u8]) -> u64 {
     u64::from_be_bytes(a)
 }
 
+mod field {
+    pub const CTRL: usize = 0;
+    pub const RSVD_ULP: usize = 1;
+    pub const STAG: core::ops::Range<usize> = 2..6;
+    pub const TO: core::ops::Range<usize> = 6..14;
+    pub const RSVD_ULP_EXT: core::ops::Range<usize> = 2..6;
+    pub const QN: core::ops::Range<usize> = 6..10;
+    pub const MSN: core::ops::Range<usize> = 10..14;
+    pub const MO: core::ops::Range<usize> = 14..18;
+}
+
+/// A zero-copy view of a DDP segment (header + payload) in a buffer, smoltcp style.
+/// Tagged-only getters (`stag`, `to`) and untagged-only getters (`qn`, `msn`, `mo`,
+/// `rsvd_ulp_ext`) return `None` for the other model.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wrap `buffer` without checks (getters may panic on short buffers; prefer
+    /// [`Packet::new_checked`]).
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+
+    /// Wrap `buffer`, checking that it holds the whole header its T bit announces.
+    /// The DDP version is not checked here (see [`SegmentHeader::parse`]).
+    pub fn new_checked(buffer: T) -> Result<Self, SegmentError> {
+        let b = buffer.as_ref();
+        let first = *b.first().ok_or(SegmentError::Truncated)?;
+        if b.len() < header_len(first) {
+            return Err(SegmentError::Truncated);
+        }
+        Ok(Packet { buffer })
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// T bit.
+    pub fn tagged(&self) -> bool {
+        self.b()[field::CTRL] & FLAG_TAGGED != 0
+    }
+
+    /// L bit.
+    pub fn last(&self) -> bool {
+        self.b()[field::CTRL] & FLAG_LAST != 0
+    }
+
+    /// DV field.
+    pub fn version(&self) -> u8 {
+        self.b()[field::CTRL] & MASK_VERSION
+    }
+
+    /// First RsvdULP byte (RDMAP control).
+    pub fn rsvd_ulp(&self) -> u8 {
+        self.b()[field::RSVD_ULP]
+    }
+
+    /// Header length (14 or 18).
+    pub fn header_len(&self) -> usize {
+        header_len(self.b()[field::CTRL])
+    }
+
+    /// STag (tagged only).
+    pub fn stag(&self) -> Option<u32> {
+        self.tagged().then(|| be32(&self.b()[field::STAG]))
+    }
+
+    /// Tagged offset (tagged only).
+    pub fn to(&self) -> Option<u64> {
+        self.tagged().then(|| be64(&self.b()[field::TO]))
+    }
+
+    /// RsvdULP bytes 1..5 (untagged only).
+    pub fn rsvd_ulp_ext(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be32(&self.b()[field::RSVD_ULP_EXT]))
+    }
+
+    /// QN (untagged only).
+    pub fn qn(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be32(&self.b()[field::QN]))
+    }
+
+    /// MSN (untagged only).
+    pub fn msn(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be32(&self.b()[field::MSN]))
+    }
+
+    /// MO (untagged only).
+    pub fn mo(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be32(&self.b()[field::MO]))
+    }
+
+    /// The bytes after the header.
+    pub fn payload(&self) -> &[u8] {
+        &self.b()[self.header_len()..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Mutable payload bytes.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let h = self.header_len();
+        &mut self.buffer.as_mut()[h..]
+    }
+
+    /// Set or clear the L bit.
+    pub fn set_last(&mut self, last: bool) {
+        let b = &mut self.buffer.as_mut()[field::CTRL];
+        *b = (*b & !FLAG_LAST) | if last { FLAG_LAST } else { 0 };
+    }
+}
+
 /// Terminate EType values of layer 1 (DDP) (RFC 5041 §7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -414,6 +535,46 @@ mod tests {
         h2.emit(&mut out).unwrap();
         assert_eq!(out[0], 0x01);
         assert_eq!(UntaggedHeader::parse(&out).unwrap(), h2);
+    }
+
+    #[test]
+    fn packet_view_reads_fields_in_place() {
+        let mut bytes = [0u8; 22];
+        UntaggedHeader {
+            last: false,
+            rsvd_ulp: 0x44,
+            rsvd_ulp_ext: 0x101,
+            qn: 0,
+            msn: 7,
+            mo: 9,
+        }
+        .emit(&mut bytes)
+        .unwrap();
+        let mut p = Packet::new_checked(&mut bytes[..]).unwrap();
+        assert!(!p.tagged() && !p.last());
+        assert_eq!(p.version(), 1);
+        assert_eq!(p.rsvd_ulp(), 0x44);
+        assert_eq!(
+            (p.rsvd_ulp_ext(), p.qn(), p.msn(), p.mo()),
+            (Some(0x101), Some(0), Some(7), Some(9))
+        );
+        assert_eq!((p.stag(), p.to()), (None, None));
+        p.payload_mut().copy_from_slice(b"abcd");
+        p.set_last(true);
+        assert_eq!(p.payload(), b"abcd");
+        assert_eq!(bytes[0], 0x41);
+        let t = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0xff];
+        let p = Packet::new_checked(&t[..]).unwrap();
+        assert_eq!((p.stag(), p.to(), p.qn()), (Some(1), Some(2), None));
+        assert_eq!(p.payload(), &[0xff]);
+        assert_eq!(
+            Packet::new_checked(&t[..13]).unwrap_err(),
+            SegmentError::Truncated
+        );
+        assert_eq!(
+            Packet::new_checked(&[][..]).unwrap_err(),
+            SegmentError::Truncated
+        );
     }
 
     #[test]
