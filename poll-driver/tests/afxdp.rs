@@ -1399,3 +1399,104 @@ fn two_queues_share_one_program_and_all_flows_reach_the_engine() {
         );
     });
 }
+
+// ---- the largest receivable frame is chunk - 256 ----
+
+#[test]
+fn frames_up_to_chunk_minus_256_arrive_and_one_byte_more_is_dropped() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(9).expect("namespaces and veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, 9, 10);
+    let mac_a = mac_of(&pair.a, "veth-a");
+    for (ns, dev) in [(&pair.a, "veth-a"), (&pair.b, "veth-b")] {
+        ns.ip(&["link", "set", "dev", dev, "mtu", "3000"]).unwrap();
+    }
+    pair.b
+        .ip(&[
+            "neigh",
+            "replace",
+            &engine_ip.to_string(),
+            "lladdr",
+            &mac_a
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+            "dev",
+            "veth-b",
+        ])
+        .unwrap();
+    pair.b
+        .run(|| netns::set_tx_checksum_offload("veth-b", false))
+        .unwrap()
+        .unwrap();
+    let (ready_tx, ready_rx) = mpsc::channel::<usize>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let pair = &pair;
+    std::thread::scope(|s| {
+        let engine = s.spawn(move || {
+            pair.a
+                .run(move || {
+                    let mut c =
+                        AfXdpConfig::new("veth-a", SteeringFilter::new(vec![engine_ip], vec![]));
+                    c.rx_frames = 64;
+                    c.tx_frames = 64;
+                    let mut nic = AfXdpNic::open(c).expect("open");
+                    let max = nic.max_frame_size();
+                    assert_eq!(max, 2048 - 256);
+                    assert_eq!(
+                        nic.capabilities().max_transmission_unit,
+                        max,
+                        "MTU capped by the chunk, not the 3000-byte link MTU"
+                    );
+                    ready_tx.send(max).unwrap();
+                    let mut sizes = Vec::new();
+                    let give_up = Instant::now() + Duration::from_secs(10);
+                    let now = smoltcp::time::Instant::now();
+                    let mut done_at = None;
+                    while Instant::now() < give_up {
+                        nic.poll_rx().unwrap();
+                        while let Some((rx, _)) = nic.receive(now) {
+                            if let Some(p) =
+                                rx.consume(|f| parse_udp(f, engine_ip, 9001).map(|p| (p, f.len())))
+                            {
+                                sizes.push(p.1);
+                            }
+                        }
+                        if done_at.is_none() && done_rx.try_recv().is_ok() {
+                            done_at = Some(Instant::now());
+                        }
+                        if done_at.is_some_and(|t| t.elapsed() > Duration::from_millis(300)) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    (sizes, nic.xdp_statistics().unwrap())
+                })
+                .expect("enter namespace A")
+        });
+        let max = ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        pair.b
+            .run(move || {
+                let sock = UdpSocket::bind((pair.addr_b, 0)).unwrap();
+                // Ethernet 14 + IPv4 20 + UDP 8 + payload = frame length.
+                for frame_len in [max - 1, max, max + 1, max + 100] {
+                    sock.send_to(&vec![0x5a; frame_len - 42], (engine_ip, 9001))
+                        .unwrap();
+                }
+                done_tx.send(()).unwrap();
+            })
+            .expect("enter namespace B");
+        let (sizes, xs) = engine.join().unwrap();
+        assert_eq!(
+            sizes,
+            vec![max - 1, max],
+            "exactly the frames that fit arrived"
+        );
+        assert!(
+            xs.rx_dropped >= 2,
+            "oversized frames counted as drops: {xs:?}"
+        );
+    });
+}
