@@ -43,4 +43,7 @@ cargo test --workspace --release
 log "fuzz harness (short pass over every target)"
 cargo run --release -q -p xwarp-fuzz -- --all --seconds "${XWARP_FUZZ_SECONDS:-10}"
 
+log "kernel-siw interop suite (VM)"
+./interop/run.sh
+
 log "done"
