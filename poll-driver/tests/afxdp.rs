@@ -1500,3 +1500,23 @@ fn frames_up_to_chunk_minus_256_arrive_and_one_byte_more_is_dropped() {
         );
     });
 }
+
+// ---- netns cleanup ----
+
+#[test]
+fn namespaces_are_removed_when_a_test_panics() {
+    require_root_and_afxdp!();
+    let names = std::sync::Mutex::new(None);
+    let r = std::panic::catch_unwind(|| {
+        let pair = VethPair::new(10).expect("namespaces and veth pair");
+        *names.lock().unwrap() = Some((pair.a.name().to_string(), pair.b.name().to_string()));
+        pair.a
+            .run(|| panic!("deliberate panic inside namespace A"))
+            .unwrap();
+    });
+    assert!(r.is_err(), "the panic propagated out of NetNs::run");
+    let (a, b) = names.lock().unwrap().clone().expect("pair was created");
+    let list = netns::ip(&["netns", "list"]).unwrap();
+    assert!(!list.contains(&a) && !list.contains(&b), "{list}");
+    assert!(!std::path::Path::new(&format!("/run/netns/{a}")).exists());
+}
