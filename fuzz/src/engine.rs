@@ -33,7 +33,10 @@ impl Rng {
     }
 }
 
-const INTERESTING: &[u8] = &[0x00, 0x01, 0x02, 0x03, 0x04, 0x07, 0x0f, 0x10, 0x3f, 0x40, 0x41, 0x47, 0x7f, 0x80, 0x81, 0xc1, 0xfe, 0xff];
+const INTERESTING: &[u8] = &[
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x07, 0x0f, 0x10, 0x3f, 0x40, 0x41, 0x47, 0x7f, 0x80, 0x81, 0xc1,
+    0xfe, 0xff,
+];
 
 /// Apply between one and four random mutations to `data`.
 pub fn mutate(rng: &mut Rng, data: &mut Vec<u8>, corpus: &[Vec<u8>]) {
@@ -73,7 +76,8 @@ pub fn mutate(rng: &mut Rng, data: &mut Vec<u8>, corpus: &[Vec<u8>]) {
             _ if data.len() >= 2 => {
                 // Overwrite a big-endian 16-bit field with a boundary value (lengths, PD_Length).
                 let i = rng.below(data.len() - 1);
-                let v: u16 = [0, 1, 3, 4, 13, 14, 17, 18, 46, 256, 257, 512, 513, 0xffff][rng.below(14)];
+                let v: u16 =
+                    [0, 1, 3, 4, 13, 14, 17, 18, 46, 256, 257, 512, 513, 0xffff][rng.below(14)];
                 data[i..i + 2].copy_from_slice(&v.to_be_bytes());
             }
             _ => data.push(rng.next_u64() as u8),
@@ -108,7 +112,10 @@ pub fn fuzz(target: &Target, budget: Duration, seed: u64) -> Report {
     // Seeds themselves must pass first.
     for input in &corpus {
         if run_one(target, input).is_err() {
-            return Report { execs, crash: Some(input.clone()) };
+            return Report {
+                execs,
+                crash: Some(input.clone()),
+            };
         }
         execs += 1;
     }
@@ -124,7 +131,10 @@ pub fn fuzz(target: &Target, budget: Duration, seed: u64) -> Report {
             }
             mutate(&mut rng, &mut input, &corpus);
             if run_one(target, &input).is_err() {
-                return Report { execs, crash: Some(input) };
+                return Report {
+                    execs,
+                    crash: Some(input),
+                };
             }
             execs += 1;
         }

@@ -33,7 +33,10 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             "--all" => chosen.extend(targets::ALL.iter()),
-            "--target" => match args.get(i + 1).and_then(|n| targets::ALL.iter().find(|t| t.name == n)) {
+            "--target" => match args
+                .get(i + 1)
+                .and_then(|n| targets::ALL.iter().find(|t| t.name == n))
+            {
                 Some(t) => {
                     chosen.push(t);
                     i += 1;
@@ -65,11 +68,17 @@ fn main() -> ExitCode {
     for t in &chosen {
         let report = engine::fuzz(t, Duration::from_secs(seconds), seed);
         match report.crash {
-            None => println!("fuzz {:<12} ok      {:>10} execs in {} s", t.name, report.execs, seconds),
+            None => println!(
+                "fuzz {:<12} ok      {:>10} execs in {} s",
+                t.name, report.execs, seconds
+            ),
             Some(input) => {
                 let path = format!("fuzz-crash-{}.bin", t.name);
                 let _ = std::fs::write(&path, &input);
-                println!("fuzz {:<12} PANIC after {} execs; input saved to {path}", t.name, report.execs);
+                println!(
+                    "fuzz {:<12} PANIC after {} execs; input saved to {path}",
+                    t.name, report.execs
+                );
                 failed += 1;
             }
         }

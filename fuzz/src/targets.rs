@@ -12,9 +12,21 @@ use xwarp_ddp::mpa::{
 
 /// Every target, in the order `--all` runs them.
 pub static ALL: &[Target] = &[
-    Target { name: "mpa-frame", corpus: frame_corpus, run: run_frame },
-    Target { name: "mpa-negotiator", corpus: frame_corpus, run: run_negotiator },
-    Target { name: "fpdu", corpus: fpdu_corpus, run: run_fpdu },
+    Target {
+        name: "mpa-frame",
+        corpus: frame_corpus,
+        run: run_frame,
+    },
+    Target {
+        name: "mpa-negotiator",
+        corpus: frame_corpus,
+        run: run_negotiator,
+    },
+    Target {
+        name: "fpdu",
+        corpus: fpdu_corpus,
+        run: run_fpdu,
+    },
 ];
 
 fn frame_corpus() -> Vec<Vec<u8>> {
@@ -29,9 +41,18 @@ fn frame_corpus() -> Vec<Vec<u8>> {
     v.push(hdr(b"MPA ID Req Frame", &[0x10, 2, 0, 4, 0, 1, 0, 1]));
     v.push(hdr(b"MPA ID Rep Frame", &[0x10, 2, 0, 4, 0, 1, 0, 1]));
     v.push(hdr(b"MPA ID Req Frame", &[0x50, 2, 0, 4, 0, 1, 0, 1]));
-    v.push(hdr(b"MPA ID Req Frame", &[0x40, 1, 0, 5, b'h', b'e', b'l', b'l', b'o']));
-    v.push(hdr(b"MPA ID Rep Frame", &[0x30, 2, 0, 6, 0, 1, 0, 1, b'n', b'o']));
-    v.push(hdr(b"MPA ID Req Frame", &[0x10, 2, 0, 4, 0x80, 0x20, 0x40, 0x01]));
+    v.push(hdr(
+        b"MPA ID Req Frame",
+        &[0x40, 1, 0, 5, b'h', b'e', b'l', b'l', b'o'],
+    ));
+    v.push(hdr(
+        b"MPA ID Rep Frame",
+        &[0x30, 2, 0, 6, 0, 1, 0, 1, b'n', b'o'],
+    ));
+    v.push(hdr(
+        b"MPA ID Req Frame",
+        &[0x10, 2, 0, 4, 0x80, 0x20, 0x40, 0x01],
+    ));
     v
 }
 
@@ -51,7 +72,9 @@ fn run_frame(input: &[u8]) {
 fn run_negotiator(input: &[u8]) {
     let now = Instant::now();
     // The first byte picks the role and how the input is split.
-    let Some((&sel, rest)) = input.split_first() else { return };
+    let Some((&sel, rest)) = input.split_first() else {
+        return;
+    };
     let mut n = if sel & 1 == 0 {
         match Negotiator::responder(ResponderConfig::default(), now) {
             Ok(n) => n,
@@ -93,10 +116,17 @@ fn fpdu_corpus() -> Vec<Vec<u8>> {
         let send: &[u8] = &[0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0];
         let write: &[u8] = &[0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
         let mut rreq = vec![0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0];
-        rreq.extend_from_slice(&[0, 0, 1, 1, 0, 0, 0x55, 0xd0, 0xe0, 0xa0, 0xb0, 0, 0, 0, 0, 0x40]);
+        rreq.extend_from_slice(&[
+            0, 0, 1, 1, 0, 0, 0x55, 0xd0, 0xe0, 0xa0, 0xb0, 0, 0, 0, 0, 0x40,
+        ]);
         rreq.extend_from_slice(&[0, 0, 2, 3, 0, 0, 0x55, 0x9d, 0x4c, 0x2a, 0x10, 0]);
         let big = vec![0xabu8; 1500];
-        for parts in [vec![send, b"hello"], vec![write], vec![&rreq[..]], vec![send, &big[..]]] {
+        for parts in [
+            vec![send, b"hello"],
+            vec![write],
+            vec![&rreq[..]],
+            vec![send, &big[..]],
+        ] {
             if let Ok(bytes) = enc.encode_to_vec(&parts) {
                 stream.extend_from_slice(&bytes);
             }
@@ -107,7 +137,9 @@ fn fpdu_corpus() -> Vec<Vec<u8>> {
 }
 
 fn run_fpdu(input: &[u8]) {
-    let Some((&sel, rest)) = input.split_first() else { return };
+    let Some((&sel, rest)) = input.split_first() else {
+        return;
+    };
     let mut parser = FpduParser::new(sel & 1 != 0, sel & 2 != 0);
     let step = 1 + (sel as usize >> 2) % 64;
     let mut announced = 0usize;
@@ -122,7 +154,10 @@ fn run_fpdu(input: &[u8]) {
                 }
                 Ok(Some(FpduEvent::Payload(p))) => {
                     seen += p.len();
-                    assert!(seen <= announced, "parser handed out more payload than announced");
+                    assert!(
+                        seen <= announced,
+                        "parser handed out more payload than announced"
+                    );
                 }
                 Ok(Some(FpduEvent::End)) => assert_eq!(seen, announced),
                 Ok(None) | Err(_) => break,

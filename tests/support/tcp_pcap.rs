@@ -58,7 +58,12 @@ impl TcpPcap {
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&65535u32.to_le_bytes());
         out.extend_from_slice(&1u32.to_le_bytes());
-        let mut p = TcpPcap { out, seq: [1000, 5000], ports: [a_port, b_port], usec: 0 };
+        let mut p = TcpPcap {
+            out,
+            seq: [1000, 5000],
+            ports: [a_port, b_port],
+            usec: 0,
+        };
         p.segment(Dir::AtoB, 0x02, &[]); // SYN
         p.segment(Dir::BtoA, 0x12, &[]); // SYN-ACK
         p.segment(Dir::AtoB, 0x10, &[]); // ACK
@@ -85,7 +90,11 @@ impl TcpPcap {
             Dir::AtoB => (0, 1),
             Dir::BtoA => (1, 0),
         };
-        let (smac, dmac, sip, dip) = if s == 0 { (MAC_A, MAC_B, IP_A, IP_B) } else { (MAC_B, MAC_A, IP_B, IP_A) };
+        let (smac, dmac, sip, dip) = if s == 0 {
+            (MAC_A, MAC_B, IP_A, IP_B)
+        } else {
+            (MAC_B, MAC_A, IP_B, IP_A)
+        };
         let mut tcp = Vec::with_capacity(20 + payload.len());
         tcp.extend_from_slice(&self.ports[s].to_be_bytes());
         tcp.extend_from_slice(&self.ports[d].to_be_bytes());
@@ -124,8 +133,10 @@ impl TcpPcap {
         self.usec += 10;
         self.out.extend_from_slice(&1u32.to_le_bytes());
         self.out.extend_from_slice(&self.usec.to_le_bytes());
-        self.out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.out
+            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.out
+            .extend_from_slice(&(frame.len() as u32).to_le_bytes());
         self.out.write_all(&frame).expect("write to Vec");
 
         let advance = payload.len() as u32 + u32::from(flags & 0x03 != 0); // SYN/FIN count one
