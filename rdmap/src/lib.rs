@@ -14,11 +14,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod conn;
 pub mod mem;
 pub mod qp;
 pub mod verbs;
 pub mod wire;
 
+pub use conn::{ConnConfig, ConnError, ConnEvent, Connection};
 pub use mem::{Access, MemError, PdId, RegionMemory, Stag, StagTable};
 pub use qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
 pub use verbs::{
