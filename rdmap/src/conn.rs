@@ -209,6 +209,7 @@ pub struct Connection {
     close_when_flushed: bool,
     closed_emitted: bool,
     last_terminate: Option<Terminate>,
+    dying: bool,
     errors: u32,
     last_error: Option<ConnError>,
     events: VecDeque<ConnEvent>,
@@ -281,6 +282,7 @@ impl Connection {
             close_when_flushed: false,
             closed_emitted: false,
             last_terminate: None,
+            dying: false,
             errors: 0,
             last_error: None,
             events: VecDeque::new(),
@@ -537,6 +539,7 @@ impl Connection {
                 }
             }
             self.pump_qp();
+            self.maybe_die();
         }
     }
 
@@ -592,6 +595,7 @@ impl Connection {
             }
         }
         self.pump_qp();
+        self.maybe_die();
         self.check_closed();
         out.len() - start
     }
@@ -755,8 +759,11 @@ impl Connection {
                 QpEvent::TerminateQueued(t) => {
                     self.last_terminate = Some(t);
                     // An LLP error was already reported by llp_error.
-                    if t.layer != 2 {
-                        self.fail(ConnError::LocalTerminate(t));
+                    if t.layer != 2 && self.phase != Phase::Dead {
+                        self.record_error(ConnError::LocalTerminate(t));
+                        // Tear down once the current FPDU is complete: a Responder may
+                        // send the Terminate only if that first FPDU proves intact.
+                        self.dying = true;
                     }
                 }
                 QpEvent::TerminateSent => {
@@ -769,6 +776,14 @@ impl Connection {
                     self.fail(ConnError::LocalTerminate(t));
                 }
             }
+        }
+    }
+
+    fn maybe_die(&mut self) {
+        let between_fpdus = self.parser.as_ref().is_none_or(|p| p.is_idle());
+        if self.dying && (self.tx_gate_open || between_fpdus) {
+            self.dying = false;
+            self.die();
         }
     }
 
@@ -787,10 +802,14 @@ impl Connection {
         if self.phase == Phase::Dead && self.closed_emitted {
             return;
         }
+        self.record_error(e);
+        self.die();
+    }
+
+    fn record_error(&mut self, e: ConnError) {
         self.errors += 1;
         self.last_error = Some(e.clone());
         self.events.push_back(ConnEvent::Error(e));
-        self.die();
     }
 
     /// Tear down: no more input, flush work (after a queued Terminate went out), report
