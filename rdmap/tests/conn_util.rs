@@ -3,7 +3,11 @@
 //! random points. Included with `#[path]` by the tests that use it.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Orders transmissions of all peers (for captures).
+static TX_CLOCK: AtomicU64 = AtomicU64::new(0);
 
 use xwarp_ddp::mpa::AcceptParams;
 use xwarp_rdmap::conn::{ConnConfig, ConnEvent, Connection};
@@ -39,6 +43,8 @@ pub struct Peer {
     pub res: Resources,
     pub pd: PdId,
     pub sent: Vec<u8>,
+    /// Every non-empty transmit burst with its global order stamp.
+    pub chunks: Vec<(u64, Vec<u8>)>,
     pub events: Vec<ConnEvent>,
     pub closed_tcp: bool,
 }
@@ -70,6 +76,7 @@ impl Peer {
             res,
             pd,
             sent: Vec::new(),
+            chunks: Vec::new(),
             events: Vec::new(),
             closed_tcp: false,
         }
@@ -105,9 +112,18 @@ impl Peer {
         v
     }
 
+    /// Everything the connection has to send now; each poll_transmit burst is also
+    /// recorded in `chunks`.
     pub fn transmit(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
-        while self.conn.poll_transmit(&self.res, &mut out) > 0 {}
+        loop {
+            let start = out.len();
+            if self.conn.poll_transmit(&self.res, &mut out) == 0 {
+                break;
+            }
+            let t = TX_CLOCK.fetch_add(1, Ordering::Relaxed);
+            self.chunks.push((t, out[start..].to_vec()));
+        }
         self.sent.extend_from_slice(&out);
         out
     }
