@@ -1,0 +1,735 @@
+//! rping — rdma-core's `rping` (librdmacm/examples/rping.c) on the xwarp iWARP stack.
+//!
+//! Same command line and the same wire behaviour (iwarp-wire.md §5.2), so it interoperates
+//! with rdma-core `rping` on a kernel soft-iWARP (siw) peer in either role:
+//!
+//! ```text
+//! rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P] [-q]
+//! rping -c [-vVd] [-S size] [-C count]  -a addr  [-p port]
+//! ```
+//!
+//! One iteration: the client Sends `{start_buf VA, rkey, size}` (16 bytes, big-endian);
+//! the server RDMA-Reads `size` bytes of the client's start buffer, Sends 16 zero bytes
+//! ("go ahead"); the client Sends `{rdma_buf VA, rkey, size}`; the server RDMA-Writes its
+//! buffer into the client's and Sends again. `-V` compares the client's two buffers.
+//!
+//! Layering: the protocol runs in the sans-IO [`Connection`]; the bytes move through a
+//! [`Transport`] — here a kernel TCP socket ([`KernelTcp`], std::net). Swapping in the xwarp
+//! TCP engine means implementing [`Transport`] for it; [`Endpoint`] and the rping logic
+//! do not change.
+//!
+//! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`] is
+//! implemented for `Vec<u8>`). Its tagged offset (TO) is the address of the Vec's heap
+//! buffer, `vec.as_ptr() as u64`, a virtual-address-like value as rping uses with
+//! `ibv_reg_mr` (iwarp-wire.md §3.6). The heap buffer does not move when the Vec is boxed
+//! into the STag table, so the value stays a real address of the bytes, but the stack never
+//! dereferences it: placement goes through the STag table.
+//!
+//! Environment: `XWARP_MPA_CRC=1` makes the client request MPA CRC (the server always
+//! accepts CRC when the client asks). FPDUs are sized for an EMSS of 1448 bytes.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use xwarp::ddp::mpa::{AcceptParams, ConnectRequest};
+use xwarp::rdmap::conn::{ConnConfig, ConnEvent, Connection};
+use xwarp::rdmap::{
+    Access, Completion, CompletionStatus, PdId, QpConfig, RecvWr, Resources, RqConfig, SendOp,
+    SendWr, Sge, Stag, WcOpcode,
+};
+
+/// rping's default port.
+const DEFAULT_PORT: u16 = 7174;
+/// Size of `struct rping_rdma_info`.
+const INFO_LEN: usize = 16;
+/// Give up when nothing at all happens for this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rping",
+    about = "RDMA ping-pong over xwarp iWARP (rdma-core rping compatible)",
+    disable_version_flag = true
+)]
+struct Opts {
+    /// Server mode.
+    #[arg(short = 's', conflicts_with = "client")]
+    server: bool,
+    /// Client mode.
+    #[arg(short = 'c')]
+    client: bool,
+    /// Address: the server's bind address (default all), the client's destination.
+    #[arg(short = 'a')]
+    addr: Option<String>,
+    /// Port.
+    #[arg(short = 'p', default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Iterations (0 = until interrupted).
+    #[arg(short = 'C', default_value_t = 0)]
+    count: u64,
+    /// Buffer size, 26..=65535.
+    #[arg(short = 'S', default_value_t = 64, value_parser = clap::value_parser!(u32).range(26..=65535))]
+    size: u32,
+    /// Print the ping data.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Validate the ping data (client).
+    #[arg(short = 'V')]
+    validate: bool,
+    /// Debug output.
+    #[arg(short = 'd')]
+    debug: bool,
+    /// Persistent server: accept connections one after another.
+    #[arg(short = 'P')]
+    persistent: bool,
+    /// Server: accept with explicit IRD/ORD 1/1 instead of mirroring the client's.
+    #[arg(short = 'q')]
+    explicit_ird_ord: bool,
+}
+
+// ---------------------------------------------------------------------- transport
+
+/// A reliable byte stream the [`Endpoint`] runs the iWARP connection over.
+pub trait Transport {
+    /// Sends all of `data`.
+    fn send_all(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Receives into `buf`, waiting at most `timeout`: `Ok(None)` on timeout, `Ok(Some(0))`
+    /// when the peer closed.
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
+    /// Closes our direction (FIN).
+    fn shutdown(&mut self);
+}
+
+/// A kernel TCP socket (std::net), with `TCP_NODELAY` like siw's sockets.
+pub struct KernelTcp(TcpStream);
+
+impl KernelTcp {
+    fn new(s: TcpStream) -> io::Result<KernelTcp> {
+        s.set_nodelay(true)?;
+        Ok(KernelTcp(s))
+    }
+}
+
+impl Transport for KernelTcp {
+    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.0.write_all(data)
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+        self.0
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        match self.0.read(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(Some(0)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.0.shutdown(Shutdown::Write);
+    }
+}
+
+// ------------------------------------------------------------------------ endpoint
+
+/// Why waiting for a completion ended without one.
+#[derive(Debug)]
+enum WaitError {
+    /// The stream was closed (by the peer or after an error).
+    Disconnected(String),
+    /// A work request failed or nothing happened for too long.
+    Failed(String),
+}
+
+impl std::fmt::Display for WaitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitError::Disconnected(s) => write!(f, "disconnected: {s}"),
+            WaitError::Failed(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A [`Connection`], its memory, and the transport it runs over.
+struct Endpoint<T: Transport> {
+    conn: Connection,
+    res: Resources,
+    pd: PdId,
+    t: T,
+    rx: Vec<u8>,
+    tx: Vec<u8>,
+    cqes: VecDeque<Completion>,
+    request: Option<ConnectRequest>,
+    established: bool,
+    closed: bool,
+    tcp_closed: bool,
+    eof: bool,
+    problem: Option<String>,
+    debug: bool,
+}
+
+impl<T: Transport> Endpoint<T> {
+    fn new(conn: Connection, res: Resources, pd: PdId, t: T, debug: bool) -> Self {
+        Endpoint {
+            conn,
+            res,
+            pd,
+            t,
+            rx: vec![0; 256 * 1024],
+            tx: Vec::new(),
+            cqes: VecDeque::new(),
+            request: None,
+            established: false,
+            closed: false,
+            tcp_closed: false,
+            eof: false,
+            problem: None,
+            debug,
+        }
+    }
+
+    /// Registers a zeroed buffer of `len` bytes; returns its STag and TO (the heap address).
+    fn reg(&mut self, len: usize, access: Access) -> Result<(Stag, u64), String> {
+        let v = vec![0u8; len];
+        let va = v.as_ptr() as u64;
+        let stag = self
+            .res
+            .stags
+            .register(self.pd, access, va, Box::new(v))
+            .map_err(|e| format!("register: {e:?}"))?;
+        Ok((stag, va))
+    }
+
+    fn write_mem(&mut self, stag: Stag, data: &[u8]) -> Result<(), String> {
+        self.res
+            .stags
+            .write(stag, 0, data)
+            .map_err(|e| format!("buffer write: {e:?}"))
+    }
+
+    fn mem(&self, stag: Stag, len: usize) -> Vec<u8> {
+        self.res
+            .stags
+            .read(stag, 0, len)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    fn post_send(&mut self, wr_id: u64, op: SendOp, sge: Sge) -> Result<(), String> {
+        self.conn
+            .post_send(SendWr {
+                wr_id,
+                op,
+                sgl: vec![sge],
+                signaled: true,
+                fence: false,
+            })
+            .map_err(|e| format!("post_send: {e:?}"))
+    }
+
+    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), String> {
+        self.conn
+            .post_recv(RecvWr {
+                wr_id,
+                sgl: vec![sge],
+            })
+            .map_err(|e| format!("post_recv: {e:?}"))
+    }
+
+    /// One round: send what is pending, wait up to `wait` for input, process it, time and
+    /// events. Returns whether anything happened.
+    fn step(&mut self, wait: Duration) -> Result<bool, String> {
+        let mut progress = false;
+        loop {
+            self.tx.clear();
+            if self.conn.poll_transmit(&self.res, &mut self.tx) == 0 {
+                break;
+            }
+            progress = true;
+            if self.debug {
+                eprintln!("xwarp: send {} bytes", self.tx.len());
+            }
+            if let Err(e) = self.t.send_all(&self.tx) {
+                self.conn.handle_peer_closed();
+                self.eof = true;
+                if self.debug {
+                    eprintln!("xwarp: send failed: {e}");
+                }
+                break;
+            }
+        }
+        if self.conn.wants_close() && !self.tcp_closed {
+            self.tcp_closed = true;
+            self.t.shutdown();
+        }
+        if !self.eof {
+            let now = Instant::now();
+            let wait = match self.conn.poll_timeout() {
+                Some(t) => wait.min(t.saturating_duration_since(now)),
+                None => wait,
+            };
+            match self.t.recv(&mut self.rx, wait) {
+                Ok(None) => {}
+                Ok(Some(0)) | Err(_) => {
+                    self.eof = true;
+                    progress = true;
+                    if self.debug {
+                        eprintln!("xwarp: TCP closed by peer");
+                    }
+                    self.conn.handle_peer_closed();
+                }
+                Ok(Some(n)) => {
+                    progress = true;
+                    if let Err(e) =
+                        self.conn
+                            .handle_input(Instant::now(), &self.rx[..n], &mut self.res)
+                    {
+                        if self.debug {
+                            eprintln!("xwarp: input error: {e}");
+                        }
+                    }
+                }
+            }
+        } else if !wait.is_zero() {
+            std::thread::sleep(wait.min(Duration::from_millis(10)));
+        }
+        self.conn.handle_timeout(Instant::now());
+        while let Some(ev) = self.conn.poll_event() {
+            progress = true;
+            if self.debug {
+                eprintln!("xwarp: event {ev:?}");
+            }
+            match ev {
+                ConnEvent::ConnectRequest(r) => self.request = Some(r),
+                ConnEvent::Established(_) => self.established = true,
+                ConnEvent::Rejected { .. } => {
+                    self.problem.get_or_insert("connection rejected".into());
+                }
+                ConnEvent::TerminateReceived(t) => {
+                    self.problem
+                        .get_or_insert(format!("peer sent a Terminate: {:?}", t.best()));
+                }
+                ConnEvent::TerminateSent(t) => {
+                    self.problem.get_or_insert(format!(
+                        "we sent a Terminate: layer {} etype {} code {:#04x}",
+                        t.layer, t.etype, t.code
+                    ));
+                }
+                ConnEvent::Error(e) => {
+                    self.problem.get_or_insert(e.to_string());
+                }
+                ConnEvent::Closed => self.closed = true,
+            }
+        }
+        while let Some(c) = self.conn.poll_completion() {
+            progress = true;
+            self.cqes.push_back(c);
+        }
+        Ok(progress)
+    }
+
+    /// Runs until `done` says so, the stream closes, or nothing happens for too long.
+    fn run_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> Result<(), String> {
+        let mut idle_since = Instant::now();
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            if self.closed {
+                return Err(self
+                    .problem
+                    .clone()
+                    .unwrap_or_else(|| "connection closed".into()));
+            }
+            if self.step(Duration::from_millis(50))? {
+                idle_since = Instant::now();
+            } else if idle_since.elapsed() > IDLE_TIMEOUT {
+                return Err("timed out: no progress".into());
+            }
+        }
+    }
+
+    /// Waits for the next completion of `opcode`; any failed completion is an error.
+    fn wait_cqe(&mut self, opcode: WcOpcode) -> Result<Completion, WaitError> {
+        let mut idle_since = Instant::now();
+        loop {
+            // The first completion of `opcode`, unless a failed one comes before it.
+            let hit = self
+                .cqes
+                .iter()
+                .position(|c| c.opcode == opcode || c.status != CompletionStatus::Success);
+            if let Some(c) = hit.and_then(|i| self.cqes.remove(i)) {
+                if c.status == CompletionStatus::Success {
+                    return Ok(c);
+                }
+                let msg = format!("{:?} completion failed: {:?}", c.opcode, c.status);
+                return Err(if c.status == CompletionStatus::WrFlushError {
+                    WaitError::Disconnected(self.problem.clone().unwrap_or(msg))
+                } else {
+                    WaitError::Failed(msg)
+                });
+            }
+            if self.closed {
+                return Err(WaitError::Disconnected(
+                    self.problem
+                        .clone()
+                        .unwrap_or_else(|| "connection closed".into()),
+                ));
+            }
+            match self.step(Duration::from_millis(50)) {
+                Ok(true) => idle_since = Instant::now(),
+                Ok(false) if idle_since.elapsed() > IDLE_TIMEOUT => {
+                    return Err(WaitError::Failed(format!(
+                        "timed out waiting for {opcode:?}"
+                    )))
+                }
+                Ok(false) => {}
+                Err(e) => return Err(WaitError::Failed(e)),
+            }
+        }
+    }
+
+    /// Graceful disconnect: drain, FIN, then wait a little for the peer's FIN.
+    fn disconnect(&mut self) {
+        self.conn.close();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !(self.tcp_closed && self.eof) && Instant::now() < deadline {
+            if self.step(Duration::from_millis(20)).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+// --------------------------------------------------------------------------- rping
+
+fn info(buf: u64, rkey: Stag, size: u32) -> [u8; INFO_LEN] {
+    let mut b = [0u8; INFO_LEN];
+    b[..8].copy_from_slice(&buf.to_be_bytes());
+    b[8..12].copy_from_slice(&rkey.0.to_be_bytes());
+    b[12..].copy_from_slice(&size.to_be_bytes());
+    b
+}
+
+fn parse_info(b: &[u8]) -> (u64, Stag, u32) {
+    let mut buf = [0u8; 8];
+    buf.copy_from_slice(&b[..8]);
+    let mut rkey = [0u8; 4];
+    rkey.copy_from_slice(&b[8..12]);
+    let mut size = [0u8; 4];
+    size.copy_from_slice(&b[12..16]);
+    (
+        u64::from_be_bytes(buf),
+        Stag(u32::from_be_bytes(rkey)),
+        u32::from_be_bytes(size),
+    )
+}
+
+/// rping's start buffer: `"rdma-ping-%d: "` then characters cycling from
+/// `65 + i % 58` through 122 back to 65, NUL-terminated.
+fn pattern(i: u64, size: usize) -> Vec<u8> {
+    let mut v = format!("rdma-ping-{i}: ").into_bytes();
+    let mut c = 65 + (i % 58) as u8;
+    while v.len() < size.saturating_sub(1) {
+        v.push(c);
+        c += 1;
+        if c > 122 {
+            c = 65;
+        }
+    }
+    v.truncate(size.saturating_sub(1));
+    v.push(0);
+    v
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn qp_config(pd: PdId, ird: u32, ord: u32) -> QpConfig {
+    // rping: SQ 16, RQ 2, one SGE.
+    QpConfig {
+        pd,
+        ird,
+        ord,
+        sq_depth: 16,
+        rq: RqConfig::Own(2),
+    }
+}
+
+const RW: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
+
+fn client(o: &Opts) -> Result<(), String> {
+    let addr = o.addr.as_deref().ok_or("client needs -a address")?;
+    let target = (addr, o.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{addr}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let stream = TcpStream::connect(target).map_err(|e| format!("connect {target}: {e}"))?;
+    let t = KernelTcp::new(stream).map_err(|e| e.to_string())?;
+    let mut res = Resources::new();
+    let pd = res.stags.alloc_pd();
+    // rping client: responder_resources = initiator_depth = 1 (iwarp-wire.md §5.2).
+    let mut cfg = ConnConfig::new(qp_config(pd, 1, 1));
+    cfg.initiator.crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
+    let conn = Connection::initiator(cfg, Instant::now()).map_err(|e| e.to_string())?;
+    let mut ep = Endpoint::new(conn, res, pd, t, o.debug);
+    let size = o.size as usize;
+    let (start, start_va) = ep.reg(size, RW)?;
+    let (rdma, rdma_va) = ep.reg(size, RW)?;
+    let (send, send_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
+    let (recv, recv_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
+    let send_sge = Sge {
+        lkey: send,
+        addr: send_va,
+        len: INFO_LEN as u32,
+    };
+    let recv_sge = Sge {
+        lkey: recv,
+        addr: recv_va,
+        len: INFO_LEN as u32,
+    };
+    ep.post_recv(1, recv_sge)?;
+    ep.run_until(|e| e.established)?;
+    if o.debug {
+        eprintln!("xwarp: established {:?}", ep.conn.negotiated());
+    }
+    let mut i = 0u64;
+    while o.count == 0 || i < o.count {
+        let p = pattern(i, size);
+        ep.write_mem(start, &p)?;
+        ep.write_mem(send, &info(start_va, start, o.size))?;
+        ep.post_send(2, send_op(), send_sge)?;
+        // The server Reads our start buffer, then Sends "go ahead".
+        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
+        if c.byte_len as usize != INFO_LEN {
+            return Err(format!("Received bogus data, size {}", c.byte_len));
+        }
+        ep.post_recv(1, recv_sge)?;
+        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        ep.write_mem(send, &info(rdma_va, rdma, o.size))?;
+        ep.post_send(2, send_op(), send_sge)?;
+        // The server Writes into our rdma buffer, then Sends.
+        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
+        if c.byte_len as usize != INFO_LEN {
+            return Err(format!("Received bogus data, size {}", c.byte_len));
+        }
+        ep.post_recv(1, recv_sge)?;
+        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        let got = ep.mem(rdma, size);
+        if o.validate && got != ep.mem(start, size) {
+            eprintln!("data mismatch!");
+            ep.disconnect();
+            return Err("data mismatch".into());
+        }
+        if o.verbose {
+            println!("ping data: {}", c_string(&got));
+        }
+        i += 1;
+    }
+    ep.disconnect();
+    if let Some(p) = ep
+        .problem
+        .as_ref()
+        .filter(|_| !ep.closed || ep.cqes.is_empty())
+    {
+        if o.debug {
+            eprintln!("xwarp: at close: {p}");
+        }
+    }
+    Ok(())
+}
+
+fn send_op() -> SendOp {
+    SendOp::Send {
+        solicited: false,
+        invalidate: None,
+    }
+}
+
+fn serve(o: &Opts, stream: TcpStream) -> Result<(), String> {
+    let t = KernelTcp::new(stream).map_err(|e| e.to_string())?;
+    let mut res = Resources::new();
+    let pd = res.stags.alloc_pd();
+    let cfg = ConnConfig::new(qp_config(pd, 1, 1));
+    let conn = Connection::responder(cfg, Instant::now()).map_err(|e| e.to_string())?;
+    let mut ep = Endpoint::new(conn, res, pd, t, o.debug);
+    let size = o.size as usize;
+    let (rdma, rdma_va) = ep.reg(size, RW)?;
+    let (send, send_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
+    let (recv, recv_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
+    let send_sge = Sge {
+        lkey: send,
+        addr: send_va,
+        len: INFO_LEN as u32,
+    };
+    let recv_sge = Sge {
+        lkey: recv,
+        addr: recv_va,
+        len: INFO_LEN as u32,
+    };
+    ep.post_recv(1, recv_sge)?;
+    ep.run_until(|e| e.request.is_some())?;
+    let req = ep.request.take().ok_or("no connect request")?;
+    // rdma_accept(id, NULL) mirrors the client: our IRD = its ORD, our ORD = its IRD
+    // (iwarp-wire.md §5.1); -q accepts with 1/1.
+    let (ird, ord) = if o.explicit_ird_ord {
+        (1, 1)
+    } else {
+        (req.peer_ord.unwrap_or(1), req.peer_ird.unwrap_or(1))
+    };
+    ep.conn
+        .accept(AcceptParams {
+            ird,
+            ord,
+            private_data: Vec::new(),
+        })
+        .map_err(|e| e.to_string())?;
+    ep.run_until(|e| e.established)?;
+    if o.debug {
+        eprintln!("xwarp: established {:?}", ep.conn.negotiated());
+    }
+    let mut i = 0u64;
+    loop {
+        // The client advertises its start buffer...
+        let c = match ep.wait_cqe(WcOpcode::Recv) {
+            Ok(c) => c,
+            Err(WaitError::Disconnected(why)) => {
+                if o.debug {
+                    eprintln!("xwarp: client disconnected ({why})");
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if c.byte_len as usize != INFO_LEN {
+            return Err(format!("Received bogus data, size {}", c.byte_len));
+        }
+        let (buf, rkey, len) = parse_info(&ep.mem(recv, INFO_LEN));
+        ep.post_recv(1, recv_sge)?;
+        let len = len.min(o.size);
+        // ...we Read it into our rdma buffer...
+        ep.post_send(
+            3,
+            SendOp::Read {
+                remote_stag: rkey,
+                remote_to: buf,
+            },
+            Sge {
+                lkey: rdma,
+                addr: rdma_va,
+                len,
+            },
+        )?;
+        ep.wait_cqe(WcOpcode::Read).map_err(|e| e.to_string())?;
+        if o.verbose {
+            println!("server ping data: {}", c_string(&ep.mem(rdma, size)));
+        }
+        // ...tell it to go ahead (send_buf is never formatted: 16 zero bytes)...
+        ep.post_send(4, send_op(), send_sge)?;
+        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        // ...it advertises its rdma buffer; we Write ours into it and Send.
+        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
+        if c.byte_len as usize != INFO_LEN {
+            return Err(format!("Received bogus data, size {}", c.byte_len));
+        }
+        let (buf, rkey, len) = parse_info(&ep.mem(recv, INFO_LEN));
+        ep.post_recv(1, recv_sge)?;
+        let data = ep.mem(rdma, size);
+        let strlen = data.iter().position(|&b| b == 0).unwrap_or(size) + 1;
+        let wlen = (strlen.min(size) as u32).min(len);
+        ep.post_send(
+            5,
+            SendOp::Write {
+                remote_stag: rkey,
+                remote_to: buf,
+            },
+            Sge {
+                lkey: rdma,
+                addr: rdma_va,
+                len: wlen,
+            },
+        )?;
+        ep.wait_cqe(WcOpcode::Write).map_err(|e| e.to_string())?;
+        ep.post_send(6, send_op(), send_sge)?;
+        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        i += 1;
+        if o.count != 0 && i >= o.count && o.debug {
+            eprintln!("xwarp: {i} iterations done, waiting for the client to disconnect");
+        }
+    }
+}
+
+fn server(o: &Opts) -> Result<(), String> {
+    let bind = o.addr.clone().unwrap_or_else(|| "0.0.0.0".into());
+    let listener =
+        TcpListener::bind((bind.as_str(), o.port)).map_err(|e| format!("bind {bind}: {e}"))?;
+    loop {
+        let (stream, peer) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        if o.debug {
+            eprintln!("xwarp: connection from {peer}");
+        }
+        let r = serve(o, stream);
+        if !o.persistent {
+            return r;
+        }
+        if let Err(e) = r {
+            eprintln!("rping: {e}");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let o = Opts::parse();
+    let r = match (o.server, o.client) {
+        (true, false) => server(&o),
+        (false, true) => client(&o),
+        _ => Err("choose -s or -c".into()),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rping: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_matches_rping() {
+        let p = pattern(0, 26);
+        assert_eq!(&p[..], b"rdma-ping-0: ABCDEFGHIJKL\0");
+        let p = pattern(57, 30);
+        assert_eq!(&p[..15], b"rdma-ping-57: z");
+        assert_eq!(p[15], b'A');
+        assert_eq!(p.len(), 30);
+    }
+
+    #[test]
+    fn rping_info_is_big_endian() {
+        let b = info(0x0000_559d_4c2a_1000, Stag(0x203), 64);
+        assert_eq!(
+            b,
+            [0, 0, 0x55, 0x9d, 0x4c, 0x2a, 0x10, 0, 0, 0, 2, 3, 0, 0, 0, 64]
+        );
+        assert_eq!(parse_info(&b), (0x0000_559d_4c2a_1000, Stag(0x203), 64));
+    }
+}
