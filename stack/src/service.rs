@@ -72,6 +72,9 @@ struct Step {
     remove: bool,
 }
 
+/// Up to this many connections the engine runs egress after every ingress packet.
+const EGRESS_PER_PACKET_MAX_CONNS: usize = 64;
+
 fn tsval() -> u32 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u32
@@ -791,6 +794,17 @@ impl<B: Backend> Service<B> for TcpService {
                     PollIngressSingleResult::PacketProcessed => ingress = true,
                     PollIngressSingleResult::SocketStateChanged => {
                         ingress = true;
+                        // smoltcp emits ACKs only at egress, so a batch of out-of-order
+                        // segments would collapse into one duplicate ACK and the peer
+                        // would never count three (RFC 5681 §3.2 wants one per segment):
+                        // fall back to its 1 s minimum RTO. Egress per packet while the
+                        // socket set is small enough for that to be cheap.
+                        if self.conns.len() <= EGRESS_PER_PACKET_MAX_CONNS {
+                            while let PollResult::SocketStateChanged =
+                                iface.poll_egress(t, &mut dev, &mut self.sockets)
+                            {
+                            }
+                        }
                         // Re-arm listeners between packets: a burst of SYNs must not find
                         // the pool empty while the accept queue has room.
                         if !self.listeners.is_empty() {

@@ -1,0 +1,185 @@
+//! Error paths and socket semantics of `xwarp::net` over the virtual wire.
+
+mod net_common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
+
+use net_common::{addr, pair_config};
+use xwarp::net::{vwire_pair, vwire_pair_with, TcpListener, TcpStream};
+use xwarp::poll_driver::vwire::WireConfig;
+
+#[test]
+fn connect_to_closed_port_is_refused() {
+    let (a, _b) = vwire_pair(WireConfig::default()).unwrap();
+    let e = TcpStream::connect(a.stack(), addr(2, 4444)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn connect_to_silent_host_times_out() {
+    let (a, _b) = vwire_pair(WireConfig::default()).unwrap();
+    let t = Instant::now();
+    // Nobody owns .9: ARP is never answered, no SYN-ACK ever comes.
+    let e =
+        TcpStream::connect_timeout(a.stack(), addr(9, 80), Duration::from_millis(300)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn bind_twice_is_addr_in_use() {
+    let (_a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let _l = TcpListener::bind(b.stack(), addr(2, 80)).unwrap();
+    let e = TcpListener::bind(b.stack(), addr(2, 80)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrInUse);
+}
+
+#[test]
+fn read_timeout_expires_then_data_still_arrives() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let l = TcpListener::bind(b.stack(), addr(2, 81)).unwrap();
+    let mut c = TcpStream::connect(a.stack(), addr(2, 81)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    assert_eq!(c.read_timeout().unwrap(), Some(Duration::from_millis(100)));
+    assert_eq!(
+        c.set_read_timeout(Some(Duration::ZERO)).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    let t = Instant::now();
+    let mut buf = [0u8; 16];
+    let e = c.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    s.write_all(b"late").unwrap();
+    c.read_exact(&mut buf[..4]).unwrap();
+    assert_eq!(&buf[..4], b"late");
+}
+
+#[test]
+fn nonblocking_read_would_block_and_readiness_fd_fires() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let l = TcpListener::bind(b.stack(), addr(2, 82)).unwrap();
+    let mut l = l;
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+    let mut c = TcpStream::connect(a.stack(), addr(2, 82)).unwrap();
+    let (mut s, _) = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match l.accept() {
+                Ok(x) => break x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    s.set_nonblocking(true).unwrap();
+    // The descriptor may still hold the "established" edge: consume it.
+    let _ = s.wait(Some(Duration::from_millis(1))).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(s.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    // Nothing pending: the readiness descriptor stays quiet.
+    assert!(!s.wait(Some(Duration::from_millis(20))).unwrap());
+    c.write_all(b"wake").unwrap();
+    // After the WouldBlock the descriptor fires once data is there.
+    assert!(s.wait(Some(Duration::from_secs(10))).unwrap());
+    assert_eq!(s.read(&mut buf).unwrap(), 4);
+    assert_eq!(&buf[..4], b"wake");
+}
+
+#[test]
+fn shutdown_write_gives_eof_at_peer_and_peer_can_still_send() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let l = TcpListener::bind(b.stack(), addr(2, 83)).unwrap();
+    let mut c = TcpStream::connect(a.stack(), addr(2, 83)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.write_all(b"request").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(c.write(b"x").unwrap_err().kind(), ErrorKind::BrokenPipe);
+    let mut req = Vec::new();
+    s.read_to_end(&mut req).unwrap();
+    assert_eq!(req, b"request");
+    // Half-closed: the other direction still works.
+    s.write_all(b"response").unwrap();
+    drop(s);
+    let mut resp = Vec::new();
+    c.read_to_end(&mut resp).unwrap();
+    assert_eq!(resp, b"response");
+}
+
+#[test]
+fn abort_resets_the_peer() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let l = TcpListener::bind(b.stack(), addr(2, 84)).unwrap();
+    let c = TcpStream::connect(a.stack(), addr(2, 84)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.abort().unwrap();
+    let mut buf = [0u8; 8];
+    let e = s.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset);
+    assert_eq!(
+        s.write(b"x").unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
+}
+
+#[test]
+fn listen_backlog_overflow_refuses_until_accept_makes_room() {
+    let cfg = pair_config(|_| {});
+    let (a, b) = vwire_pair_with(cfg).unwrap();
+    let l = TcpListener::bind_with_backlog(b.stack(), addr(2, 85), 2).unwrap();
+    let mut c1 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
+    let _c2 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
+    // Two established, none accepted: the queue is full and the port disarmed.
+    let e = TcpStream::connect(a.stack(), addr(2, 85)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    // Data sent before accept waits in the queued connection.
+    c1.write_all(b"queued").unwrap();
+    let (mut s1, peer) = l.accept().unwrap();
+    assert_eq!(peer, c1.local_addr().unwrap());
+    let mut buf = [0u8; 6];
+    s1.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"queued");
+    // One slot free again.
+    let _c3 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
+    let e = TcpStream::connect(a.stack(), addr(2, 85)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    assert!(b.stack().stats().accepted >= 3);
+}
+
+#[test]
+fn closed_sockets_are_recycled() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let l = TcpListener::bind(b.stack(), addr(2, 86)).unwrap();
+    for i in 0..20u8 {
+        let mut c = TcpStream::connect(a.stack(), addr(2, 86)).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[i]).unwrap();
+        let mut one = [0u8; 1];
+        s.read_exact(&mut one).unwrap();
+        assert_eq!(one[0], i);
+        // The server closes first, so the server side holds TIME-WAIT and the client
+        // side is recycled as soon as its LAST-ACK is acknowledged.
+        drop(s);
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.stack().stats().recycled < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "client sockets not recycled: {:?}",
+            a.stack().stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

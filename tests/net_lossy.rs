@@ -1,0 +1,99 @@
+//! Bulk transfer both ways over a hostile virtual wire: 1% loss, 1% duplication,
+//! reordering and 0.1% corruption per direction must still deliver byte-exact streams.
+//! One connection per direction, both running at once: smoltcp counts only
+//! payload-free segments as duplicate ACKs, so a full-duplex flow never fast-retransmits
+//! and would crawl from one 1 s RTO to the next (see stack/README.md).
+//!
+//! Size per direction: `XWARP_LOSSY_BYTES` (default 256 MiB).
+
+mod net_common;
+
+use std::io::Read;
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
+
+use net_common::{addr, pair_config, recv_stream, send_stream};
+use xwarp::net::{vwire_pair_with, TcpListener, TcpStream};
+use xwarp::poll_driver::vwire::{LinkConfig, WireConfig};
+
+/// Send `total` bytes of stream `seed` and close the write half.
+fn send(mut s: TcpStream, seed: u64, total: u64) -> (u64, u64) {
+    let h = send_stream(&mut s, seed, total, 64 << 10).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    // Keep the connection open until the peer has read everything and closed.
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    h
+}
+
+/// Receive and verify stream `seed` until EOF.
+fn recv(mut s: TcpStream, seed: u64) -> (u64, u64) {
+    recv_stream(&mut s, seed, true).unwrap()
+}
+
+#[test]
+fn lossy_duplicating_reordering_corrupting_wire_delivers_exact_bytes() {
+    let total: u64 = std::env::var("XWARP_LOSSY_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256 << 20);
+    let link = LinkConfig {
+        drop: 0.01,
+        duplicate: 0.01,
+        reorder: 0.01,
+        reorder_delay: Duration::from_micros(200),
+        corrupt: 0.001,
+        corrupt_bits: 3,
+        ..LinkConfig::seeded(0x10_55)
+    };
+    let mut cfg = pair_config(|c| {
+        c.rx_buffer = 1 << 20;
+        c.tx_buffer = 1 << 20;
+        if std::env::var("XP_NOCC").is_ok() {
+            c.congestion = xwarp::net::Congestion::None;
+        }
+        if let Ok(v) = std::env::var("XP_BUF") {
+            c.rx_buffer = v.parse().unwrap();
+            c.tx_buffer = c.rx_buffer;
+        }
+        if std::env::var("XP_NOACKDELAY").is_ok() {
+            c.tcp.ack_delay = None;
+        }
+    });
+    cfg.wire = WireConfig::symmetric(1500, link);
+    let (a, b) = vwire_pair_with(cfg).unwrap();
+    let listener = TcpListener::bind(b.stack(), addr(2, 9000)).unwrap();
+    let t = Instant::now();
+    let server = std::thread::spawn(move || {
+        let (s1, _) = listener.accept().unwrap();
+        let (s2, _) = listener.accept().unwrap();
+        // Which accepted connection is which: the client opened "up" first.
+        let up = std::thread::spawn(move || recv(s1, 1));
+        let down = send(s2, 2, total);
+        (down, up.join().unwrap())
+    });
+    let c_up = TcpStream::connect(a.stack(), addr(2, 9000)).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let c_down = TcpStream::connect(a.stack(), addr(2, 9000)).unwrap();
+    let up = std::thread::spawn(move || send(c_up, 1, total));
+    let a_got = recv(c_down, 2);
+    let a_sent = up.join().unwrap();
+    let (b_sent, b_got) = server.join().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(a_sent, b_got, "a->b stream differs (len, hash)");
+    assert_eq!(b_sent, a_got, "b->a stream differs (len, hash)");
+    assert_eq!(a_sent.0, total);
+    let ea = a.stop().unwrap();
+    let eb = b.stop().unwrap();
+    let (fa, fb) = (ea.backend.tx_faults(), eb.backend.tx_faults());
+    eprintln!(
+        "lossy wire: {} MiB each way in {secs:.1} s ({:.0} Mbit/s per direction); faults a->b {fa:?}; b->a {fb:?}",
+        total >> 20,
+        total as f64 * 8.0 / secs / 1e6
+    );
+    // The faults really happened.
+    for f in [fa, fb] {
+        assert!(f.dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0);
+    }
+}
