@@ -1,0 +1,164 @@
+//! The process's engine: configuration read once, the AF_XDP engine started lazily on
+//! the first socket that needs it, logging.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
+use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
+
+use crate::config::{Config, LogLevel};
+
+/// Log level as a number, readable without the configuration.
+static LOG: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
+
+/// Bumped in the child after every `fork`: sockets of an older generation belong to the
+/// parent's engine, which does not exist in the child.
+pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Write one log line on stderr if `level` is enabled.
+pub(crate) fn log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
+    if level as u8 <= LOG.load(Ordering::Relaxed) {
+        let tag = match level {
+            LogLevel::Warn => "warning",
+            LogLevel::Info => "info",
+            _ => "debug",
+        };
+        eprintln!("xwarp-preload[{}]: {tag}: {msg}", std::process::id());
+    }
+}
+
+/// `log!(Level, "fmt", args)`.
+macro_rules! xlog {
+    ($lvl:ident, $($t:tt)*) => {
+        $crate::engine::log($crate::config::LogLevel::$lvl, format_args!($($t)*))
+    };
+}
+pub(crate) use xlog;
+
+/// The configuration, read at load time (`None`: shim inactive).
+pub(crate) fn config() -> Option<&'static Config> {
+    static CFG: OnceLock<Option<Config>> = OnceLock::new();
+    CFG.get_or_init(|| match Config::from_vars(|k| std::env::var(k).ok()) {
+        Ok(c) => {
+            if let Some(c) = &c {
+                LOG.store(c.log as u8, Ordering::Relaxed);
+            }
+            c
+        }
+        Err(e) => {
+            eprintln!("xwarp-preload: configuration error: {e}");
+            // A misconfiguration is the user's to fix: refuse to run rather than silently
+            // measuring the kernel.
+            std::process::exit(2);
+        }
+    })
+    .as_ref()
+}
+
+/// A running engine.
+pub(crate) struct Running {
+    /// Socket handle.
+    pub(crate) stack: StackHandle,
+    /// Keeps the engine thread's handle alive (never joined: the process owns it).
+    _engine: EngineHandle<AfXdpNic, TcpService>,
+}
+
+enum State {
+    NotStarted,
+    Running(&'static Running),
+    Failed,
+}
+
+static ENGINE: Mutex<State> = Mutex::new(State::NotStarted);
+
+fn start(cfg: &Config) -> io::Result<Running> {
+    let filter = SteeringFilter::new(
+        cfg.ipv4.iter().map(|a| a.0).collect(),
+        cfg.ipv6.iter().map(|a| a.0).collect(),
+    );
+    let nic = AfXdpNic::open(AfXdpConfig::new(&cfg.iface, filter))?;
+    let mtu = cfg.mtu.min(nic.max_frame_size().saturating_sub(14));
+    let stack_config = StackConfig {
+        mac: nic.mac_address(),
+        ipv4: cfg.ipv4,
+        ipv4_gateway: cfg.gateway,
+        ipv6: cfg.ipv6,
+        mtu,
+        ..StackConfig::default()
+    };
+    let (service, stack) = new_stack(stack_config)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let engine = Engine::spawn(
+        EngineConfig {
+            name: "xwarp-engine".into(),
+            ..EngineConfig::default()
+        },
+        nic,
+        service,
+    )?;
+    let bell = engine.doorbell();
+    stack.set_kick(std::sync::Arc::new(move || bell.ring()));
+    Ok(Running {
+        stack,
+        _engine: engine,
+    })
+}
+
+/// The engine, started on first use. `None` when the shim is inactive or the engine could
+/// not start (then the caller falls back to the kernel).
+pub(crate) fn engine() -> Option<&'static Running> {
+    let cfg = config()?;
+    let mut st = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
+    match &*st {
+        State::Running(r) => return Some(r),
+        State::Failed => return None,
+        State::NotStarted => {}
+    }
+    match start(cfg) {
+        Ok(r) => {
+            xlog!(
+                Info,
+                "engine started on {} ({:?} {:?})",
+                cfg.iface,
+                cfg.ipv4,
+                cfg.ipv6
+            );
+            // The engine lives as long as the process.
+            let r: &'static Running = Box::leak(Box::new(r));
+            *st = State::Running(r);
+            crate::exit::register();
+            Some(r)
+        }
+        Err(e) => {
+            if cfg.strict {
+                eprintln!(
+                    "xwarp-preload: engine cannot start on {}: {e} (XWARP_STRICT=1: exiting)",
+                    cfg.iface
+                );
+                std::process::exit(1);
+            }
+            xlog!(
+                Warn,
+                "engine cannot start on {}: {e}; using the kernel TCP stack",
+                cfg.iface
+            );
+            *st = State::Failed;
+            None
+        }
+    }
+}
+
+/// In the child after `fork`: the parent's engine thread does not exist here. Forget it
+/// (its memory stays allocated, never touched) so the child can start its own.
+pub(crate) fn after_fork_child() {
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+    // The lock may have been held by another thread of the parent at fork time:
+    // overwrite it without locking is impossible with std, so try and otherwise leave the
+    // engine marked as whatever it was (sockets still refuse the parent's generation).
+    if let Ok(mut st) = ENGINE.try_lock() {
+        *st = State::NotStarted;
+    }
+}

@@ -1,0 +1,51 @@
+//! # xwarp-preload — the LD_PRELOAD socket shim (`libxwarp_preload.so`)
+//!
+//! Runs the TCP sockets of an unmodified program on the xwarp engine (AF_XDP) and leaves
+//! everything else (AF_UNIX, UDP, loopback, other addresses) to the kernel untouched.
+//! Configuration comes from `XWARP_*` environment variables, see the crate README and
+//! [`config::Config`]. `xwarp run -- CMD` sets it up.
+//!
+//! How it maps the socket API:
+//! * `socket()` always makes a kernel socket. `bind()` to an accelerated address (the
+//!   engine's, or a wildcard on an accelerated port) is remembered; `listen()` then opens an
+//!   engine listener and `connect()` to an engine-reachable destination an engine
+//!   connection. Either replaces the kernel socket **at the same descriptor number** by a
+//!   `dup` of the engine socket's readiness eventfd, so descriptor numbers never collide,
+//!   `close`/`dup`/`fork`/`exec` keep working on real descriptors, and poll/epoll/select
+//!   can sleep on it natively.
+//! * The eventfd is kept readable while the socket may be readable ([`sock`]); the shim's
+//!   `poll`/`select`/`epoll_wait` compute exact readiness per xwarp socket.
+//! * Every call on a descriptor not in the shim's table goes to the C library unchanged.
+#![warn(missing_docs)]
+
+pub mod config;
+
+mod addr;
+mod engine;
+mod epoll;
+mod exit;
+mod real;
+mod sock;
+
+#[cfg(not(test))]
+mod ffi;
+
+#[cfg(not(test))]
+/// Runs when the library is loaded: read and validate the configuration (a
+/// misconfiguration exits with a message) and install the fork handler.
+extern "C" fn on_load() {
+    if engine::config().is_some() {
+        // SAFETY: registering a plain extern "C" function as the child handler.
+        unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+    }
+}
+
+#[cfg(not(test))]
+extern "C" fn on_fork_child() {
+    engine::after_fork_child();
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

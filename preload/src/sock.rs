@@ -1,0 +1,612 @@
+//! xwarp sockets behind program-visible descriptors, and the fd → socket table.
+//!
+//! Every xwarp socket's identity is a real kernel descriptor: a `dup` of its readiness
+//! eventfd placed at the number the program sees. The eventfd is kept **readable while the
+//! socket may be readable** (it is drained only right before an operation that then
+//! re-checks and registers interest with the engine), so `poll`, `select` and `epoll` on it
+//! work natively and spurious readiness is possible but a lost wakeup is not. The shim's
+//! own `poll`/`select`/`epoll_wait` then compute the exact readiness.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+use xwarp_stack::{ListenSocket, Phase, Stream};
+
+use crate::engine::GENERATION;
+use crate::real;
+
+/// Largest sleep of a blocking call before it re-checks (bounds the cost of a wakeup
+/// consumed by another thread sharing the socket's eventfd).
+pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// How much a readiness probe pulls out of the receive ring into the socket's own buffer.
+const PROBE_BYTES: usize = 64 << 10;
+
+/// Socket options the shim remembers and reports back (the engine applies only nodelay).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Opts {
+    pub(crate) reuseaddr: c_int,
+    pub(crate) reuseport: c_int,
+    pub(crate) keepalive: c_int,
+    pub(crate) nodelay: c_int,
+    pub(crate) keepidle: c_int,
+    pub(crate) keepintvl: c_int,
+    pub(crate) keepcnt: c_int,
+    pub(crate) linger: (c_int, c_int),
+    pub(crate) rcvtimeo: Option<Duration>,
+    pub(crate) sndtimeo: Option<Duration>,
+}
+
+/// State common to every xwarp socket (shared by all descriptors that `dup` it).
+#[derive(Debug)]
+pub(crate) struct Common {
+    /// `O_NONBLOCK` as the program set it (the eventfd itself always stays non-blocking).
+    pub(crate) nonblock: AtomicBool,
+    /// `AF_INET` or `AF_INET6`, as created by the program.
+    pub(crate) domain: c_int,
+    /// Remembered options.
+    pub(crate) opts: Mutex<Opts>,
+    /// Fork generation the socket belongs to.
+    pub(crate) generation: u64,
+    /// The readiness eventfd (owned by the engine-side socket; program fds are dups).
+    pub(crate) evfd: RawFd,
+}
+
+impl Common {
+    pub(crate) fn new(domain: c_int, nonblock: bool, opts: Opts, evfd: RawFd) -> Common {
+        Common {
+            nonblock: AtomicBool::new(nonblock),
+            domain,
+            opts: Mutex::new(opts),
+            generation: GENERATION.load(Ordering::SeqCst),
+            evfd,
+        }
+    }
+
+    /// `true` if the socket belongs to this process's engine (not inherited over fork).
+    pub(crate) fn alive(&self) -> bool {
+        self.generation == GENERATION.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn opts(&self) -> MutexGuard<'_, Opts> {
+        self.opts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A bound socket waiting for `listen` or `connect` (still a kernel socket underneath).
+#[derive(Debug)]
+pub(crate) struct Bound {
+    pub(crate) addr: SocketAddr,
+    pub(crate) domain: c_int,
+}
+
+/// The receive side of a stream as the shim sees it.
+#[derive(Debug)]
+pub(crate) struct StreamInner {
+    pub(crate) stream: Stream,
+    /// Bytes a readiness probe took out of the ring, served before the ring.
+    pending: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    pub(crate) read_shut: bool,
+    pub(crate) write_shut: bool,
+    /// The failure reported by `SO_ERROR` once.
+    pub(crate) so_error: Option<c_int>,
+    /// A connect failure was already reported to the program.
+    pub(crate) reported: bool,
+}
+
+/// An xwarp TCP connection.
+#[derive(Debug)]
+pub(crate) struct StreamSock {
+    pub(crate) common: Common,
+    inner: Mutex<StreamInner>,
+    ring_size: usize,
+}
+
+/// An xwarp listening socket.
+#[derive(Debug)]
+pub(crate) struct ListenerSock {
+    pub(crate) common: Common,
+    pub(crate) ls: ListenSocket,
+    queue: Mutex<VecDeque<Stream>>,
+}
+
+/// What a program descriptor is.
+#[derive(Debug)]
+pub(crate) enum Sock {
+    /// Kernel socket bound (in the shim's books only) to an accelerated address.
+    Bound(Mutex<Bound>),
+    /// Listening on the engine.
+    Listener(ListenerSock),
+    /// Connection on the engine.
+    Stream(StreamSock),
+}
+
+impl Sock {
+    /// The shared state, if the socket lives on the engine.
+    pub(crate) fn common(&self) -> Option<&Common> {
+        match self {
+            Sock::Bound(_) => None,
+            Sock::Listener(l) => Some(&l.common),
+            Sock::Stream(s) => Some(&s.common),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// fd table
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static TABLE: RwLock<BTreeMap<RawFd, Arc<Sock>>> = RwLock::new(BTreeMap::new());
+
+/// The socket behind `fd`, if it is one of the shim's.
+pub(crate) fn lookup(fd: RawFd) -> Option<Arc<Sock>> {
+    if LIVE.load(Ordering::Acquire) == 0 || fd < 0 {
+        return None;
+    }
+    TABLE
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&fd)
+        .cloned()
+}
+
+/// `true` if any descriptor is the shim's (fast path for kernel-only programs).
+pub(crate) fn any() -> bool {
+    LIVE.load(Ordering::Acquire) != 0
+}
+
+/// Make `fd` refer to `sock`.
+pub(crate) fn insert(fd: RawFd, sock: Arc<Sock>) {
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    if t.insert(fd, sock).is_none() {
+        LIVE.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Forget `fd`; returns what it was.
+pub(crate) fn remove(fd: RawFd) -> Option<Arc<Sock>> {
+    if !any() {
+        return None;
+    }
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    let r = t.remove(&fd);
+    if r.is_some() {
+        LIVE.fetch_sub(1, Ordering::Release);
+    }
+    r
+}
+
+/// Every stream in the table (for the exit flush).
+pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
+    TABLE
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter(|s| matches!(***s, Sock::Stream(_)))
+        .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// errno helpers
+
+/// The errno for an `io::Error` from the engine.
+pub(crate) fn errno_of(e: &io::Error) -> c_int {
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::WouldBlock => libc::EAGAIN,
+        K::ConnectionRefused => libc::ECONNREFUSED,
+        K::ConnectionReset => libc::ECONNRESET,
+        K::ConnectionAborted => libc::ECONNABORTED,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::AddrInUse => libc::EADDRINUSE,
+        K::AddrNotAvailable => libc::EADDRNOTAVAIL,
+        K::InvalidInput => libc::EINVAL,
+        K::BrokenPipe => libc::EPIPE,
+        K::NotConnected => libc::ENOTCONN,
+        K::Interrupted => libc::EINTR,
+        _ => libc::EIO,
+    }
+}
+
+/// Set errno.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn drain(fd: RawFd) {
+    let mut b = [0u8; 8];
+    // SAFETY: reading 8 bytes into a local buffer from a non-blocking eventfd.
+    unsafe { real::read(fd, b.as_mut_ptr().cast(), 8) };
+}
+
+fn signal(fd: RawFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writing 8 bytes from a local buffer to an eventfd.
+    unsafe { real::write(fd, one.as_ptr().cast(), 8) };
+}
+
+/// Sleep until `fd` is readable, `deadline` passes, `cap` elapses or a signal arrives
+/// (`Err(EINTR)`).
+pub(crate) fn wait_readable(fd: RawFd, deadline: Option<Instant>, cap: Duration) -> Result<(), c_int> {
+    let mut left = cap;
+    if let Some(d) = deadline {
+        left = left.min(d.saturating_duration_since(Instant::now()));
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = left.as_millis().max(1).min(i32::MAX as u128) as c_int;
+    // SAFETY: one valid pollfd.
+    let r = unsafe { real::poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if e == libc::EINTR {
+            return Err(libc::EINTR);
+        }
+    }
+    Ok(())
+}
+
+/// Run `op` until it stops saying `EAGAIN`: spin for `spin`, then sleep on `fd`.
+pub(crate) fn block<T>(
+    fd: RawFd,
+    spin: Duration,
+    timeout: Option<Duration>,
+    mut op: impl FnMut() -> Result<T, c_int>,
+) -> Result<T, c_int> {
+    let start = Instant::now();
+    let deadline = timeout.map(|t| start + t);
+    loop {
+        match op() {
+            Err(libc::EAGAIN) => {}
+            r => return r,
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(libc::EAGAIN);
+        }
+        if now < start + spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        wait_readable(fd, deadline, MAX_SLEEP)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// streams
+
+/// Readiness bits in `poll` terms (`POLLIN` etc. equal the `EPOLL*` values).
+pub(crate) type Events = i16;
+
+impl StreamSock {
+    pub(crate) fn new(stream: Stream, common_domain: c_int, nonblock: bool, opts: Opts, ring_size: usize) -> StreamSock {
+        let evfd = stream.as_raw_fd();
+        StreamSock {
+            common: Common::new(common_domain, nonblock, opts, evfd),
+            inner: Mutex::new(StreamInner {
+                stream,
+                pending: Vec::new(),
+                pos: 0,
+                eof: false,
+                read_shut: false,
+                write_shut: false,
+                so_error: None,
+                reported: false,
+            }),
+            ring_size,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, StreamInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One non-blocking attempt to fill `pending` from the ring. `Ok(true)`: readable
+    /// (data, end of stream or error recorded). Leaves the eventfd readable iff readable.
+    fn fill(&self, g: &mut StreamInner) -> bool {
+        if g.pos < g.pending.len() || g.eof || g.read_shut || g.so_error.is_some() {
+            return true;
+        }
+        g.pending.clear();
+        g.pos = 0;
+        g.pending.resize(PROBE_BYTES, 0);
+        let mut r = g.stream.try_read(&mut g.pending);
+        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            // Drain, then re-check with interest registered: a signal raised after the
+            // drain is not lost, and a readable socket re-signals below.
+            drain(self.common.evfd);
+            r = g.stream.try_read(&mut g.pending);
+            if !matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                signal(self.common.evfd);
+            }
+        }
+        match r {
+            Ok(0) => {
+                g.pending.clear();
+                g.eof = true;
+                true
+            }
+            Ok(n) => {
+                g.pending.truncate(n);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                g.pending.clear();
+                false
+            }
+            Err(e) => {
+                g.pending.clear();
+                g.so_error = Some(errno_of(&e));
+                true
+            }
+        }
+    }
+
+    /// Non-blocking read into `bufs` (scatter). `peek` leaves the bytes in place.
+    pub(crate) fn read_once(&self, bufs: &mut [&mut [u8]], peek: bool) -> Result<usize, c_int> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut g = self.lock();
+        if g.read_shut {
+            return Ok(0);
+        }
+        if total == 0 {
+            return Ok(0);
+        }
+        // Large reads with nothing pending go straight from the ring into the first buffer.
+        if g.pos >= g.pending.len() && !peek && !g.eof && g.so_error.is_none() && bufs[0].len() >= 4096 {
+            let b0 = &mut *bufs[0];
+            let mut r = g.stream.try_read(b0);
+            if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                drain(self.common.evfd);
+                r = g.stream.try_read(b0);
+                if !matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                    signal(self.common.evfd);
+                }
+            }
+            return match r {
+                Ok(0) => {
+                    g.eof = true;
+                    Ok(0)
+                }
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(libc::EAGAIN),
+                Err(e) => {
+                    let n = errno_of(&e);
+                    g.so_error = Some(n);
+                    Err(n)
+                }
+            };
+        }
+        if !self.fill(&mut g) {
+            return Err(libc::EAGAIN);
+        }
+        if g.pos >= g.pending.len() {
+            if let Some(e) = g.so_error {
+                if !peek {
+                    g.so_error = None;
+                    g.reported = true;
+                }
+                return Err(e);
+            }
+            return Ok(0);
+        }
+        let mut n = 0;
+        let mut pos = g.pos;
+        for b in bufs.iter_mut() {
+            let take = b.len().min(g.pending.len() - pos);
+            b[..take].copy_from_slice(&g.pending[pos..pos + take]);
+            pos += take;
+            n += take;
+            if pos == g.pending.len() {
+                break;
+            }
+        }
+        if !peek {
+            g.pos = pos;
+        }
+        Ok(n)
+    }
+
+    /// Non-blocking write of `bufs` (gather): as many bytes as the ring takes.
+    pub(crate) fn write_once(&self, bufs: &[&[u8]]) -> Result<usize, c_int> {
+        let mut g = self.lock();
+        if g.write_shut {
+            return Err(libc::EPIPE);
+        }
+        let mut n = 0;
+        for b in bufs {
+            if b.is_empty() {
+                continue;
+            }
+            match g.stream.try_write(b) {
+                Ok(k) => {
+                    n += k;
+                    if k < b.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if n > 0 {
+                        break;
+                    }
+                    if g.stream.phase() == Phase::Connecting {
+                        return Err(libc::EAGAIN);
+                    }
+                    // The ring was full when interest was registered; keep the eventfd's
+                    // readable state honest for the read side (see the module docs).
+                    drain(self.common.evfd);
+                    match g.stream.try_write(b) {
+                        Ok(k) => {
+                            n += k;
+                            signal(self.common.evfd);
+                            break;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            let readable = g.pos < g.pending.len() || g.eof;
+                            if readable || self.fill(&mut g) {
+                                signal(self.common.evfd);
+                            }
+                            return Err(libc::EAGAIN);
+                        }
+                        Err(e) => return Err(errno_of(&e)),
+                    }
+                }
+                Err(e) => {
+                    if n > 0 {
+                        break;
+                    }
+                    return Err(errno_of(&e));
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// `true` if a write would make progress now.
+    fn writable(&self, g: &StreamInner) -> bool {
+        g.stream.phase() == Phase::Established
+            && !g.write_shut
+            && g.stream.tx_queued() < self.ring_size
+    }
+
+    /// Current readiness for `want` (`POLLIN`/`POLLOUT`); error and hang-up always.
+    pub(crate) fn readiness(&self, want: Events) -> Events {
+        let mut g = self.lock();
+        let mut ev = 0;
+        let phase = g.stream.phase();
+        if let Some(e) = g.stream.error() {
+            if g.so_error.is_none() && !g.reported {
+                g.so_error = Some(errno_of(&e.to_io()));
+            }
+            return libc::POLLERR | libc::POLLHUP | libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
+        }
+        if want & libc::POLLIN != 0 || phase == Phase::Closed {
+            if self.fill(&mut g) {
+                ev |= libc::POLLIN;
+                if g.eof {
+                    ev |= libc::POLLRDHUP;
+                }
+            }
+        }
+        if g.so_error.is_some() {
+            ev |= libc::POLLERR;
+        }
+        if want & libc::POLLOUT != 0 && self.writable(&g) {
+            ev |= libc::POLLOUT;
+        }
+        if phase == Phase::Closed {
+            if g.eof {
+                ev |= libc::POLLHUP;
+            }
+            ev |= libc::POLLOUT;
+        }
+        ev
+    }
+
+    /// Bytes readable without blocking (`FIONREAD`).
+    pub(crate) fn available(&self) -> usize {
+        let mut g = self.lock();
+        self.fill(&mut g);
+        g.pending.len() - g.pos.min(g.pending.len())
+    }
+
+    /// `true` if bytes or end of stream wait in the shim's buffer (cheap, no probe).
+    pub(crate) fn available_cached(&self) -> bool {
+        let g = self.lock();
+        g.pos < g.pending.len() || g.eof
+    }
+
+    /// Bytes written but not yet taken by the engine.
+    pub(crate) fn unsent(&self) -> usize {
+        self.lock().stream.tx_queued()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// listeners
+
+impl ListenerSock {
+    pub(crate) fn new(ls: ListenSocket, domain: c_int, nonblock: bool, opts: Opts) -> ListenerSock {
+        let evfd = ls.as_raw_fd();
+        ListenerSock {
+            common: Common::new(domain, nonblock, opts, evfd),
+            ls,
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Stream>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn poll_one(&self, q: &mut VecDeque<Stream>) -> Result<bool, c_int> {
+        if !q.is_empty() {
+            return Ok(true);
+        }
+        let mut r = self.ls.try_accept();
+        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            drain(self.common.evfd);
+            r = self.ls.try_accept();
+            if r.is_ok() {
+                signal(self.common.evfd);
+            }
+        }
+        match r {
+            Ok(s) => {
+                q.push_back(s);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(errno_of(&e)),
+        }
+    }
+
+    /// Take one established connection without blocking.
+    pub(crate) fn accept_once(&self) -> Result<Stream, c_int> {
+        let mut q = self.queue();
+        if self.poll_one(&mut q)? {
+            // A second queued connection keeps the descriptor readable.
+            let s = q.pop_front().ok_or(libc::EAGAIN)?;
+            if !q.is_empty() {
+                signal(self.common.evfd);
+            }
+            return Ok(s);
+        }
+        Err(libc::EAGAIN)
+    }
+
+    /// Readiness: `POLLIN` when a connection is queued.
+    pub(crate) fn readiness(&self) -> Events {
+        let mut q = self.queue();
+        match self.poll_one(&mut q) {
+            Ok(true) => libc::POLLIN,
+            Ok(false) => 0,
+            Err(_) => libc::POLLERR | libc::POLLIN,
+        }
+    }
+}
+
+/// Readiness of any xwarp socket for `want`.
+pub(crate) fn readiness(s: &Sock, want: Events) -> Events {
+    match s {
+        Sock::Bound(_) => 0,
+        Sock::Listener(l) => l.readiness(),
+        Sock::Stream(st) => st.readiness(want),
+    }
+}
