@@ -26,7 +26,9 @@
 //! dereferences it: placement goes through the STag table.
 //!
 //! Environment: `XWARP_MPA_CRC=1` makes the client request MPA CRC (the server always
-//! accepts CRC when the client asks). FPDUs are sized for an EMSS of 1448 bytes.
+//! accepts CRC when the client asks); `XWARP_FIRST_FPDU_DELAY_MS` (default 100) is how long
+//! the client waits after the MPA Reply before its first FPDU (a siw race, see
+//! `ConnConfig::new`). FPDUs are sized for an EMSS of 1448 bytes.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -46,6 +48,8 @@ use xwarp::rdmap::{
 const DEFAULT_PORT: u16 = 7174;
 /// Size of `struct rping_rdma_info`.
 const INFO_LEN: usize = 16;
+/// Client: pause between siw's MPA Reply and our first FPDU (XWARP_FIRST_FPDU_DELAY_MS).
+const DEFAULT_FIRST_FPDU_DELAY_MS: u64 = 100;
 /// Give up when nothing at all happens for this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -486,6 +490,14 @@ fn client(o: &Opts) -> Result<(), String> {
     // rping client: responder_resources = initiator_depth = 1 (iwarp-wire.md §5.2).
     let mut cfg = ConnConfig::new(qp_config(pd, 1, 1));
     cfg.initiator.crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
+    // siw quirk (iwarp-wire.md §4.3, see ConnConfig::new): an FPDU right behind siw's Reply
+    // can sit unread in its socket, and rping's server then waits forever for our Send.
+    cfg.first_fpdu_delay = Duration::from_millis(
+        std::env::var("XWARP_FIRST_FPDU_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_FIRST_FPDU_DELAY_MS),
+    );
     let conn = Connection::initiator(cfg, Instant::now()).map_err(|e| e.to_string())?;
     let mut ep = Endpoint::new(conn, res, pd, t, o.debug);
     let size = o.size as usize;

@@ -43,7 +43,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use xwarp_ddp::mpa::{
     mulpdu, AcceptParams, ConnectRequest, Event as MpaEvent, FpduEncoder, FpduEvent, FpduParser,
@@ -83,6 +83,9 @@ pub struct ConnConfig {
     pub emss: usize,
     /// Most bytes one [`Connection::poll_transmit`] call appends (at least one FPDU).
     pub tx_burst: usize,
+    /// Initiator: how long to hold back the first FPDU after the Reply arrived (RFC 5044
+    /// allows sending at once; default zero). siw quirk, see [`ConnConfig::new`].
+    pub first_fpdu_delay: Duration,
     /// MPA Initiator settings (used by [`Connection::initiator`]).
     pub initiator: InitiatorConfig,
     /// MPA Responder settings (used by [`Connection::responder`]).
@@ -91,11 +94,18 @@ pub struct ConnConfig {
 
 impl ConnConfig {
     /// Defaults (siw-compatible MPA v2, no CRC, no markers, EMSS 1448) around `qp`.
+    ///
+    /// `first_fpdu_delay` is zero. Toward a siw Responder a few milliseconds avoid a siw
+    /// race: `siw_accept` sends the Reply before it hands the socket's data-ready upcall to
+    /// the QP (`siw_qp_socket_assoc`); an FPDU arriving in between is left in the socket
+    /// unread until more data comes, which stalls a ULP that waits for an answer (seen
+    /// with rping on a slow guest; siw quirk, iwarp-wire.md §4.3).
     pub fn new(qp: QpConfig) -> ConnConfig {
         ConnConfig {
             qp,
             emss: DEFAULT_EMSS,
             tx_burst: DEFAULT_TX_BURST,
+            first_fpdu_delay: Duration::ZERO,
             initiator: InitiatorConfig::default(),
             responder: ResponderConfig::default(),
         }
@@ -202,6 +212,8 @@ pub struct Connection {
     mulpdu: usize,
     /// Responder: no FPDU may be sent before the first inbound FPDU (RFC 5044 §7.1.2).
     tx_gate_open: bool,
+    /// Initiator: no FPDU (except a Terminate) before this instant (`first_fpdu_delay`).
+    tx_hold_until: Option<Instant>,
     /// P2P Responder: Established is reported after the RTR.
     held_established: Option<Negotiated>,
     raw_tx: Vec<u8>,
@@ -250,7 +262,7 @@ impl Connection {
         icfg.ord = cfg.qp.ord as u16;
         let neg = Negotiator::initiator(icfg, now)?;
         let mut c = Connection::new(Role::Initiator, cfg, neg);
-        c.pump_mpa(None);
+        c.pump_mpa(None, Some(now));
         Ok(c)
     }
 
@@ -276,6 +288,7 @@ impl Connection {
             parser: None,
             mulpdu: 0,
             tx_gate_open: role == Role::Initiator,
+            tx_hold_until: None,
             held_established: None,
             raw_tx: Vec::new(),
             closing: false,
@@ -384,15 +397,20 @@ impl Connection {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
             Phase::Handshake => self.neg.poll_timeout(),
-            _ => None,
+            Phase::Open => self.tx_hold_until,
+            Phase::Dead => None,
         }
     }
 
-    /// Fails the negotiation if its deadline passed.
+    /// Fails the negotiation if its deadline passed; ends the Initiator's
+    /// `first_fpdu_delay`.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.phase == Phase::Handshake {
             self.neg.handle_timeout(now);
-            self.pump_mpa(None);
+            self.pump_mpa(None, Some(now));
+        }
+        if self.tx_hold_until.is_some_and(|t| now >= t) {
+            self.tx_hold_until = None;
         }
     }
 
@@ -402,7 +420,7 @@ impl Connection {
             return Err(ConnError::InvalidState);
         }
         self.neg.accept(params)?;
-        self.pump_mpa(None);
+        self.pump_mpa(None, None);
         Ok(())
     }
 
@@ -413,7 +431,7 @@ impl Connection {
             return Err(ConnError::InvalidState);
         }
         self.neg.reject(private_data)?;
-        self.pump_mpa(None);
+        self.pump_mpa(None, None);
         self.die();
         Ok(())
     }
@@ -488,7 +506,7 @@ impl Connection {
         if self.phase == Phase::Handshake {
             // Errors are reported through pump_mpa (Event::Failed).
             let n = self.neg.handle_input(now, rest).unwrap_or(rest.len());
-            self.pump_mpa(Some(res));
+            self.pump_mpa(Some(res), Some(now));
             rest = &rest[n.min(rest.len())..];
             if self.phase == Phase::Handshake && !rest.is_empty() {
                 // Responder waiting for its ULP: the Initiator may not send anything
@@ -566,7 +584,9 @@ impl Connection {
         out.append(&mut self.raw_tx);
         let may_send = self.tx_gate_open
             && match self.qp.as_ref().map(|q| q.state()) {
-                Some(QpState::Rts | QpState::Closing) => self.phase == Phase::Open,
+                Some(QpState::Rts | QpState::Closing) => {
+                    self.phase == Phase::Open && self.tx_hold_until.is_none()
+                }
                 Some(QpState::Terminate) => true,
                 _ => false,
             };
@@ -602,14 +622,14 @@ impl Connection {
 
     // --------------------------------------------------------------- internals
 
-    fn pump_mpa(&mut self, mut res: Option<&mut Resources>) {
+    fn pump_mpa(&mut self, mut res: Option<&mut Resources>, now: Option<Instant>) {
         while let Some(f) = self.neg.poll_transmit() {
             self.raw_tx.extend_from_slice(&f);
         }
         while let Some(ev) = self.neg.poll_event() {
             match ev {
                 MpaEvent::ConnectRequest(r) => self.events.push_back(ConnEvent::ConnectRequest(r)),
-                MpaEvent::Established(n) => self.open(n, res.as_deref_mut()),
+                MpaEvent::Established(n) => self.open(n, res.as_deref_mut(), now),
                 MpaEvent::Rejected { private_data } => {
                     self.events.push_back(ConnEvent::Rejected { private_data });
                     self.die();
@@ -657,7 +677,7 @@ impl Connection {
         }
     }
 
-    fn open(&mut self, n: Negotiated, res: Option<&mut Resources>) {
+    fn open(&mut self, n: Negotiated, res: Option<&mut Resources>, now: Option<Instant>) {
         let mut qcfg = self.cfg.qp;
         qcfg.ird = u32::from(n.ird);
         qcfg.ord = u32::from(n.ord);
@@ -736,6 +756,11 @@ impl Connection {
         }
         self.qp = Some(qp);
         self.phase = Phase::Open;
+        if let (Role::Initiator, Some(now)) = (self.role, now) {
+            if !self.cfg.first_fpdu_delay.is_zero() {
+                self.tx_hold_until = Some(now + self.cfg.first_fpdu_delay);
+            }
+        }
         self.negotiated = Some(n.clone());
         if self.role == Role::Responder && n.rtr.is_some() {
             self.held_established = Some(n);

@@ -347,3 +347,32 @@ fn config_with_tiny_emss_is_rejected() {
         Err(ConnError::InvalidConfig(_))
     ));
 }
+
+#[test]
+fn siw_quirk_first_fpdu_delay_holds_the_initiators_first_fpdu() {
+    // iwarp-wire.md §4.3: siw_accept sends the Reply before the QP owns the socket's
+    // data-ready upcall, so an FPDU right behind the Reply can sit unread.
+    let now = Instant::now();
+    let mut rng = Rng(8);
+    let delay = Duration::from_millis(50);
+    let mut i = Peer::new(true, now, |c| c.first_fpdu_delay = delay);
+    let mut r = Peer::new(false, now, |_| {});
+    let ib = i.reg(0x1000, b"held back please".to_vec(), Access::LOCAL_WRITE);
+    i.send(1, SEND, sge(ib, 0x1000, 16));
+    let rb = r.reg(0x2000, vec![0; 16], Access::LOCAL_WRITE);
+    r.recv(2, sge(rb, 0x2000, 16));
+    pump(&mut i, &mut r, &mut rng, 9, now);
+    r.conn.accept(Default::default()).unwrap();
+    pump(&mut i, &mut r, &mut rng, 9, now);
+    assert!(i.conn.is_established());
+    assert_eq!(i.sent.len(), 24, "only the Request before the delay ends");
+    let t = i.conn.poll_timeout().expect("a timer for the delay");
+    assert!(t > now && t <= Instant::now() + delay);
+    i.conn.handle_timeout(t - Duration::from_millis(1));
+    pump(&mut i, &mut r, &mut rng, 9, now);
+    assert_eq!(i.sent.len(), 24);
+    i.conn.handle_timeout(t);
+    assert_eq!(i.conn.poll_timeout(), None);
+    pump(&mut i, &mut r, &mut rng, 9, now);
+    assert_eq!(r.mem(rb), b"held back please");
+}
