@@ -81,6 +81,11 @@ pub struct StackConfig {
     pub armed_listeners: usize,
     /// Random seed for the interface (initial sequence numbers, ...).
     pub random_seed: u64,
+    /// Retransmission floor for IPv4 flows: when a flow with data outstanding hears no
+    /// ACK progress for this long, the engine makes smoltcp fast-retransmit (smoltcp's
+    /// own minimum RTO is 1 s; Linux uses 200 ms). `None` leaves smoltcp alone.
+    /// Keep it well above the path's round-trip time.
+    pub rto_floor: Option<Duration>,
 }
 
 impl Default for StackConfig {
@@ -103,6 +108,7 @@ impl Default for StackConfig {
             syn_backlog: 256,
             armed_listeners: 4,
             random_seed: 0x7877_6172_7000_0001,
+            rto_floor: Some(Duration::from_millis(200)),
         }
     }
 }
@@ -124,6 +130,8 @@ pub enum ConfigError {
     BadBacklog,
     /// The MAC address is multicast or all zeros.
     BadMac,
+    /// `rto_floor` below 1 ms.
+    BadRtoFloor,
 }
 
 impl std::fmt::Display for ConfigError {
@@ -136,6 +144,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::BadPortRange => "ephemeral port range is empty or contains 0",
             ConfigError::BadBacklog => "armed_listeners and syn_backlog must be at least 1",
             ConfigError::BadMac => "MAC address must be unicast and non-zero",
+            ConfigError::BadRtoFloor => "rto_floor must be at least 1 ms",
         };
         f.write_str(s)
     }
@@ -166,6 +175,9 @@ impl StackConfig {
         }
         if self.armed_listeners == 0 || self.syn_backlog == 0 {
             return Err(ConfigError::BadBacklog);
+        }
+        if self.rto_floor.is_some_and(|d| d < Duration::from_millis(1)) {
+            return Err(ConfigError::BadRtoFloor);
         }
         if self.mac[0] & 1 != 0 || self.mac == [0; 6] {
             return Err(ConfigError::BadMac);

@@ -1,6 +1,6 @@
 //! The engine side: a smoltcp `Interface` + `SocketSet` driven as a poll-driver `Service`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,6 +18,7 @@ use crate::command::{AcceptedConn, Command};
 use crate::config::{Congestion, StackConfig, TcpOptions};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::ports::Ports;
+use crate::rescue::{AckWatch, FlowKey, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared, WANT_READ, WANT_WRITE};
 
 /// Counters of the TCP engine.
@@ -80,6 +81,14 @@ fn tsval() -> u32 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u32
 }
 
+/// The [`AckWatch`] key of an established IPv4 connection.
+fn flow_key(shared: &SocketShared) -> Option<FlowKey> {
+    match shared.addrs()? {
+        (local, SocketAddr::V4(peer)) => Some((*peer.ip(), peer.port(), local.port())),
+        _ => None,
+    }
+}
+
 fn smol_duration(d: Duration) -> smoltcp::time::Duration {
     smoltcp::time::Duration::from_micros(d.as_micros().min(u128::from(u64::MAX)) as u64)
 }
@@ -100,6 +109,9 @@ pub struct TcpService {
     next_deadline: Option<Instant>,
     counters: StackStats,
     stats: Arc<StatsCell>,
+    watch: AckWatch,
+    replay: VecDeque<Vec<u8>>,
+    last_rescue_scan: Option<Instant>,
 }
 
 /// Stats published by the engine for other threads.
@@ -184,6 +196,9 @@ impl TcpService {
             next_deadline: None,
             counters: StackStats::default(),
             stats,
+            watch: AckWatch::default(),
+            replay: VecDeque::new(),
+            last_rescue_scan: None,
         }
     }
 
@@ -735,6 +750,9 @@ impl TcpService {
         let step = Self::serve_conn(&mut self.sockets, c, now, stats);
         if step.remove {
             if let Some(c) = self.conns.remove(&id) {
+                if let Some(key) = flow_key(&c.shared) {
+                    self.watch.forget(&key);
+                }
                 self.sockets.remove(c.handle);
                 if let Some(p) = c.port {
                     self.ports.release(p);
@@ -782,10 +800,13 @@ impl<B: Backend> Service<B> for TcpService {
         }
 
         let mut ingress = false;
+        let mut watch = std::mem::take(&mut self.watch);
         {
-            let mut dev = CappedDevice {
+            let mut dev = WatchedDevice {
                 inner: &mut *backend,
                 max_frame,
+                watch: &mut watch,
+                now,
             };
             iface.poll_maintenance(t);
             loop {
@@ -817,6 +838,7 @@ impl<B: Backend> Service<B> for TcpService {
                 }
             }
         }
+        self.watch = watch;
         busy |= ingress;
 
         let timer_due = self.next_deadline.is_some_and(|d| now >= d);
@@ -842,6 +864,46 @@ impl<B: Backend> Service<B> for TcpService {
         }
         self.stats.inner.store(&self.counters);
 
+        let mut rescue_deadline = None;
+        if let Some(floor) = self.config.rto_floor {
+            let scan_every = floor / 4;
+            if self.last_rescue_scan.is_none_or(|t| now >= t + scan_every) {
+                self.last_rescue_scan = Some(now);
+                let mut outstanding = false;
+                for c in self.conns.values() {
+                    if c.finished || c.connecting.is_some() {
+                        continue;
+                    }
+                    let s = self.sockets.get::<tcp::Socket>(c.handle);
+                    if s.send_queue() == 0 || !s.is_active() {
+                        continue;
+                    }
+                    if let Some(key) = flow_key(&c.shared) {
+                        outstanding = true;
+                        self.watch.rescue(&key, now, floor, &mut self.replay);
+                    }
+                }
+                if outstanding {
+                    rescue_deadline = Some(now + scan_every);
+                }
+            } else if let Some(t) = self.last_rescue_scan {
+                rescue_deadline = Some(t + scan_every);
+            }
+            if !self.replay.is_empty() {
+                busy = true;
+                let mut dev = ReplayDevice {
+                    inner: &mut *backend,
+                    max_frame,
+                    frames: &mut self.replay,
+                };
+                while !matches!(
+                    iface.poll_ingress_single(t, &mut dev, &mut self.sockets),
+                    PollIngressSingleResult::None
+                ) {}
+                self.replay.clear();
+            }
+        }
+
         {
             let mut dev = CappedDevice {
                 inner: &mut *backend,
@@ -858,10 +920,10 @@ impl<B: Backend> Service<B> for TcpService {
 
         let stack_deadline = iface.poll_at(t, &self.sockets).map(|d| self.std_instant(d));
         self.iface = Some(iface);
-        let next = match (stack_deadline, self.next_conn_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [stack_deadline, self.next_conn_deadline(), rescue_deadline]
+            .into_iter()
+            .flatten()
+            .min();
         self.next_deadline = next;
         PollOutcome {
             busy,

@@ -76,9 +76,19 @@ pub fn recv_stream(r: &mut impl Read, seed: u64, verify: bool) -> io::Result<(u6
         if verify {
             fill(seed, h.len, &mut expect[..n]);
             if buf[..n] != expect[..n] {
+                let bad: Vec<usize> = (0..n).filter(|&i| buf[i] != expect[i]).collect();
+                let flipped: u32 = bad.iter().map(|&i| (buf[i] ^ expect[i]).count_ones()).sum();
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("payload mismatch in bytes {}..{}", h.len, h.len + n as u64),
+                    format!(
+                        "payload mismatch in bytes {}..{}: {} bytes differ (first at +{}, last at +{}), {} bits flipped",
+                        h.len,
+                        h.len + n as u64,
+                        bad.len(),
+                        bad[0],
+                        bad[bad.len() - 1],
+                        flipped
+                    ),
                 ));
             }
         }

@@ -1,0 +1,368 @@
+//! Loss recovery help around smoltcp's sender (IPv4 flows).
+//!
+//! smoltcp has no SACK, no NewReno partial-ACK retransmission and a 1 s minimum RTO. A
+//! second loss in one window, or a lost retransmission, therefore costs a full second.
+//! The engine sees every frame, so it watches the ACKs arriving for each flow; when a
+//! flow with data outstanding hears no ACK progress for `rto_floor`, the engine replays
+//! the peer's last pure ACK into its own stack: one copy with the window field changed
+//! by one unit (smoltcp treats that as a window update and resets its duplicate-ACK
+//! count) and three identical copies (three duplicate ACKs: smoltcp fast-retransmits the
+//! first unacknowledged segment). Nothing extra goes on the wire; the effect is a
+//! retransmission timeout floor of `rto_floor` instead of 1 s (Linux: 200 ms).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use smoltcp::phy::{Device, DeviceCapabilities, RxToken};
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
+};
+
+/// (peer address, peer port, local port) of an IPv4 flow.
+pub(crate) type FlowKey = (std::net::Ipv4Addr, u16, u16);
+
+/// What the engine last heard from one flow.
+#[derive(Debug)]
+pub(crate) struct FlowAcks {
+    /// The peer's last pure ACK frame, Ethernet header included.
+    template: Vec<u8>,
+    ack: u32,
+    last_progress: Instant,
+    rescued_at: Option<Instant>,
+}
+
+/// Per-flow ACK progress, fed from the receive path.
+#[derive(Debug, Default)]
+pub(crate) struct AckWatch {
+    flows: HashMap<FlowKey, FlowAcks>,
+}
+
+struct Parsed {
+    key: FlowKey,
+    ack: u32,
+    pure_ack: bool,
+}
+
+fn parse(frame: &[u8]) -> Option<Parsed> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    if !tcp.ack() || tcp.syn() || tcp.rst() {
+        return None;
+    }
+    Some(Parsed {
+        key: (ip.src_addr(), tcp.src_port(), tcp.dst_port()),
+        ack: tcp.ack_number().0 as u32,
+        pure_ack: tcp.payload().is_empty() && !tcp.fin(),
+    })
+}
+
+impl AckWatch {
+    /// Record an incoming frame.
+    pub(crate) fn observe(&mut self, frame: &[u8], now: Instant) {
+        let Some(p) = parse(frame) else {
+            return;
+        };
+        match self.flows.get_mut(&p.key) {
+            Some(f) => {
+                if f.ack != p.ack {
+                    f.ack = p.ack;
+                    f.last_progress = now;
+                    f.rescued_at = None;
+                }
+                if p.pure_ack {
+                    f.template.clear();
+                    f.template.extend_from_slice(frame);
+                }
+            }
+            None if p.pure_ack => {
+                self.flows.insert(
+                    p.key,
+                    FlowAcks {
+                        template: frame.to_vec(),
+                        ack: p.ack,
+                        last_progress: now,
+                        rescued_at: None,
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Forget a flow (its connection is gone).
+    pub(crate) fn forget(&mut self, key: &FlowKey) {
+        self.flows.remove(key);
+    }
+
+    /// If `key` has been stuck for `floor`, queue the replayed ACKs into `out`.
+    /// Each stall is rescued at most once per `floor`.
+    pub(crate) fn rescue(
+        &mut self,
+        key: &FlowKey,
+        now: Instant,
+        floor: std::time::Duration,
+        out: &mut VecDeque<Vec<u8>>,
+    ) -> bool {
+        let Some(f) = self.flows.get_mut(key) else {
+            return false;
+        };
+        let since = f.rescued_at.unwrap_or(f.last_progress);
+        if now.saturating_duration_since(since) < floor {
+            return false;
+        }
+        let Some(nudged) = nudge_window(&f.template) else {
+            return false;
+        };
+        f.rescued_at = Some(now);
+        for _ in 0..4 {
+            out.push_back(nudged.clone());
+        }
+        true
+    }
+}
+
+/// The frame with its TCP window lowered by one unit and the checksum refreshed; `None`
+/// for a zero or one-unit window (smoltcp probes zero windows itself).
+fn nudge_window(frame: &[u8]) -> Option<Vec<u8>> {
+    let mut buf = frame.to_vec();
+    let mut eth = EthernetFrame::new_checked(&mut buf[..]).ok()?;
+    let mut ip = Ipv4Packet::new_checked(eth.payload_mut()).ok()?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let ip_payload_len = usize::from(ip.total_len()).checked_sub(usize::from(ip.header_len()))?;
+    let payload = ip.payload_mut();
+    let mut tcp = TcpPacket::new_checked(payload.get_mut(..ip_payload_len)?).ok()?;
+    let w = tcp.window_len();
+    if w <= 1 {
+        return None;
+    }
+    tcp.set_window_len(w - 1);
+    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+    Some(buf)
+}
+
+/// Receive token of [`WatchedDevice`]: shows the frame to the [`AckWatch`] first.
+pub(crate) struct WatchedRx<'w, T> {
+    inner: T,
+    watch: &'w mut AckWatch,
+    now: Instant,
+}
+
+impl<T: RxToken> RxToken for WatchedRx<'_, T> {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        let watch = self.watch;
+        let now = self.now;
+        self.inner.consume(|frame| {
+            watch.observe(frame, now);
+            f(frame)
+        })
+    }
+}
+
+/// Device adaptor that caps the MTU and lets the [`AckWatch`] see received frames.
+pub(crate) struct WatchedDevice<'d, D: ?Sized> {
+    pub(crate) inner: &'d mut D,
+    pub(crate) max_frame: usize,
+    pub(crate) watch: &'d mut AckWatch,
+    pub(crate) now: Instant,
+}
+
+impl<D: Device + ?Sized> Device for WatchedDevice<'_, D> {
+    type RxToken<'a>
+        = WatchedRx<'a, D::RxToken<'a>>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = D::TxToken<'a>
+    where
+        Self: 'a;
+
+    fn receive(
+        &mut self,
+        timestamp: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let (rx, tx) = self.inner.receive(timestamp)?;
+        Some((
+            WatchedRx {
+                inner: rx,
+                watch: &mut *self.watch,
+                now: self.now,
+            },
+            tx,
+        ))
+    }
+
+    fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        self.inner.transmit(timestamp)
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = self.inner.capabilities();
+        caps.max_transmission_unit = caps.max_transmission_unit.min(self.max_frame);
+        caps
+    }
+}
+
+/// Receive token of a replayed frame.
+pub(crate) struct ReplayRx(Vec<u8>);
+
+impl RxToken for ReplayRx {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        f(&self.0)
+    }
+}
+
+/// Device that feeds replayed frames to the stack; transmissions go to the real device.
+pub(crate) struct ReplayDevice<'d, D: ?Sized> {
+    pub(crate) inner: &'d mut D,
+    pub(crate) max_frame: usize,
+    pub(crate) frames: &'d mut VecDeque<Vec<u8>>,
+}
+
+impl<D: Device + ?Sized> Device for ReplayDevice<'_, D> {
+    type RxToken<'a>
+        = ReplayRx
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = D::TxToken<'a>
+    where
+        Self: 'a;
+
+    fn receive(
+        &mut self,
+        timestamp: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        if self.frames.is_empty() {
+            return None;
+        }
+        let tx = self.inner.transmit(timestamp)?;
+        let frame = self.frames.pop_front()?;
+        Some((ReplayRx(frame), tx))
+    }
+
+    fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        self.inner.transmit(timestamp)
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = self.inner.capabilities();
+        caps.max_transmission_unit = caps.max_transmission_unit.min(self.max_frame);
+        caps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::wire::{
+        EthernetAddress, EthernetRepr, IpAddress, Ipv4Repr, TcpControl, TcpRepr, TcpSeqNumber,
+    };
+    use std::net::Ipv4Addr;
+    use std::time::Duration;
+
+    fn ack_frame(ack: i32, window: u16, payload: &[u8]) -> Vec<u8> {
+        let src = Ipv4Addr::new(10, 0, 0, 2);
+        let dst = Ipv4Addr::new(10, 0, 0, 1);
+        let tcp = TcpRepr {
+            src_port: 80,
+            dst_port: 5000,
+            control: TcpControl::None,
+            seq_number: TcpSeqNumber(100),
+            ack_number: Some(TcpSeqNumber(ack)),
+            window_len: window,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
+        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut f);
+        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
+        ip.emit(&mut p, &smoltcp::phy::ChecksumCapabilities::default());
+        let mut t = TcpPacket::new_unchecked(p.payload_mut());
+        tcp.emit(
+            &mut t,
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &smoltcp::phy::ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    #[test]
+    fn stalled_flow_gets_one_window_update_and_three_duplicate_acks() {
+        let mut w = AckWatch::default();
+        let t0 = Instant::now();
+        w.observe(&ack_frame(1000, 500, &[]), t0);
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        let mut out = VecDeque::new();
+        assert!(!w.rescue(&key, t0 + Duration::from_millis(5), floor, &mut out));
+        assert!(w.rescue(&key, t0 + Duration::from_millis(11), floor, &mut out));
+        assert_eq!(out.len(), 4);
+        for f in &out {
+            let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!(tcp.window_len(), 499);
+            assert_eq!(tcp.ack_number(), TcpSeqNumber(1000));
+            assert!(tcp.verify_checksum(
+                &IpAddress::Ipv4(ip.src_addr()),
+                &IpAddress::Ipv4(ip.dst_addr())
+            ));
+        }
+        // Not again within the floor; again after it.
+        assert!(!w.rescue(&key, t0 + Duration::from_millis(15), floor, &mut out));
+        assert!(w.rescue(&key, t0 + Duration::from_millis(22), floor, &mut out));
+        // ACK progress (also carried by a data segment) restarts the clock.
+        w.observe(
+            &ack_frame(2000, 500, b"data"),
+            t0 + Duration::from_millis(30),
+        );
+        assert!(!w.rescue(&key, t0 + Duration::from_millis(35), floor, &mut out));
+    }
+
+    #[test]
+    fn zero_window_is_not_rescued() {
+        let mut w = AckWatch::default();
+        let t0 = Instant::now();
+        w.observe(&ack_frame(1000, 0, &[]), t0);
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let mut out = VecDeque::new();
+        assert!(!w.rescue(
+            &key,
+            t0 + Duration::from_secs(1),
+            Duration::from_millis(10),
+            &mut out
+        ));
+        assert!(out.is_empty());
+    }
+}
