@@ -91,9 +91,8 @@ def tshark_summary(pcap: Path) -> dict:
     return s
 
 
-def capture_checks(c: Checks, pcap: Path, label: str, crc: bool, ours_port_is_server: bool,
-                   runs: int) -> None:
-    """Common tshark checks; `ours_port_is_server`: xwarp owns port 7174 (server case)."""
+def capture_checks(c: Checks, pcap: Path, label: str, crc: bool, runs: int) -> None:
+    """tshark checks shared with xwarp_rping_server (the rping server owns port 7174)."""
     s = tshark_summary(pcap)
     print(f"  [case] {label} tshark: opcodes by source port "
           f"{ {k: sorted(v) for k, v in s['opcodes'].items()} }, req C {s['req_c']}, "
@@ -114,7 +113,6 @@ def capture_checks(c: Checks, pcap: Path, label: str, crc: bool, ours_port_is_se
                 s["bad_crc"] == 0, f"{s['good_crc']} good, {s['bad_crc']} bad")
     else:
         c.eq(f"{label} tshark: no CRC checked with CRC off", s["good_crc"] + s["bad_crc"], 0)
-    _ = ours_port_is_server
 
 
 def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
@@ -179,7 +177,7 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
          re.findall(r"XW-SERVER S=(\d+) rc=(\d+)", res.console),
          [(str(s), "0") for s in SIZES])
     c.eq(f"{label}: host client checks", peer_rc, 0)
-    capture_checks(c, pcap, label, crc, ours_port_is_server=False, runs=len(SIZES))
+    capture_checks(c, pcap, label, crc, runs=len(SIZES))
 
 
 def main() -> int:

@@ -82,7 +82,7 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
          [str(i) for i in range(count)])
     c.check(f"{label}: no data mismatch", "data mismatch" not in res.console)
     c.eq(f"{label}: host server checks", peer_rc, 0)
-    capture_checks(c, pcap, label, crc, ours_port_is_server=True, runs=len(SIZES))
+    capture_checks(c, pcap, label, crc, runs=len(SIZES))
 
 
 def main() -> int:
