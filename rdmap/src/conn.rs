@@ -37,9 +37,13 @@
 //!   closes. [`Connection::close`] is graceful: queued work drains, then the QP is
 //!   flushed and TCP is closed.
 //!
-//! With a zero-length Send as RTR the Responder's first posted receive is consumed by it
-//! and completes with `byte_len` 0 (RFC 6581 §… "consumes a receive buffer"); the ULP
-//! must post one receive for it.
+//! * Toward siw, [`ConnConfig::first_fpdu_delay`] can hold the Initiator's first FPDU back
+//!   a little after the Reply (a siw race, see [`ConnConfig::new`]).
+//!
+//! RTR side effects: a zero-length Send RTR consumes the Responder's first posted receive
+//! (and MSN 1 on QN 0, iwarp-wire.md §1.5); it completes with `byte_len` 0, so the
+//! Responder ULP posts one receive for it. A zero-length Read RTR needs a local sink: the
+//! Initiator registers an empty region in its [`Resources`] (one STag per connection).
 
 use std::collections::VecDeque;
 use std::fmt;
