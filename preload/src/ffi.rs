@@ -156,7 +156,10 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         Err(e) => return fail(e),
     };
     xlog!(Info, "listening on {sa} (engine), fd {fd}");
-    sock::insert(fd, Arc::new(Sock::Listener(ListenerSock::new(ls, domain, nonblock, opts))));
+    let l = ListenerSock::new(ls, domain, nonblock, opts);
+    // Register interest with the engine so the first connection signals the descriptor.
+    l.readiness();
+    sock::insert(fd, Arc::new(Sock::Listener(l)));
     0
 }
 
@@ -197,6 +200,8 @@ unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c
         return -1;
     }
     let st = StreamSock::new(stream, l.common.domain, flags & libc::SOCK_NONBLOCK != 0, opts, ring);
+    // Register read interest so the first bytes signal the descriptor.
+    st.readiness(libc::POLLIN);
     sock::insert(nfd, Arc::new(Sock::Stream(st)));
     if let Some(p) = peer {
         // SAFETY: caller's buffers.
