@@ -126,8 +126,13 @@ def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
                 "-C", str(count), "-V"] + (["-v"] if size == 64 else [])
         while True:
             t0 = time.monotonic()
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, timeout=max(deadline - time.monotonic(), 1))
+            try:
+                p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env,
+                                   timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                c.check(f"S={size}: our rping client finished before the deadline", False)
+                return 1
             # "rping: connect ADDR: refused / no route" = the guest server is not up yet.
             refused = p.returncode != 0 and "rping: connect " in p.stderr
             if refused and time.monotonic() < deadline:
