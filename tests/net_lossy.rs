@@ -16,8 +16,14 @@ use net_common::{addr, pair_config, recv_stream, send_stream};
 use xwarp::net::{vwire_pair_with, TcpListener, TcpStream};
 use xwarp::poll_driver::vwire::{LinkConfig, WireConfig};
 
+/// No progress for this long fails the test.
+const STALL: Duration = Duration::from_secs(60);
+
 /// Send `total` bytes of stream `seed` and close the write half.
 fn send(mut s: TcpStream, seed: u64, total: u64) -> (u64, u64) {
+    // A stall fails the test instead of hanging it.
+    s.set_read_timeout(Some(STALL)).unwrap();
+    s.set_write_timeout(Some(STALL)).unwrap();
     let h = send_stream(&mut s, seed, total, 64 << 10).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     // Keep the connection open until the peer has read everything and closed.
@@ -29,6 +35,7 @@ fn send(mut s: TcpStream, seed: u64, total: u64) -> (u64, u64) {
 
 /// Receive and verify stream `seed` until EOF.
 fn recv(mut s: TcpStream, seed: u64) -> (u64, u64) {
+    s.set_read_timeout(Some(STALL)).unwrap();
     recv_stream(&mut s, seed, true).unwrap()
 }
 
@@ -44,7 +51,12 @@ fn lossy_duplicating_reordering_corrupting_wire_delivers_exact_bytes() {
         reorder: 0.01,
         reorder_delay: Duration::from_micros(200),
         corrupt: 0.001,
-        corrupt_bits: 3,
+        // One flipped bit per corrupted frame: the TCP checksum (16-bit ones'-complement
+        // sum) catches every single-bit error, but two flips in the same bit position of
+        // different words in opposite directions cancel out. With 3-bit corruption that
+        // slipped through about once per 256 MiB run: a TCP limit (MPA's CRC32c is what
+        // catches those in iWARP), not a stack bug.
+        corrupt_bits: 1,
         ..LinkConfig::seeded(0x10_55)
     };
     let mut cfg = pair_config(|c| {

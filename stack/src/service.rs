@@ -112,6 +112,8 @@ pub struct TcpService {
     watch: AckWatch,
     replay: VecDeque<Vec<u8>>,
     last_rescue_scan: Option<Instant>,
+    /// `XWARP_STACK_TRACE` set: dump connection states to stderr once a second.
+    trace: Option<Instant>,
 }
 
 /// Stats published by the engine for other threads.
@@ -199,6 +201,7 @@ impl TcpService {
             watch: AckWatch::default(),
             replay: VecDeque::new(),
             last_rescue_scan: None,
+            trace: std::env::var_os("XWARP_STACK_TRACE").map(|_| Instant::now()),
         }
     }
 
@@ -763,6 +766,28 @@ impl TcpService {
         step.moved
     }
 
+    fn dump(&self, now: Instant) {
+        for (id, c) in &self.conns {
+            let s = self.sockets.get::<tcp::Socket>(c.handle);
+            eprintln!(
+                "xwarp-stack {:?} conn {id}: {} send_q {} recv_q {} rx_ring_free {} tx_ring_used {} eof {} err {:?} fin_queued {} app_closed {} dirty {} stalled {}",
+                self.config.ipv4.map(|a| a.0),
+                s.state(),
+                s.send_queue(),
+                s.recv_queue(),
+                c.rx.slots(),
+                c.tx.slots(),
+                c.shared.rx_eof(),
+                c.shared.error(),
+                c.fin_queued,
+                c.app_closed,
+                c.shared.dirty.load(Ordering::Relaxed),
+                c.shared.rx_stalled.load(Ordering::Relaxed),
+            );
+        }
+        let _ = now;
+    }
+
     fn next_conn_deadline(&self) -> Option<Instant> {
         self.conns
             .values()
@@ -863,6 +888,13 @@ impl<B: Backend> Service<B> for TcpService {
             }
         }
         self.stats.inner.store(&self.counters);
+
+        if let Some(last) = self.trace {
+            if now >= last + Duration::from_secs(1) {
+                self.trace = Some(now);
+                self.dump(now);
+            }
+        }
 
         let mut rescue_deadline = None;
         if let Some(floor) = self.config.rto_floor {

@@ -110,3 +110,72 @@ fn connect_to_closed_port_is_refused() {
     let e = wait_until("refusal", || c.poll_connect().err());
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
 }
+
+#[test]
+fn readiness_fds_work_with_epoll() {
+    use rustix::event::epoll;
+    use std::os::fd::AsFd;
+
+    let ((_ea, a), (_eb, b)) = pair(WireConfig::default());
+    let l = b.listen(addr(2, 7002), 8, Duration::from_secs(5)).unwrap();
+    let mut c1 = a.connect(addr(2, 7002), None, None).unwrap();
+    wait_until("connect 1", || c1.poll_connect().unwrap().then_some(()));
+    let mut s1 = wait_until("accept 1", || l.try_accept().ok());
+    let mut c2 = a.connect(addr(2, 7002), None, None).unwrap();
+    wait_until("connect 2", || c2.poll_connect().unwrap().then_some(()));
+    let mut s2 = wait_until("accept 2", || l.try_accept().ok());
+
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    for (s, id) in [(&s1, 1u64), (&s2, 2u64)] {
+        epoll::add(
+            &ep,
+            s.as_fd(),
+            epoll::EventData::new_u64(id),
+            epoll::EventFlags::IN,
+        )
+        .unwrap();
+    }
+    let mut buf = [0u8; 16];
+    // Register read interest on both (and consume old "established" edges).
+    for s in [&mut s1, &mut s2] {
+        s.wait(Some(Instant::now() + Duration::from_millis(1)))
+            .unwrap();
+        assert_eq!(
+            s.try_read(&mut buf).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    }
+    let mut events = Vec::with_capacity(4);
+    let ten_ms = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    epoll::wait(
+        &ep,
+        rustix::buffer::spare_capacity(&mut events),
+        Some(&ten_ms),
+    )
+    .unwrap();
+    assert!(events.is_empty(), "no data yet, no readiness");
+
+    write_all(&mut c2, b"second");
+    let five_s = rustix::event::Timespec {
+        tv_sec: 5,
+        tv_nsec: 0,
+    };
+    epoll::wait(
+        &ep,
+        rustix::buffer::spare_capacity(&mut events),
+        Some(&five_s),
+    )
+    .unwrap();
+    let ids: Vec<u64> = events.iter().map(|e| e.data.u64()).collect();
+    assert_eq!(ids, vec![2]);
+    assert_eq!(s2.try_read(&mut buf).unwrap(), 6);
+    assert_eq!(&buf[..6], b"second");
+    assert_eq!(
+        s1.try_read(&mut buf).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    drop(c1);
+}
