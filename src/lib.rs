@@ -16,3 +16,4 @@ pub mod bench;
 pub mod demo;
 pub mod launcher;
 pub mod net;
+pub mod toe;

@@ -1,10 +1,35 @@
 //! Benchmarks (`xwarp bench ...`): side-by-side measurements against the kernel.
+//!
+//! * `xwarp bench tcp`: kernel↔kernel, xwarp↔kernel and xwarp↔xwarp over one veth pair
+//!   between two namespaces it creates (root): bulk throughput, 64-byte ping-pong half
+//!   round trip, CPU time per GB. See [`tcp`].
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub mod tcp;
+
+const USAGE: &str = "\
+usage: xwarp bench <benchmark> [options]
+
+benchmarks:
+  tcp     kernel vs xwarp TCP over a veth pair (root); `xwarp bench tcp --help`";
+
 /// Entry point of `xwarp bench ARGS...` (ARGS excludes `xwarp bench`).
-pub fn main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("xwarp bench: not built yet");
-    ExitCode::FAILURE
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let Some(which) = args.first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    match which.to_str() {
+        Some("tcp") => tcp::main(args[1..].to_vec()),
+        Some("help") | Some("--help") | Some("-h") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("xwarp bench: unknown benchmark {which:?}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
 }

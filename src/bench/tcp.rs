@@ -1,0 +1,946 @@
+//! `xwarp bench tcp`: TCP over one veth pair, side by side.
+//!
+//! Setup (root): namespaces A and B joined by a veth pair ([`VethPair`]); the kernel owns
+//! `10.88.<net>.1` (A) and `.2` (B); xwarp engines own `.10` (AF_XDP on `veth-a`) and `.20`
+//! (on `veth-b`), addresses the kernels do not have. Connections go from A to B:
+//!
+//! | pair | client (A) | server (B) |
+//! |---|---|---|
+//! | `kernel-kernel` | kernel socket | kernel socket |
+//! | `xwarp-kernel` | xwarp engine A | kernel socket |
+//! | `xwarp-xwarp` | xwarp engine A | xwarp engine B |
+//!
+//! The kernel baseline runs first, before any XDP program is attached to the pair (an
+//! attached program changes the veth's offloads). Per pair:
+//! * **bulk**: the client writes `--msg-size` byte messages for `--duration` seconds, the
+//!   server reads and counts; throughput is received bytes over the receiver's time from the
+//!   first byte to end of stream. Bytes are checked (a running sequence pattern).
+//! * **ping-pong**: 64-byte request, 64-byte reply, for `--duration` seconds after a
+//!   warm-up; half round trip = round trip / 2 into an HDR histogram (p50, p99).
+//! * **CPU**: `getrusage(RUSAGE_THREAD)` on the client and server application threads
+//!   (user + system) during bulk, per GB moved; the xwarp engine threads' CPU time is
+//!   reported beside it (they spin, so it is mostly the spin budget).
+//!
+//! Pinning (`--pin`): the machine may have only 2 cores while the xwarp↔xwarp case runs four
+//! threads (two applications, two engines). `sides` (default) pins everything of side A
+//! (client, engine A) to the first core and side B to the second, so each spinning engine
+//! competes only with its own application, which sleeps on its readiness fd when idle
+//! beyond `--app-spin-us`. `split` pins the engines to one core and the applications to the
+//! other; `none` leaves placement to the scheduler.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use xwarp_poll_driver::afxdp::ChunkSize;
+use xwarp_poll_driver::engine::SpinBudget;
+use xwarp_poll_driver::netns::VethPair;
+
+use crate::net::{Shutdown, TcpListener, TcpStream};
+use crate::toe::{start_xdp_engine, XdpEngine, XdpEngineConfig};
+
+const HELP: &str = "\
+usage: xwarp bench tcp [options]   (root: creates namespaces, a veth pair and XDP programs)
+
+options:
+  --duration SECS      seconds per bulk and per ping-pong run (default 3)
+  --msg-size BYTES     bulk write size (default 65536)
+  --spin-us US         engine idle spin before sleeping, µs; 'forever' never sleeps (default 200)
+  --app-spin-us US     application spin before sleeping on a socket, µs (default 20)
+  --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
+  --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks, max 3826)
+  --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp
+  --json FILE          also write the results as JSON
+  --net N              the /24 used: 10.88.N.0 (default 90)";
+
+/// Ping-pong message size (bytes each way).
+const PING_SIZE: usize = 64;
+/// Ping-pong iterations before measuring.
+const WARMUP: u32 = 2000;
+/// Port numbers on the servers.
+const BULK_PORT: u16 = 5201;
+const PING_PORT: u16 = 5202;
+
+/// How threads are placed on cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// Side A on the first core, side B on the second.
+    Sides,
+    /// Engines on the first core, applications on the second.
+    Split,
+    /// No pinning.
+    None,
+}
+
+/// Benchmark options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Length of each bulk run and each ping-pong run.
+    pub duration: Duration,
+    /// Bulk write size.
+    pub msg_size: usize,
+    /// Engine idle spin.
+    pub spin: SpinBudget,
+    /// Application spin before sleeping.
+    pub app_spin: Duration,
+    /// Core placement.
+    pub pin: Pin,
+    /// IP MTU of the veth pair.
+    pub mtu: usize,
+    /// Pairs to run.
+    pub pairs: Vec<PairKind>,
+    /// JSON output file.
+    pub json: Option<std::path::PathBuf>,
+    /// Third octet of the test /24.
+    pub net: u8,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration: Duration::from_secs(3),
+            msg_size: 64 << 10,
+            spin: SpinBudget::Duration(Duration::from_micros(200)),
+            app_spin: Duration::from_micros(20),
+            pin: Pin::Sides,
+            mtu: 1500,
+            pairs: vec![
+                PairKind::KernelKernel,
+                PairKind::XwarpKernel,
+                PairKind::XwarpXwarp,
+            ],
+            json: None,
+            net: 90,
+        }
+    }
+}
+
+/// Which ends a measurement uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairKind {
+    /// Kernel client, kernel server.
+    KernelKernel,
+    /// xwarp client, kernel server.
+    XwarpKernel,
+    /// xwarp client, xwarp server.
+    XwarpXwarp,
+}
+
+impl PairKind {
+    /// Name used in the table and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PairKind::KernelKernel => "kernel-kernel",
+            PairKind::XwarpKernel => "xwarp-kernel",
+            PairKind::XwarpXwarp => "xwarp-xwarp",
+        }
+    }
+
+    fn parse(s: &str) -> Option<PairKind> {
+        [
+            PairKind::KernelKernel,
+            PairKind::XwarpKernel,
+            PairKind::XwarpXwarp,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// Parse the command line (without `xwarp bench tcp`). `Ok(None)`: help was asked for.
+pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a
+            .to_str()
+            .ok_or_else(|| bad(format!("argument {a:?} is not UTF-8")))?;
+        if a == "--help" || a == "-h" {
+            return Ok(None);
+        }
+        let v = it
+            .next()
+            .and_then(|v| v.to_str())
+            .ok_or_else(|| bad(format!("{a} needs a value")))?;
+        let num = |v: &str| -> io::Result<u64> {
+            v.parse()
+                .map_err(|_| bad(format!("{a}: {v:?} is not a number")))
+        };
+        match a {
+            "--duration" => {
+                let s: f64 = v
+                    .parse()
+                    .map_err(|_| bad(format!("--duration: {v:?} is not a number")))?;
+                if !(0.1..=3600.0).contains(&s) {
+                    return Err(bad("--duration must be within 0.1..=3600 s".into()));
+                }
+                o.duration = Duration::from_secs_f64(s);
+            }
+            "--msg-size" => {
+                let n = num(v)?;
+                if !(1..=(16 << 20)).contains(&n) {
+                    return Err(bad("--msg-size must be within 1..=16 MiB".into()));
+                }
+                o.msg_size = n as usize;
+            }
+            "--spin-us" => {
+                o.spin = if v == "forever" {
+                    SpinBudget::Forever
+                } else {
+                    SpinBudget::Duration(Duration::from_micros(num(v)?.min(10_000_000)))
+                }
+            }
+            "--app-spin-us" => o.app_spin = Duration::from_micros(num(v)?.min(10_000_000)),
+            "--pin" => {
+                o.pin = match v {
+                    "sides" => Pin::Sides,
+                    "split" => Pin::Split,
+                    "none" => Pin::None,
+                    _ => return Err(bad(format!("--pin: unknown mode {v:?}"))),
+                }
+            }
+            "--mtu" => {
+                let n = num(v)?;
+                if !(576..=3826).contains(&n) {
+                    return Err(bad("--mtu must be within 576..=3826".into()));
+                }
+                o.mtu = n as usize;
+            }
+            "--only" => {
+                o.pairs = v
+                    .split(',')
+                    .map(|p| PairKind::parse(p).ok_or_else(|| bad(format!("--only: {p:?}?"))))
+                    .collect::<io::Result<_>>()?;
+            }
+            "--json" => o.json = Some(v.into()),
+            "--net" => {
+                o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
+            }
+            _ => return Err(bad(format!("unknown option {a}"))),
+        }
+    }
+    Ok(Some(o))
+}
+
+/// Entry point of `xwarp bench tcp`.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let opts = match parse_args(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("xwarp bench tcp: {e}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(results) => {
+            print!("{}", table(&opts, &results));
+            if let Some(path) = &opts.json {
+                if let Err(e) = std::fs::write(path, json(&opts, &results)) {
+                    eprintln!("xwarp bench tcp: writing {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xwarp bench tcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Results of one pair.
+#[derive(Debug, Clone)]
+pub struct PairResult {
+    /// Which pair.
+    pub kind: PairKind,
+    /// Bulk goodput, Gbit/s.
+    pub bulk_gbps: f64,
+    /// Bytes moved in the bulk run.
+    pub bulk_bytes: u64,
+    /// Client application CPU seconds per GB (bulk).
+    pub client_cpu_s_per_gb: f64,
+    /// Server application CPU seconds per GB (bulk).
+    pub server_cpu_s_per_gb: f64,
+    /// Engine threads' CPU seconds per GB (bulk; 0 for kernel-only pairs).
+    pub engine_cpu_s_per_gb: f64,
+    /// Ping-pong half round trip p50, µs.
+    pub half_rtt_p50_us: f64,
+    /// Ping-pong half round trip p99, µs.
+    pub half_rtt_p99_us: f64,
+    /// Ping-pong round trips measured.
+    pub pingpongs: u64,
+}
+
+/// A connected byte stream of either kind.
+trait Conn: Read + Write + Send {
+    fn shutdown_write(&mut self) -> io::Result<()>;
+    fn prepare(&mut self, app_spin: Duration) -> io::Result<()>;
+}
+
+impl Conn for std::net::TcpStream {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+    fn prepare(&mut self, _app_spin: Duration) -> io::Result<()> {
+        self.set_nodelay(true)
+    }
+}
+
+impl Conn for TcpStream {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+    fn prepare(&mut self, app_spin: Duration) -> io::Result<()> {
+        self.set_spin(app_spin);
+        self.set_nodelay(true)
+    }
+}
+
+/// (user + system) CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    // SAFETY: all-zero is a valid `rusage`; getrusage only writes into it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a live rusage; RUSAGE_THREAD is a valid `who`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Core ids for (side A / engines, side B / apps).
+fn cores() -> (Option<usize>, Option<usize>) {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    match ids.len() {
+        0 => (None, None),
+        1 => (Some(ids[0].id), Some(ids[0].id)),
+        _ => (Some(ids[0].id), Some(ids[1].id)),
+    }
+}
+
+fn pin_to(core: Option<usize>) {
+    if let Some(id) = core {
+        core_affinity::set_for_current(core_affinity::CoreId { id });
+    }
+}
+
+/// Cores of (client app, server app, engine A, engine B).
+fn placement(pin: Pin) -> [Option<usize>; 4] {
+    let (c0, c1) = cores();
+    match pin {
+        Pin::Sides => [c0, c1, c0, c1],
+        Pin::Split => [c1, c1, c0, c0],
+        Pin::None => [None; 4],
+    }
+}
+
+/// The pattern byte at stream offset `i` (cheap, not periodic at powers of two).
+fn pattern(i: u64) -> u8 {
+    (i ^ (i >> 9) ^ (i >> 17)) as u8
+}
+
+struct BulkSide {
+    bytes: u64,
+    elapsed: Duration,
+    cpu: Duration,
+}
+
+/// Client side of a bulk run: write for `dur`, then FIN.
+fn bulk_send(c: &mut dyn Conn, dur: Duration, msg: usize) -> io::Result<BulkSide> {
+    let cpu0 = thread_cpu();
+    let mut buf = vec![0u8; msg];
+    let t0 = Instant::now();
+    let mut off = 0u64;
+    while t0.elapsed() < dur {
+        for (k, b) in buf.iter_mut().enumerate() {
+            *b = pattern(off + k as u64);
+        }
+        c.write_all(&buf)?;
+        off += msg as u64;
+    }
+    c.shutdown_write()?;
+    Ok(BulkSide {
+        bytes: off,
+        elapsed: t0.elapsed(),
+        cpu: thread_cpu() - cpu0,
+    })
+}
+
+/// Server side of a bulk run: read to end of stream, checking the pattern.
+fn bulk_recv(c: &mut dyn Conn) -> io::Result<BulkSide> {
+    let cpu0 = thread_cpu();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut off = 0u64;
+    let mut t0 = None;
+    loop {
+        let n = c.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        t0.get_or_insert_with(Instant::now);
+        // Check a few bytes of every read: catches loss, duplication and misordering
+        // without making the receiver's loop about checking.
+        for k in [0, n / 2, n - 1] {
+            if buf[k] != pattern(off + k as u64) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bulk data mismatch at offset {}", off + k as u64),
+                ));
+            }
+        }
+        off += n as u64;
+    }
+    // Tell the sender we are done (it waits for our FIN).
+    c.shutdown_write()?;
+    Ok(BulkSide {
+        bytes: off,
+        elapsed: t0.map(|t| t.elapsed()).unwrap_or_default(),
+        cpu: thread_cpu() - cpu0,
+    })
+}
+
+/// Client side of ping-pong: returns the half-round-trip histogram (ns).
+fn ping(c: &mut dyn Conn, dur: Duration) -> io::Result<Histogram<u64>> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3)
+        .map_err(|e| io::Error::other(format!("histogram: {e}")))?;
+    let mut msg = [0u8; PING_SIZE];
+    let mut back = [0u8; PING_SIZE];
+    let mut i = 0u32;
+    let mut t_end = None;
+    loop {
+        msg[..4].copy_from_slice(&i.to_le_bytes());
+        let t = Instant::now();
+        c.write_all(&msg)?;
+        c.read_exact(&mut back)?;
+        let rtt = t.elapsed();
+        if back != msg {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "ping-pong reply differs from the request",
+            ));
+        }
+        i = i.wrapping_add(1);
+        if i == WARMUP {
+            t_end = Some(Instant::now() + dur);
+        }
+        if let Some(end) = t_end {
+            let _ = h.record((rtt.as_nanos() / 2).max(1) as u64);
+            if Instant::now() >= end {
+                break;
+            }
+        }
+    }
+    c.shutdown_write()?;
+    let mut rest = [0u8; 1];
+    let _ = c.read(&mut rest)?;
+    Ok(h)
+}
+
+/// Server side of ping-pong: echo 64-byte messages until end of stream.
+fn pong(c: &mut dyn Conn) -> io::Result<()> {
+    let mut msg = [0u8; PING_SIZE];
+    loop {
+        let mut got = 0;
+        while got < PING_SIZE {
+            let n = c.read(&mut msg[got..])?;
+            if n == 0 {
+                return if got == 0 {
+                    c.shutdown_write()
+                } else {
+                    Err(io::ErrorKind::UnexpectedEof.into())
+                };
+            }
+            got += n;
+        }
+        c.write_all(&msg)?;
+    }
+}
+
+/// Something that accepts one connection on the server side.
+type Acceptor = Box<dyn FnOnce() -> io::Result<Box<dyn Conn>> + Send>;
+/// Something that opens the client connection.
+type Connector<'a> = Box<dyn FnOnce() -> io::Result<Box<dyn Conn>> + 'a>;
+
+struct Ends {
+    client_core: Option<usize>,
+    server_core: Option<usize>,
+}
+
+/// Run bulk over one connection: server on its own thread, client on another.
+fn run_bulk(
+    ends: &Ends,
+    accept: Acceptor,
+    connect: Connector<'_>,
+    o: &Options,
+) -> io::Result<(BulkSide, BulkSide)> {
+    let server_core = ends.server_core;
+    let app_spin = o.app_spin;
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::Builder::new()
+        .name("bench-server".into())
+        .spawn(move || {
+            pin_to(server_core);
+            let r = accept().and_then(|mut c| {
+                c.prepare(app_spin)?;
+                bulk_recv(&mut *c)
+            });
+            let _ = tx.send(());
+            r
+        })?;
+    let mut c = connect()?;
+    c.prepare(o.app_spin)?;
+    let (dur, msg, client_core) = (o.duration, o.msg_size, ends.client_core);
+    let client = std::thread::scope(|s| {
+        s.spawn(move || {
+            pin_to(client_core);
+            let r = bulk_send(&mut *c, dur, msg);
+            // Wait for the server's FIN so the connection is idle when we return.
+            let mut b = [0u8; 1];
+            let _ = c.read(&mut b);
+            r
+        })
+        .join()
+    })
+    .map_err(|_| io::Error::other("bulk client panicked"))??;
+    let _ = rx.recv_timeout(dur + Duration::from_secs(30));
+    let server = server
+        .join()
+        .map_err(|_| io::Error::other("bulk server panicked"))??;
+    if server.bytes != client.bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("sent {} bytes, received {}", client.bytes, server.bytes),
+        ));
+    }
+    Ok((client, server))
+}
+
+/// Run ping-pong over one connection.
+fn run_ping(
+    ends: &Ends,
+    accept: Acceptor,
+    connect: Connector<'_>,
+    o: &Options,
+) -> io::Result<Histogram<u64>> {
+    let server_core = ends.server_core;
+    let app_spin = o.app_spin;
+    let server = std::thread::Builder::new()
+        .name("bench-pong".into())
+        .spawn(move || {
+            pin_to(server_core);
+            accept().and_then(|mut c| {
+                c.prepare(app_spin)?;
+                pong(&mut *c)
+            })
+        })?;
+    let mut c = connect()?;
+    c.prepare(o.app_spin)?;
+    let (dur, client_core) = (o.duration, ends.client_core);
+    let h = std::thread::scope(|s| {
+        s.spawn(move || {
+            pin_to(client_core);
+            ping(&mut *c, dur)
+        })
+        .join()
+    })
+    .map_err(|_| io::Error::other("ping client panicked"))??;
+    server
+        .join()
+        .map_err(|_| io::Error::other("pong server panicked"))??;
+    Ok(h)
+}
+
+/// The test network and addresses.
+struct Net {
+    veth: VethPair,
+    xa: Ipv4Addr,
+    xb: Ipv4Addr,
+}
+
+fn setup(o: &Options) -> io::Result<Net> {
+    let veth = VethPair::new(o.net)?;
+    let mtu = o.mtu.to_string();
+    veth.a.ip(&["link", "set", &veth.if_a, "mtu", &mtu])?;
+    veth.b.ip(&["link", "set", &veth.if_b, "mtu", &mtu])?;
+    Ok(Net {
+        xa: Ipv4Addr::new(10, 88, o.net, 10),
+        xb: Ipv4Addr::new(10, 88, o.net, 20),
+        veth,
+    })
+}
+
+fn start_engine(
+    net: &Net,
+    o: &Options,
+    side_a: bool,
+    core: Option<usize>,
+) -> io::Result<XdpEngine> {
+    let (ns, ifname, ip, name) = if side_a {
+        (&net.veth.a, &net.veth.if_a, net.xa, "bench-engine-a")
+    } else {
+        (&net.veth.b, &net.veth.if_b, net.xb, "bench-engine-b")
+    };
+    let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
+    cfg.chunk = if o.mtu + 14 > 1792 {
+        ChunkSize::C4096
+    } else {
+        ChunkSize::C2048
+    };
+    cfg.engine.name = name.into();
+    cfg.engine.core = core;
+    cfg.engine.spin = o.spin;
+    // Bulk buffers: 1 MiB (perf-notes.md: larger falls out of L2 here).
+    cfg.stack.tcp.nodelay = true;
+    start_xdp_engine(Some(ns), cfg)
+}
+
+fn kernel_listener(net: &Net, port: u16) -> io::Result<std::net::TcpListener> {
+    let addr = SocketAddr::from((net.veth.addr_b, port));
+    net.veth.b.run(move || std::net::TcpListener::bind(addr))?
+}
+
+fn kernel_connect(net: &Net, port: u16) -> io::Result<Box<dyn Conn>> {
+    let addr = SocketAddr::from((net.veth.addr_b, port));
+    let s = net
+        .veth
+        .a
+        .run(move || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)))??;
+    Ok(Box::new(s))
+}
+
+fn kernel_acceptor(l: std::net::TcpListener) -> Acceptor {
+    Box::new(move || {
+        let (s, _) = l.accept()?;
+        Ok(Box::new(s) as Box<dyn Conn>)
+    })
+}
+
+fn xwarp_acceptor(l: TcpListener) -> Acceptor {
+    Box::new(move || {
+        let (s, _) = l.accept()?;
+        Ok(Box::new(s) as Box<dyn Conn>)
+    })
+}
+
+fn xwarp_connector(e: &XdpEngine, addr: SocketAddr) -> Connector<'_> {
+    Box::new(move || {
+        let s = TcpStream::connect_timeout(e.stack(), addr, Duration::from_secs(5))?;
+        Ok(Box::new(s) as Box<dyn Conn>)
+    })
+}
+
+fn per_gb(cpu: Duration, bytes: u64) -> f64 {
+    if bytes == 0 {
+        return 0.0;
+    }
+    cpu.as_secs_f64() / (bytes as f64 / 1e9)
+}
+
+fn engine_cpu(engines: &[&XdpEngine]) -> Duration {
+    engines
+        .iter()
+        .filter_map(|e| e.engine().cpu_time().ok())
+        .sum()
+}
+
+fn result(
+    kind: PairKind,
+    bulk: (BulkSide, BulkSide),
+    engine_cpu: Duration,
+    h: &Histogram<u64>,
+) -> PairResult {
+    let (c, s) = bulk;
+    let secs = s.elapsed.as_secs_f64().max(1e-9);
+    PairResult {
+        kind,
+        bulk_gbps: s.bytes as f64 * 8.0 / secs / 1e9,
+        bulk_bytes: s.bytes,
+        client_cpu_s_per_gb: per_gb(c.cpu, s.bytes),
+        server_cpu_s_per_gb: per_gb(s.cpu, s.bytes),
+        engine_cpu_s_per_gb: per_gb(engine_cpu, s.bytes),
+        half_rtt_p50_us: h.value_at_quantile(0.50) as f64 / 1e3,
+        half_rtt_p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
+        pingpongs: h.len(),
+    }
+}
+
+/// Run every requested pair over one fresh veth pair.
+pub fn run(o: &Options) -> io::Result<Vec<PairResult>> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "needs root (network namespaces, veth, AF_XDP)",
+        ));
+    }
+    let net = setup(o)?;
+    let [client_core, server_core, core_a, core_b] = placement(o.pin);
+    let ends = Ends {
+        client_core,
+        server_core,
+    };
+    let mut out = Vec::new();
+    // Kernel baseline first: before any XDP program touches the veth pair.
+    let mut order = o.pairs.clone();
+    order.sort_by_key(|p| *p as u8);
+    order.dedup();
+    for kind in order {
+        eprintln!("xwarp bench tcp: {} ...", kind.name());
+        let kserver = SocketAddr::from((net.veth.addr_b, BULK_PORT));
+        let r = match kind {
+            PairKind::KernelKernel => {
+                let bulk = run_bulk(
+                    &ends,
+                    kernel_acceptor(kernel_listener(&net, BULK_PORT)?),
+                    Box::new(|| kernel_connect(&net, BULK_PORT)),
+                    o,
+                )?;
+                let h = run_ping(
+                    &ends,
+                    kernel_acceptor(kernel_listener(&net, PING_PORT)?),
+                    Box::new(|| kernel_connect(&net, PING_PORT)),
+                    o,
+                )?;
+                result(kind, bulk, Duration::ZERO, &h)
+            }
+            PairKind::XwarpKernel => {
+                let ea = start_engine(&net, o, true, core_a)?;
+                let cpu0 = engine_cpu(&[&ea]);
+                let bulk = run_bulk(
+                    &ends,
+                    kernel_acceptor(kernel_listener(&net, BULK_PORT)?),
+                    xwarp_connector(&ea, kserver),
+                    o,
+                )?;
+                let ecpu = engine_cpu(&[&ea]) - cpu0;
+                let h = run_ping(
+                    &ends,
+                    kernel_acceptor(kernel_listener(&net, PING_PORT)?),
+                    xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, PING_PORT))),
+                    o,
+                )?;
+                result(kind, bulk, ecpu, &h)
+            }
+            PairKind::XwarpXwarp => {
+                let ea = start_engine(&net, o, true, core_a)?;
+                let eb = start_engine(&net, o, false, core_b)?;
+                let cpu0 = engine_cpu(&[&ea, &eb]);
+                let bulk = run_bulk(
+                    &ends,
+                    xwarp_acceptor(TcpListener::bind(
+                        eb.stack(),
+                        SocketAddr::from((net.xb, BULK_PORT)),
+                    )?),
+                    xwarp_connector(&ea, SocketAddr::from((net.xb, BULK_PORT))),
+                    o,
+                )?;
+                let ecpu = engine_cpu(&[&ea, &eb]) - cpu0;
+                let h = run_ping(
+                    &ends,
+                    xwarp_acceptor(TcpListener::bind(
+                        eb.stack(),
+                        SocketAddr::from((net.xb, PING_PORT)),
+                    )?),
+                    xwarp_connector(&ea, SocketAddr::from((net.xb, PING_PORT))),
+                    o,
+                )?;
+                result(kind, bulk, ecpu, &h)
+            }
+        };
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
+    base.filter(|b| *b > 0.0).map(|b| x / b)
+}
+
+/// The readable table, with ratios to the kernel baseline (when it ran).
+pub fn table(o: &Options, rs: &[PairResult]) -> String {
+    let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
+    let mut s = format!(
+        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}\n\n",
+        o.mtu,
+        o.duration.as_secs_f64(),
+        o.msg_size,
+        o.pin,
+        o.spin,
+        o.app_spin
+    );
+    s += &format!(
+        "{:<14} {:>9} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
+        "pair",
+        "Gbit/s",
+        "x kern",
+        "p50 µs",
+        "p99 µs",
+        "x kern",
+        "cli s/GB",
+        "srv s/GB",
+        "eng s/GB",
+        "pingpongs"
+    );
+    let fmt_ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+    for r in rs {
+        s += &format!(
+            "{:<14} {:>9.2} {:>7} {:>10.2} {:>10.2} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
+            r.kind.name(),
+            r.bulk_gbps,
+            fmt_ratio(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
+            r.half_rtt_p50_us,
+            r.half_rtt_p99_us,
+            fmt_ratio(ratio(r.half_rtt_p50_us, base.map(|b| b.half_rtt_p50_us))),
+            r.client_cpu_s_per_gb,
+            r.server_cpu_s_per_gb,
+            r.engine_cpu_s_per_gb,
+            r.pingpongs
+        );
+    }
+    s += "\nGbit/s: bulk goodput; p50/p99: 64-byte ping-pong half round trip; x kern: ratio to kernel-kernel\n\
+          (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5); s/GB: CPU seconds per GB on the client and\n\
+          server application threads (getrusage RUSAGE_THREAD) and on the engine threads.\n";
+    s
+}
+
+/// The results as JSON.
+pub fn json(o: &Options, rs: &[PairResult]) -> String {
+    let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
+    let num = |v: Option<f64>| match v {
+        Some(v) if v.is_finite() => format!("{v:.4}"),
+        _ => "null".into(),
+    };
+    let mut s = format!(
+        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}}},\n  \"results\": [\n",
+        o.mtu,
+        o.duration.as_secs_f64(),
+        o.msg_size,
+        o.pin,
+        o.spin,
+        o.app_spin.as_micros()
+    );
+    for (i, r) in rs.iter().enumerate() {
+        s += &format!(
+            "    {{\"pair\": \"{}\", \"bulk_gbps\": {}, \"bulk_bytes\": {}, \"bulk_ratio_to_kernel\": {}, \"half_rtt_p50_us\": {}, \"half_rtt_p99_us\": {}, \"half_rtt_p50_ratio_to_kernel\": {}, \"pingpongs\": {}, \"client_cpu_s_per_gb\": {}, \"server_cpu_s_per_gb\": {}, \"engine_cpu_s_per_gb\": {}}}{}\n",
+            r.kind.name(),
+            num(Some(r.bulk_gbps)),
+            r.bulk_bytes,
+            num(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
+            num(Some(r.half_rtt_p50_us)),
+            num(Some(r.half_rtt_p99_us)),
+            num(ratio(r.half_rtt_p50_us, base.map(|b| b.half_rtt_p50_us))),
+            r.pingpongs,
+            num(Some(r.client_cpu_s_per_gb)),
+            num(Some(r.server_cpu_s_per_gb)),
+            num(Some(r.engine_cpu_s_per_gb)),
+            if i + 1 < rs.len() { "," } else { "" }
+        );
+    }
+    s += "  ]\n}\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_options_and_rejects_bad_ones() {
+        let o = parse_args(&args(&[
+            "--duration",
+            "1.5",
+            "--msg-size",
+            "1000",
+            "--pin",
+            "none",
+            "--only",
+            "xwarp-xwarp,kernel-kernel",
+            "--spin-us",
+            "forever",
+            "--mtu",
+            "3000",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.duration, Duration::from_millis(1500));
+        assert_eq!(o.msg_size, 1000);
+        assert_eq!(o.pin, Pin::None);
+        assert_eq!(o.spin, SpinBudget::Forever);
+        assert_eq!(o.mtu, 3000);
+        assert_eq!(o.pairs, vec![PairKind::XwarpXwarp, PairKind::KernelKernel]);
+        assert!(parse_args(&args(&["--help"])).unwrap().is_none());
+        for bad in [
+            &["--duration"][..],
+            &["--duration", "x"],
+            &["--msg-size", "0"],
+            &["--mtu", "9000"],
+            &["--pin", "diagonal"],
+            &["--only", "kernel"],
+            &["--net", "300"],
+            &["--frobnicate", "1"],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn table_and_json_carry_ratios() {
+        let r = |kind, gbps, p50| PairResult {
+            kind,
+            bulk_gbps: gbps,
+            bulk_bytes: 1,
+            client_cpu_s_per_gb: 0.5,
+            server_cpu_s_per_gb: 0.25,
+            engine_cpu_s_per_gb: 0.0,
+            half_rtt_p50_us: p50,
+            half_rtt_p99_us: p50 * 2.0,
+            pingpongs: 10,
+        };
+        let rs = [
+            r(PairKind::KernelKernel, 10.0, 10.0),
+            r(PairKind::XwarpXwarp, 8.0, 4.0),
+        ];
+        let o = Options::default();
+        let t = table(&o, &rs);
+        assert!(
+            t.contains("xwarp-xwarp") && t.contains("0.80") && t.contains("0.40"),
+            "{t}"
+        );
+        let j = json(&o, &rs);
+        assert!(j.contains("\"bulk_ratio_to_kernel\": 0.8000"), "{j}");
+        assert!(
+            j.contains("\"half_rtt_p50_ratio_to_kernel\": 0.4000"),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn pattern_is_not_periodic_at_small_powers_of_two() {
+        for p in [256u64, 4096, 65536] {
+            assert!(
+                (0..4096).any(|i| pattern(i) != pattern(i + p)),
+                "period {p}"
+            );
+        }
+    }
+}
