@@ -90,7 +90,8 @@ struct Opts {
     /// Persistent server: accept connections one after another.
     #[arg(short = 'P')]
     persistent: bool,
-    /// Server: accept with explicit IRD/ORD 1/1 instead of mirroring the client's.
+    /// Server: rping's "self-created QP" mode; on the wire it accepts with explicit
+    /// IRD/ORD 1/1 instead of mirroring the client's values.
     #[arg(short = 'q')]
     explicit_ird_ord: bool,
 }
