@@ -164,7 +164,8 @@ fn exchange(crc: bool, markers: bool) -> Exchange {
 fn dissect(name: &str, crc: bool, markers: bool) {
     let Some(tshark) = tshark() else { return };
     let ex = exchange(crc, markers);
-    let dir = std::env::temp_dir().join(format!("xwarp-wire-tshark-{}", std::process::id()));
+    // One directory per test: the tests run in parallel and each removes its own.
+    let dir = std::env::temp_dir().join(format!("xwarp-wire-tshark-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.pcap"));
     std::fs::write(&path, &ex.pcap).unwrap();
@@ -232,6 +233,7 @@ fn dissect(name: &str, crc: bool, markers: bool) {
             .args(["--enable-heuristic", "iwarp_mpa_tcp", "-V"])
             .output()
             .expect("run tshark -V");
+        assert!(tree.status.success(), "tshark -V failed");
         let tree = String::from_utf8_lossy(&tree.stdout);
         assert_eq!(
             tree.matches("(Good CRC32)").count(),
