@@ -118,7 +118,7 @@ fn readiness_fds_work_with_epoll() {
 
     let ((_ea, a), (_eb, b)) = pair(WireConfig::default());
     let l = b.listen(addr(2, 7002), 8, Duration::from_secs(5)).unwrap();
-    let mut c1 = a.connect(addr(2, 7002), None, None).unwrap();
+    let c1 = a.connect(addr(2, 7002), None, None).unwrap();
     wait_until("connect 1", || c1.poll_connect().unwrap().then_some(()));
     let mut s1 = wait_until("accept 1", || l.try_accept().ok());
     let mut c2 = a.connect(addr(2, 7002), None, None).unwrap();
