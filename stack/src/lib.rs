@@ -15,6 +15,7 @@ mod command;
 pub mod config;
 mod device;
 mod ports;
+pub mod proto;
 mod rescue;
 mod service;
 mod shared;

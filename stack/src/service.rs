@@ -96,24 +96,26 @@ fn smol_duration(d: Duration) -> smoltcp::time::Duration {
 /// The TCP engine service. Build it with [`crate::new_stack`]; the engine thread calls
 /// [`Service::poll`].
 pub struct TcpService {
-    config: StackConfig,
+    pub(crate) config: StackConfig,
     epoch: Instant,
     cmds: Receiver<Command>,
-    next_id: Arc<AtomicU64>,
+    pub(crate) next_id: Arc<AtomicU64>,
     iface: Option<Interface>,
-    sockets: SocketSet<'static>,
+    pub(crate) sockets: SocketSet<'static>,
     conns: HashMap<u64, Conn>,
     listeners: HashMap<u64, Listener>,
-    ports: Ports,
+    pub(crate) ports: Ports,
     dirty: Vec<u64>,
     next_deadline: Option<Instant>,
-    counters: StackStats,
+    pub(crate) counters: StackStats,
     stats: Arc<StatsCell>,
-    watch: AckWatch,
-    replay: VecDeque<Vec<u8>>,
+    pub(crate) watch: AckWatch,
+    pub(crate) replay: VecDeque<Vec<u8>>,
     last_rescue_scan: Option<Instant>,
     /// `XWARP_STACK_TRACE` set: dump connection states to stderr once a second.
     trace: Option<Instant>,
+    /// The in-engine protocol host and its connections (see `proto.rs`).
+    pub(crate) proto: Option<crate::proto::ProtoSide>,
 }
 
 /// Stats published by the engine for other threads.
@@ -202,6 +204,7 @@ impl TcpService {
             replay: VecDeque::new(),
             last_rescue_scan: None,
             trace: std::env::var_os("XWARP_STACK_TRACE").map(|_| Instant::now()),
+            proto: None,
         }
     }
 
@@ -238,7 +241,7 @@ impl TcpService {
         iface
     }
 
-    fn new_socket(&self, opts: &TcpOptions) -> tcp::Socket<'static> {
+    pub(crate) fn new_socket(&self, opts: &TcpOptions) -> tcp::Socket<'static> {
         let mut s = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0u8; self.config.rx_buffer]),
             tcp::SocketBuffer::new(vec![0u8; self.config.tx_buffer]),
@@ -823,6 +826,7 @@ impl<B: Backend> Service<B> for TcpService {
             busy = true;
             self.handle_command(&mut iface, cmd, now);
         }
+        self.proto_poll(&mut iface, now);
 
         let mut ingress = false;
         let mut watch = std::mem::take(&mut self.watch);
@@ -887,6 +891,7 @@ impl<B: Backend> Service<B> for TcpService {
                 self.maintain_listener(id, now);
             }
         }
+        busy |= self.proto_serve(now);
         self.stats.inner.store(&self.counters);
 
         if let Some(last) = self.trace {
@@ -952,7 +957,12 @@ impl<B: Backend> Service<B> for TcpService {
 
         let stack_deadline = iface.poll_at(t, &self.sockets).map(|d| self.std_instant(d));
         self.iface = Some(iface);
-        let next = [stack_deadline, self.next_conn_deadline(), rescue_deadline]
+        let next = [
+            stack_deadline,
+            self.next_conn_deadline(),
+            rescue_deadline,
+            self.proto_deadline(),
+        ]
             .into_iter()
             .flatten()
             .min();
