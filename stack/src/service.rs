@@ -751,7 +751,9 @@ impl TcpService {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
-        c.shared.dirty.store(false, Ordering::SeqCst);
+        // A swap (not a store) so that reading the app's `true` synchronizes with its
+        // ring pushes made before it set the flag.
+        c.shared.dirty.swap(false, Ordering::SeqCst);
         let stats = &mut self.counters;
         let step = Self::serve_conn(&mut self.sockets, c, now, stats);
         if step.remove {
@@ -963,9 +965,9 @@ impl<B: Backend> Service<B> for TcpService {
             rescue_deadline,
             self.proto_deadline(),
         ]
-            .into_iter()
-            .flatten()
-            .min();
+        .into_iter()
+        .flatten()
+        .min();
         self.next_deadline = next;
         PollOutcome {
             busy,
