@@ -183,3 +183,24 @@ fn closed_sockets_are_recycled() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn ipv6_connect_and_exchange() {
+    use std::net::{Ipv6Addr, SocketAddr};
+    let mut cfg = pair_config(|_| {});
+    cfg.a.ipv6 = Some((Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), 64));
+    cfg.b.ipv6 = Some((Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 64));
+    let (a, b) = vwire_pair_with(cfg).unwrap();
+    let server: SocketAddr = "[fd00::2]:90".parse().unwrap();
+    let l = TcpListener::bind(b.stack(), server).unwrap();
+    let mut c = TcpStream::connect(a.stack(), server).unwrap();
+    let (mut s, peer) = l.accept().unwrap();
+    assert_eq!(peer, c.local_addr().unwrap());
+    assert_eq!(c.peer_addr().unwrap(), server);
+    let msg: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    c.write_all(&msg).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert!(got == msg);
+}
