@@ -59,6 +59,7 @@ options:
   --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
   --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks, max 3826)
   --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp
+  --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
   --json FILE          also write the results as JSON
   --net N              the /24 used: 10.88.N.0 (default 90)";
 
@@ -102,6 +103,8 @@ pub struct Options {
     pub json: Option<std::path::PathBuf>,
     /// Third octet of the test /24.
     pub net: u8,
+    /// Rounds over all pairs; the results are medians.
+    pub repeat: u32,
 }
 
 impl Default for Options {
@@ -120,6 +123,7 @@ impl Default for Options {
             ],
             json: None,
             net: 90,
+            repeat: 3,
         }
     }
 }
@@ -226,6 +230,13 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
                     .collect::<io::Result<_>>()?;
             }
             "--json" => o.json = Some(v.into()),
+            "--repeat" => {
+                let n = num(v)?;
+                if !(1..=100).contains(&n) {
+                    return Err(bad("--repeat must be within 1..=100".into()));
+                }
+                o.repeat = n as u32;
+            }
             "--net" => {
                 o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
             }
@@ -271,8 +282,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 pub struct PairResult {
     /// Which pair.
     pub kind: PairKind,
+    /// Runs the values are the median of.
+    pub runs: u32,
     /// Bulk goodput, Gbit/s.
     pub bulk_gbps: f64,
+    /// Lowest bulk goodput of the runs, Gbit/s.
+    pub bulk_gbps_min: f64,
+    /// Highest bulk goodput of the runs, Gbit/s.
+    pub bulk_gbps_max: f64,
     /// Bytes moved in the bulk run.
     pub bulk_bytes: u64,
     /// Client application CPU seconds per GB (bulk).
@@ -680,9 +697,13 @@ fn result(
 ) -> PairResult {
     let (c, s) = bulk;
     let secs = s.elapsed.as_secs_f64().max(1e-9);
+    let gbps = s.bytes as f64 * 8.0 / secs / 1e9;
     PairResult {
         kind,
-        bulk_gbps: s.bytes as f64 * 8.0 / secs / 1e9,
+        runs: 1,
+        bulk_gbps: gbps,
+        bulk_gbps_min: gbps,
+        bulk_gbps_max: gbps,
         bulk_bytes: s.bytes,
         client_cpu_s_per_gb: per_gb(c.cpu, s.bytes),
         server_cpu_s_per_gb: per_gb(s.cpu, s.bytes),
@@ -703,56 +724,107 @@ pub fn run(o: &Options) -> io::Result<Vec<PairResult>> {
         ));
     }
     let net = setup(o)?;
+    let mut order = o.pairs.clone();
+    order.sort_by_key(|p| *p as u8);
+    order.dedup();
+    let mut samples: Vec<Vec<PairResult>> = vec![Vec::new(); order.len()];
+    for round in 0..o.repeat {
+        for (i, r) in run_round(o, &net, &order, round)?.into_iter().enumerate() {
+            samples[i].push(r);
+        }
+    }
+    Ok(samples.iter().filter_map(|s| median(s)).collect())
+}
+
+/// The median of each measured value over repeated runs of one pair (bulk min/max kept).
+fn median(runs: &[PairResult]) -> Option<PairResult> {
+    let first = runs.first()?;
+    let med = |f: fn(&PairResult) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let gbps = runs.iter().map(|r| r.bulk_gbps);
+    Some(PairResult {
+        kind: first.kind,
+        runs: runs.len() as u32,
+        bulk_gbps: med(|r| r.bulk_gbps),
+        bulk_gbps_min: gbps.clone().fold(f64::INFINITY, f64::min),
+        bulk_gbps_max: gbps.fold(0.0, f64::max),
+        bulk_bytes: runs.iter().map(|r| r.bulk_bytes).sum(),
+        client_cpu_s_per_gb: med(|r| r.client_cpu_s_per_gb),
+        server_cpu_s_per_gb: med(|r| r.server_cpu_s_per_gb),
+        engine_cpu_s_per_gb: med(|r| r.engine_cpu_s_per_gb),
+        half_rtt_p50_us: med(|r| r.half_rtt_p50_us),
+        half_rtt_p99_us: med(|r| r.half_rtt_p99_us),
+        pingpongs: runs.iter().map(|r| r.pingpongs).sum(),
+    })
+}
+
+/// One measurement of every pair in `order` (kernel baseline first: engines of the
+/// previous round have stopped, so no XDP program is attached to the pair then).
+fn run_round(
+    o: &Options,
+    net: &Net,
+    order: &[PairKind],
+    round: u32,
+) -> io::Result<Vec<PairResult>> {
     let [client_core, server_core, core_a, core_b] = placement(o.pin);
     let ends = Ends {
         client_core,
         server_core,
     };
     let mut out = Vec::new();
-    // Kernel baseline first: before any XDP program touches the veth pair.
-    let mut order = o.pairs.clone();
-    order.sort_by_key(|p| *p as u8);
-    order.dedup();
-    for kind in order {
-        eprintln!("xwarp bench tcp: {} ...", kind.name());
+    for &kind in order {
+        eprintln!(
+            "xwarp bench tcp: round {}/{}: {} ...",
+            round + 1,
+            o.repeat,
+            kind.name()
+        );
         let kserver = SocketAddr::from((net.veth.addr_b, BULK_PORT));
         let r = match kind {
             PairKind::KernelKernel => {
                 let bulk = run_bulk(
                     &ends,
-                    kernel_acceptor(kernel_listener(&net, BULK_PORT)?),
-                    Box::new(|| kernel_connect(&net, BULK_PORT)),
+                    kernel_acceptor(kernel_listener(net, BULK_PORT)?),
+                    Box::new(|| kernel_connect(net, BULK_PORT)),
                     o,
                 )?;
                 let h = run_ping(
                     &ends,
-                    kernel_acceptor(kernel_listener(&net, PING_PORT)?),
-                    Box::new(|| kernel_connect(&net, PING_PORT)),
+                    kernel_acceptor(kernel_listener(net, PING_PORT)?),
+                    Box::new(|| kernel_connect(net, PING_PORT)),
                     o,
                 )?;
                 result(kind, bulk, Duration::ZERO, &h)
             }
             PairKind::XwarpKernel => {
-                let ea = start_engine(&net, o, true, core_a)?;
+                let ea = start_engine(net, o, true, core_a)?;
                 let cpu0 = engine_cpu(&[&ea]);
                 let bulk = run_bulk(
                     &ends,
-                    kernel_acceptor(kernel_listener(&net, BULK_PORT)?),
+                    kernel_acceptor(kernel_listener(net, BULK_PORT)?),
                     xwarp_connector(&ea, kserver),
                     o,
                 )?;
                 let ecpu = engine_cpu(&[&ea]) - cpu0;
                 let h = run_ping(
                     &ends,
-                    kernel_acceptor(kernel_listener(&net, PING_PORT)?),
+                    kernel_acceptor(kernel_listener(net, PING_PORT)?),
                     xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, PING_PORT))),
                     o,
                 )?;
                 result(kind, bulk, ecpu, &h)
             }
             PairKind::XwarpXwarp => {
-                let ea = start_engine(&net, o, true, core_a)?;
-                let eb = start_engine(&net, o, false, core_b)?;
+                let ea = start_engine(net, o, true, core_a)?;
+                let eb = start_engine(net, o, false, core_b)?;
                 let cpu0 = engine_cpu(&[&ea, &eb]);
                 let bulk = run_bulk(
                     &ends,
@@ -798,9 +870,10 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
         o.app_spin
     );
     s += &format!(
-        "{:<14} {:>9} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
+        "{:<14} {:>9} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
         "pair",
         "Gbit/s",
+        "(min-max)",
         "x kern",
         "p50 µs",
         "p99 µs",
@@ -813,9 +886,10 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
     let fmt_ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
     for r in rs {
         s += &format!(
-            "{:<14} {:>9.2} {:>7} {:>10.2} {:>10.2} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
+            "{:<14} {:>9.2} {:>13} {:>7} {:>10.2} {:>10.2} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
             r.kind.name(),
             r.bulk_gbps,
+            format!("({:.2}-{:.2})", r.bulk_gbps_min, r.bulk_gbps_max),
             fmt_ratio(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
             r.half_rtt_p50_us,
             r.half_rtt_p99_us,
@@ -826,7 +900,8 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
             r.pingpongs
         );
     }
-    s += "\nGbit/s: bulk goodput; p50/p99: 64-byte ping-pong half round trip; x kern: ratio to kernel-kernel\n\
+    s += "\nValues are medians of the rounds (--repeat); (min-max): bulk spread over the rounds.\n";
+    s += "Gbit/s: bulk goodput; p50/p99: 64-byte ping-pong half round trip; x kern: ratio to kernel-kernel\n\
           (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5); s/GB: CPU seconds per GB on the client and\n\
           server application threads (getrusage RUSAGE_THREAD) and on the engine threads.\n";
     s
@@ -840,19 +915,23 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         _ => "null".into(),
     };
     let mut s = format!(
-        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}}},\n  \"results\": [\n",
+        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}}},\n  \"results\": [\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
         o.pin,
         o.spin,
-        o.app_spin.as_micros()
+        o.app_spin.as_micros(),
+        o.repeat
     );
     for (i, r) in rs.iter().enumerate() {
         s += &format!(
-            "    {{\"pair\": \"{}\", \"bulk_gbps\": {}, \"bulk_bytes\": {}, \"bulk_ratio_to_kernel\": {}, \"half_rtt_p50_us\": {}, \"half_rtt_p99_us\": {}, \"half_rtt_p50_ratio_to_kernel\": {}, \"pingpongs\": {}, \"client_cpu_s_per_gb\": {}, \"server_cpu_s_per_gb\": {}, \"engine_cpu_s_per_gb\": {}}}{}\n",
+            "    {{\"pair\": \"{}\", \"runs\": {}, \"bulk_gbps\": {}, \"bulk_gbps_min\": {}, \"bulk_gbps_max\": {}, \"bulk_bytes\": {}, \"bulk_ratio_to_kernel\": {}, \"half_rtt_p50_us\": {}, \"half_rtt_p99_us\": {}, \"half_rtt_p50_ratio_to_kernel\": {}, \"pingpongs\": {}, \"client_cpu_s_per_gb\": {}, \"server_cpu_s_per_gb\": {}, \"engine_cpu_s_per_gb\": {}}}{}\n",
             r.kind.name(),
+            r.runs,
             num(Some(r.bulk_gbps)),
+            num(Some(r.bulk_gbps_min)),
+            num(Some(r.bulk_gbps_max)),
             r.bulk_bytes,
             num(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
             num(Some(r.half_rtt_p50_us)),
@@ -892,11 +971,14 @@ mod tests {
             "forever",
             "--mtu",
             "3000",
+            "--repeat",
+            "5",
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(o.duration, Duration::from_millis(1500));
         assert_eq!(o.msg_size, 1000);
+        assert_eq!(o.repeat, 5);
         assert_eq!(o.pin, Pin::None);
         assert_eq!(o.spin, SpinBudget::Forever);
         assert_eq!(o.mtu, 3000);
@@ -910,6 +992,7 @@ mod tests {
             &["--pin", "diagonal"],
             &["--only", "kernel"],
             &["--net", "300"],
+            &["--repeat", "0"],
             &["--frobnicate", "1"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
@@ -920,7 +1003,10 @@ mod tests {
     fn table_and_json_carry_ratios() {
         let r = |kind, gbps, p50| PairResult {
             kind,
+            runs: 1,
             bulk_gbps: gbps,
+            bulk_gbps_min: gbps,
+            bulk_gbps_max: gbps,
             bulk_bytes: 1,
             client_cpu_s_per_gb: 0.5,
             server_cpu_s_per_gb: 0.25,
@@ -945,6 +1031,34 @@ mod tests {
             j.contains("\"half_rtt_p50_ratio_to_kernel\": 0.4000"),
             "{j}"
         );
+    }
+
+    #[test]
+    fn median_of_rounds_keeps_the_bulk_spread() {
+        let r = |gbps: f64, p50: f64| PairResult {
+            kind: PairKind::XwarpKernel,
+            runs: 1,
+            bulk_gbps: gbps,
+            bulk_gbps_min: gbps,
+            bulk_gbps_max: gbps,
+            bulk_bytes: 10,
+            client_cpu_s_per_gb: 1.0,
+            server_cpu_s_per_gb: 2.0,
+            engine_cpu_s_per_gb: 3.0,
+            half_rtt_p50_us: p50,
+            half_rtt_p99_us: p50,
+            pingpongs: 5,
+        };
+        let m = median(&[r(1.0, 9.0), r(7.0, 3.0), r(4.0, 5.0)]).unwrap();
+        assert_eq!(
+            (m.bulk_gbps, m.bulk_gbps_min, m.bulk_gbps_max),
+            (4.0, 1.0, 7.0)
+        );
+        assert_eq!(m.half_rtt_p50_us, 5.0);
+        assert_eq!((m.runs, m.bulk_bytes, m.pingpongs), (3, 30, 15));
+        let even = median(&[r(2.0, 1.0), r(4.0, 3.0)]).unwrap();
+        assert_eq!((even.bulk_gbps, even.half_rtt_p50_us), (3.0, 2.0));
+        assert!(median(&[]).is_none());
     }
 
     #[test]
