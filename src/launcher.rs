@@ -1,10 +1,267 @@
 //! `xwarp run -- CMD`: run an unmodified program with the LD_PRELOAD socket shim.
+//!
+//! ```text
+//! xwarp run [--iface IF] [--addr A.B.C.D/P] [--addr6 X::Y/P] [--gateway A.B.C.D]
+//!           [--ports LIST] [--connect subnet|all|none] [--spin-us N]
+//!           [--log off|warn|info|debug] [--strict] [--preload PATH] -- CMD [ARGS...]
+//! ```
+//! Each option sets the `XWARP_*` variable of the same name (see `preload/README.md`);
+//! variables already in the environment are kept unless an option overrides them.
+//! `libxwarp_preload.so` is looked up at `--preload`, `$XWARP_PRELOAD`, next to the
+//! `xwarp` executable, then in `../lib` and `../lib/xwarp` relative to it. The shim itself
+//! validates the configuration when it loads (a misconfiguration exits with status 2).
 
 use std::ffi::OsString;
-use std::process::ExitCode;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: xwarp run [options] -- CMD [ARGS...]
+
+Runs CMD with libxwarp_preload.so: its TCP sockets on the engine's address run on the
+xwarp engine (AF_XDP on --iface), everything else stays on the kernel.
+
+options (each sets the XWARP_* variable named in brackets):
+  --iface IF          interface the engine binds AF_XDP to         [XWARP_IFACE]
+  --addr A/P          engine IPv4 address/prefix (not on the kernel) [XWARP_ADDR]
+  --addr6 A/P         engine IPv6 address/prefix                     [XWARP_ADDR6]
+  --gateway A         IPv4 default gateway                           [XWARP_GATEWAY]
+  --ports LIST        wildcard listener ports to accelerate, e.g. 80,8000-8100 [XWARP_PORTS]
+  --connect MODE      outgoing connections: subnet (default), all, none [XWARP_CONNECT]
+  --spin-us N         spin budget of blocking calls in microseconds  [XWARP_SPIN_US]
+  --log LEVEL         off, warn (default), info, debug               [XWARP_LOG]
+  --strict            exit if the engine cannot start               [XWARP_STRICT=1]
+  --preload PATH      the shim library (default: next to xwarp)     [XWARP_PRELOAD]";
+
+/// What `xwarp run` will execute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Environment variables to set.
+    pub env: Vec<(String, OsString)>,
+    /// The program.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+const OPTIONS: &[(&str, &str)] = &[
+    ("--iface", "XWARP_IFACE"),
+    ("--addr", "XWARP_ADDR"),
+    ("--addr6", "XWARP_ADDR6"),
+    ("--gateway", "XWARP_GATEWAY"),
+    ("--ports", "XWARP_PORTS"),
+    ("--connect", "XWARP_CONNECT"),
+    ("--spin-us", "XWARP_SPIN_US"),
+    ("--log", "XWARP_LOG"),
+];
+
+/// Candidate locations of the shim library for an `xwarp` executable in `exe_dir`.
+fn candidates(exe_dir: &Path) -> Vec<PathBuf> {
+    let name = "libxwarp_preload.so";
+    let mut v = vec![exe_dir.join(name)];
+    if let Some(parent) = exe_dir.parent() {
+        // target/<profile>/deps/.. layouts (tests) and installed ../lib layouts.
+        v.push(parent.join(name));
+        v.push(parent.join("lib").join(name));
+        v.push(parent.join("lib").join("xwarp").join(name));
+    }
+    v
+}
+
+/// Work out what to run from `args` (after `xwarp run`), the environment (`env`) and the
+/// directory of the `xwarp` executable. `exists` tells whether a file exists.
+pub fn plan(
+    args: &[OsString],
+    env: impl Fn(&str) -> Option<OsString>,
+    exe_dir: &Path,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<Plan, String> {
+    let mut out: Vec<(String, OsString)> = Vec::new();
+    let mut preload: Option<PathBuf> = None;
+    let mut i = 0;
+    let cmd_start = loop {
+        let Some(a) = args.get(i) else {
+            return Err("missing `-- CMD`".into());
+        };
+        let s = a.to_str().ok_or_else(|| format!("option {a:?} is not UTF-8"))?;
+        if s == "--" {
+            break i + 1;
+        }
+        if s == "--strict" {
+            out.push(("XWARP_STRICT".into(), "1".into()));
+            i += 1;
+            continue;
+        }
+        let (name, inline) = match s.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(OsString::from(v))),
+            _ => (s, None),
+        };
+        let value = |i: &mut usize| -> Result<OsString, String> {
+            if let Some(v) = inline.clone() {
+                *i += 1;
+                return Ok(v);
+            }
+            let v = args
+                .get(*i + 1)
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            *i += 2;
+            Ok(v)
+        };
+        if name == "--preload" {
+            preload = Some(PathBuf::from(value(&mut i)?));
+            continue;
+        }
+        match OPTIONS.iter().find(|(o, _)| *o == name) {
+            Some((_, var)) => {
+                let v = value(&mut i)?;
+                out.push(((*var).to_string(), v));
+            }
+            None if !s.starts_with('-') => {
+                return Err(format!("unexpected {s:?}: put the command after `--`"));
+            }
+            None => return Err(format!("unknown option {s}")),
+        }
+    };
+    let Some(program) = args.get(cmd_start).cloned() else {
+        return Err("no command after `--`".into());
+    };
+    let has_iface = out.iter().any(|(k, _)| k == "XWARP_IFACE") || env("XWARP_IFACE").is_some();
+    if !has_iface {
+        return Err("no interface: give --iface (or set XWARP_IFACE)".into());
+    }
+    let so = match preload.or_else(|| env("XWARP_PRELOAD").map(PathBuf::from)) {
+        Some(p) => {
+            if !exists(&p) {
+                return Err(format!("{}: no such file", p.display()));
+            }
+            p
+        }
+        None => candidates(exe_dir)
+            .into_iter()
+            .find(|p| exists(p))
+            .ok_or_else(|| {
+                format!(
+                    "libxwarp_preload.so not found next to {} (build it with `cargo build -p xwarp-preload` or give --preload)",
+                    exe_dir.display()
+                )
+            })?,
+    };
+    let mut ld = OsString::from(so.as_os_str());
+    if let Some(old) = env("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        ld.push(":");
+        ld.push(old);
+    }
+    out.push(("LD_PRELOAD".into(), ld));
+    Ok(Plan {
+        env: out,
+        program,
+        args: args[cmd_start + 1..].to_vec(),
+    })
+}
 
 /// Entry point of `xwarp run ARGS...` (ARGS excludes `xwarp run`).
-pub fn main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("xwarp run: not built yet");
-    ExitCode::FAILURE
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    if args
+        .first()
+        .is_some_and(|a| a == "--help" || a == "-h" || a == "help")
+    {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let p = match plan(&args, |k| std::env::var_os(k), &exe_dir, |p| p.is_file()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xwarp run: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cmd = Command::new(&p.program);
+    cmd.args(&p.args);
+    for (k, v) in &p.env {
+        cmd.env(k, v);
+    }
+    // Only returns on failure.
+    let e = cmd.exec();
+    eprintln!("xwarp run: cannot run {:?}: {e}", p.program);
+    ExitCode::from(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn env_of(m: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let m: HashMap<String, OsString> = m
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn options_become_variables_and_the_shim_is_found_next_to_xwarp() {
+        let p = plan(
+            &os(&[
+                "--iface", "veth-a", "--addr=10.88.1.10/24", "--strict", "--log", "info", "--",
+                "redis-server", "--port", "6379",
+            ]),
+            env_of(&[("LD_PRELOAD", "/other.so")]),
+            Path::new("/opt/xwarp/bin"),
+            |p| p == Path::new("/opt/xwarp/lib/libxwarp_preload.so"),
+        )
+        .unwrap();
+        assert_eq!(p.program, "redis-server");
+        assert_eq!(p.args, os(&["--port", "6379"]));
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("XWARP_IFACE").unwrap(), "veth-a");
+        assert_eq!(get("XWARP_ADDR").unwrap(), "10.88.1.10/24");
+        assert_eq!(get("XWARP_STRICT").unwrap(), "1");
+        assert_eq!(get("XWARP_LOG").unwrap(), "info");
+        assert_eq!(
+            get("LD_PRELOAD").unwrap(),
+            "/opt/xwarp/lib/libxwarp_preload.so:/other.so"
+        );
+    }
+
+    #[test]
+    fn errors_are_reported_not_guessed() {
+        let none = |_: &Path| false;
+        let any = |_: &Path| true;
+        let dir = Path::new("/x");
+        let e = plan(&os(&["--iface", "v"]), env_of(&[]), dir, any).unwrap_err();
+        assert!(e.contains("--"), "{e}");
+        let e = plan(&os(&["--iface", "v", "--"]), env_of(&[]), dir, any).unwrap_err();
+        assert!(e.contains("no command"), "{e}");
+        let e = plan(&os(&["--", "true"]), env_of(&[]), dir, any).unwrap_err();
+        assert!(e.contains("interface"), "{e}");
+        let e = plan(&os(&["--bogus", "1", "--", "true"]), env_of(&[]), dir, any).unwrap_err();
+        assert!(e.contains("unknown option"), "{e}");
+        let e = plan(&os(&["--iface", "v", "--", "true"]), env_of(&[]), dir, none).unwrap_err();
+        assert!(e.contains("libxwarp_preload.so not found"), "{e}");
+        let e = plan(&os(&["--iface"]), env_of(&[]), dir, any).unwrap_err();
+        assert!(e.contains("needs a value"), "{e}");
+        // XWARP_IFACE from the environment is enough; XWARP_PRELOAD is honoured.
+        let p = plan(
+            &os(&["--", "curl", "http://x/"]),
+            env_of(&[("XWARP_IFACE", "v"), ("XWARP_PRELOAD", "/s.so")]),
+            dir,
+            any,
+        )
+        .unwrap();
+        assert!(p
+            .env
+            .iter()
+            .any(|(k, v)| k == "LD_PRELOAD" && v == "/s.so"));
+    }
 }
