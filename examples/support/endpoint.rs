@@ -237,9 +237,9 @@ impl<T: Transport> Endpoint<T> {
             .map_err(|e| format!("post_recv: {e:?}"))
     }
 
-    /// One round: send what is pending, wait up to `wait` for input, process it, time and
-    /// events. Returns whether anything happened.
-    pub fn step(&mut self, wait: Duration) -> bool {
+    /// Sends everything the connection has queued (e.g. a Terminate it queued while
+    /// failing) and FINs once it wants TCP closed. Returns whether bytes were sent.
+    pub fn flush(&mut self) -> bool {
         let mut progress = false;
         loop {
             self.tx.clear();
@@ -257,6 +257,13 @@ impl<T: Transport> Endpoint<T> {
             self.tcp_closed = true;
             self.t.shutdown();
         }
+        progress
+    }
+
+    /// One round: send what is pending, wait up to `wait` for input, process it, time and
+    /// events. Returns whether anything happened.
+    pub fn step(&mut self, wait: Duration) -> bool {
+        let mut progress = self.flush();
         if !self.eof {
             let now = Instant::now();
             let wait = match self.conn.poll_timeout() {
@@ -340,6 +347,7 @@ impl<T: Transport> Endpoint<T> {
                 return Ok(());
             }
             if self.closed {
+                self.flush();
                 return Err(self
                     .problem
                     .clone()
@@ -373,6 +381,7 @@ impl<T: Transport> Endpoint<T> {
                 });
             }
             if self.closed {
+                self.flush();
                 return Err(WaitError::Disconnected(
                     self.problem
                         .clone()

@@ -286,7 +286,9 @@ def build_examples(names: list[str], repo: Path | None = None) -> dict[str, Path
     be mid-edit elsewhere); with no binary it raises RuntimeError.
     """
     import os
-    repo = repo or HERE.parent.parent
+    # XWARP_INTEROP_SRC: build from another checkout (e.g. a `git archive` snapshot while the
+    # shared tree is mid-edit).
+    repo = repo or Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
     target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
     argv = ["cargo", "build", "--release"]
     for n in names:
