@@ -30,7 +30,12 @@ pub(crate) unsafe fn from_raw(addr: *const sockaddr, len: socklen_t) -> Option<S
             let port = u16::from_be(a.sin6_port);
             Some(match ip.to_ipv4_mapped() {
                 Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
-                None => SocketAddr::V6(SocketAddrV6::new(ip, port, a.sin6_flowinfo, a.sin6_scope_id)),
+                None => SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    port,
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )),
             })
         }
         _ => None,
@@ -50,7 +55,10 @@ pub(crate) fn encode(sa: SocketAddr, domain: c_int) -> Vec<u8> {
         a.sin6_scope_id = scope;
         // SAFETY: plain-old-data struct viewed as bytes.
         unsafe {
-            std::slice::from_raw_parts((&a as *const sockaddr_in6).cast::<u8>(), std::mem::size_of::<sockaddr_in6>())
+            std::slice::from_raw_parts(
+                (&a as *const sockaddr_in6).cast::<u8>(),
+                std::mem::size_of::<sockaddr_in6>(),
+            )
         }
         .to_vec()
     };
@@ -64,7 +72,10 @@ pub(crate) fn encode(sa: SocketAddr, domain: c_int) -> Vec<u8> {
             s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
             // SAFETY: plain-old-data struct viewed as bytes.
             unsafe {
-                std::slice::from_raw_parts((&s as *const sockaddr_in).cast::<u8>(), std::mem::size_of::<sockaddr_in>())
+                std::slice::from_raw_parts(
+                    (&s as *const sockaddr_in).cast::<u8>(),
+                    std::mem::size_of::<sockaddr_in>(),
+                )
             }
             .to_vec()
         }
@@ -110,15 +121,24 @@ mod tests {
         let b = encode(sa, libc::AF_INET);
         assert_eq!(b.len(), std::mem::size_of::<sockaddr_in>());
         // SAFETY: b holds a sockaddr_in.
-        assert_eq!(unsafe { from_raw(b.as_ptr().cast(), b.len() as socklen_t) }, Some(sa));
+        assert_eq!(
+            unsafe { from_raw(b.as_ptr().cast(), b.len() as socklen_t) },
+            Some(sa)
+        );
         let b6 = encode(sa, libc::AF_INET6);
         assert_eq!(b6.len(), std::mem::size_of::<sockaddr_in6>());
         // SAFETY: b6 holds a sockaddr_in6 (IPv4-mapped), which reads back as IPv4.
-        assert_eq!(unsafe { from_raw(b6.as_ptr().cast(), b6.len() as socklen_t) }, Some(sa));
+        assert_eq!(
+            unsafe { from_raw(b6.as_ptr().cast(), b6.len() as socklen_t) },
+            Some(sa)
+        );
         let v6: SocketAddr = "[fd00::2]:443".parse().unwrap();
         let b = encode(v6, libc::AF_INET6);
         // SAFETY: b holds a sockaddr_in6.
-        assert_eq!(unsafe { from_raw(b.as_ptr().cast(), b.len() as socklen_t) }, Some(v6));
+        assert_eq!(
+            unsafe { from_raw(b.as_ptr().cast(), b.len() as socklen_t) },
+            Some(v6)
+        );
     }
 
     #[test]
@@ -131,7 +151,10 @@ mod tests {
         unix[0] = libc::AF_UNIX as u8;
         unix[1] = 0;
         // SAFETY: within the buffer.
-        assert_eq!(unsafe { from_raw(unix.as_ptr().cast(), unix.len() as socklen_t) }, None);
+        assert_eq!(
+            unsafe { from_raw(unix.as_ptr().cast(), unix.len() as socklen_t) },
+            None
+        );
         // SAFETY: null is allowed.
         assert_eq!(unsafe { from_raw(std::ptr::null(), 16) }, None);
     }

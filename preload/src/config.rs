@@ -122,7 +122,9 @@ impl Config {
             .chain(ipv6.iter().map(|a| IpAddr::V6(a.0)))
         {
             if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
-                return Err(format!("engine address {ip} must be a unicast, non-loopback address"));
+                return Err(format!(
+                    "engine address {ip} must be a unicast, non-loopback address"
+                ));
             }
         }
         let gateway = get("XWARP_GATEWAY")
@@ -157,7 +159,11 @@ impl Config {
             Some("off") => LogLevel::Off,
             Some("info") => LogLevel::Info,
             Some("debug") => LogLevel::Debug,
-            Some(v) => return Err(format!("XWARP_LOG={v:?}: expected off, warn, info or debug")),
+            Some(v) => {
+                return Err(format!(
+                    "XWARP_LOG={v:?}: expected off, warn, info or debug"
+                ))
+            }
         };
         let strict = match get("XWARP_STRICT").as_deref().map(str::trim) {
             None | Some("0") => false,
@@ -356,8 +362,16 @@ mod tests {
 
     #[test]
     fn prefix_match_handles_partial_bytes() {
-        assert!(same_prefix(&[10, 0, 0, 0b1000_0000], &[10, 0, 0, 0b1011_1111], 25));
-        assert!(!same_prefix(&[10, 0, 0, 0b1000_0000], &[10, 0, 0, 0b0000_0001], 25));
+        assert!(same_prefix(
+            &[10, 0, 0, 0b1000_0000],
+            &[10, 0, 0, 0b1011_1111],
+            25
+        ));
+        assert!(!same_prefix(
+            &[10, 0, 0, 0b1000_0000],
+            &[10, 0, 0, 0b0000_0001],
+            25
+        ));
         assert!(same_prefix(&[1, 2, 3, 4], &[1, 2, 3, 4], 32));
     }
 }

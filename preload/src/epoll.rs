@@ -65,7 +65,13 @@ fn kctl(epfd: c_int, op: c_int, fd: c_int, events: u32) -> c_int {
 }
 
 /// `epoll_ctl` for an xwarp descriptor.
-pub(crate) fn ctl(epfd: c_int, op: c_int, fd: c_int, sock: Arc<Sock>, ev: Option<epoll_event>) -> c_int {
+pub(crate) fn ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    sock: Arc<Sock>,
+    ev: Option<epoll_event>,
+) -> c_int {
     let mut m = regs();
     match op {
         libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD => {
@@ -141,7 +147,11 @@ pub(crate) fn forget_epfd(epfd: c_int) {
 
 /// `true` if `epfd` may hold xwarp registrations.
 pub(crate) fn involved(epfd: c_int) -> bool {
-    COUNT.load(Ordering::Acquire) != 0 && regs().range((epfd, c_int::MIN)..=(epfd, c_int::MAX)).next().is_some()
+    COUNT.load(Ordering::Acquire) != 0
+        && regs()
+            .range((epfd, c_int::MIN)..=(epfd, c_int::MAX))
+            .next()
+            .is_some()
 }
 
 /// Readiness of a registration in epoll bits, restricted to what it asked for.
@@ -221,7 +231,10 @@ pub(crate) unsafe fn wait(
         let room = out.len() - n;
         let mut t = match deadline {
             None => -1,
-            Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as c_int,
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as c_int,
         };
         if n > 0 {
             t = 0;

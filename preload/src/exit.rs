@@ -1,39 +1,44 @@
-//! Process exit: give queued bytes a bounded chance to leave before the engine thread dies
-//! with the process.
+//! Process exit: the engine is a thread of this process and dies with it, so `exit` waits
+//! (bounded) for connections to deliver their data and finish their close, as the kernel
+//! would do after the process is gone.
 
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use xwarp_stack::Phase;
+
 use crate::sock::{self, Sock};
 
-/// How long `exit` waits at most for unsent data.
-const EXIT_FLUSH: Duration = Duration::from_secs(2);
+/// How long `exit` waits at most for connections to finish.
+const EXIT_LINGER: Duration = Duration::from_secs(5);
 
 extern "C" fn flush_at_exit() {
-    let streams = sock::all_streams();
-    let deadline = Instant::now() + EXIT_FLUSH;
-    for s in &streams {
+    let deadline = Instant::now() + EXIT_LINGER;
+    // Connections still open: FIN after their queued data, like the kernel's close on exit.
+    let open = sock::all_streams();
+    for s in &open {
         if let Sock::Stream(st) = &**s {
-            if !st.common.alive() {
-                continue;
-            }
-            while st.unsent() > 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-    // Close what the program left open (FIN after the data), and let the engine send it.
-    let mut closed = false;
-    for s in streams {
-        if let Sock::Stream(st) = &*s {
             if st.common.alive() {
-                let _ = st.lock().stream.shutdown_write();
-                closed = true;
+                let mut g = st.lock();
+                if g.stream.phase() == Phase::Established {
+                    let _ = g.stream.shutdown_write();
+                }
             }
         }
     }
-    if closed {
-        std::thread::sleep(Duration::from_millis(20));
+    loop {
+        let lingering = sock::reap();
+        let open_left = open
+            .iter()
+            .filter(|s| match &***s {
+                Sock::Stream(st) => st.common.alive() && !st.drain_finished(),
+                _ => false,
+            })
+            .count();
+        if lingering + open_left == 0 || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -9,15 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use libc::{
-    c_int, c_ulong, c_void, epoll_event, fd_set, msghdr, nfds_t, off_t, pollfd, sigset_t,
-    size_t, sockaddr, socklen_t, ssize_t, timespec, timeval,
+    c_int, c_ulong, c_void, epoll_event, fd_set, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec, timeval,
 };
 
 use crate::addr;
 use crate::engine::{config, engine, xlog};
 use crate::epoll;
 use crate::real;
-use crate::sock::{self, block, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock, StreamSock};
+use crate::sock::{
+    self, block, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock, StreamSock,
+};
 
 fn fail(e: c_int) -> c_int {
     set_errno(e);
@@ -75,7 +77,9 @@ unsafe fn install(evfd: c_int, target: c_int) -> Result<bool, c_int> {
             0
         };
         if real::dup3(evfd, target, cloexec) < 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
         }
         Ok(flflags >= 0 && flflags & libc::O_NONBLOCK != 0)
     }
@@ -104,7 +108,10 @@ pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> 
                         return fail(libc::EINVAL);
                     }
                     xlog!(Debug, "bind fd {fd} to {sa}: engine");
-                    sock::insert(fd, Arc::new(Sock::Bound(Mutex::new(Bound { addr: sa, domain }))));
+                    sock::insert(
+                        fd,
+                        Arc::new(Sock::Bound(Mutex::new(Bound { addr: sa, domain }))),
+                    );
                     return 0;
                 }
             }
@@ -199,7 +206,13 @@ unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c
     if nfd < 0 {
         return -1;
     }
-    let st = StreamSock::new(stream, l.common.domain, flags & libc::SOCK_NONBLOCK != 0, opts, ring);
+    let st = StreamSock::new(
+        stream,
+        l.common.domain,
+        flags & libc::SOCK_NONBLOCK != 0,
+        opts,
+        ring,
+    );
     // Register read interest so the first bytes signal the descriptor.
     st.readiness(libc::POLLIN);
     sock::insert(nfd, Arc::new(Sock::Stream(st)));
@@ -219,7 +232,12 @@ pub unsafe extern "C" fn accept(fd: c_int, a: *mut sockaddr, len: *mut socklen_t
 
 /// `accept4(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn accept4(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    a: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { accept_impl(fd, a, len, flags) }
 }
@@ -349,6 +367,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             if s.common().is_some_and(|c| !c.alive()) {
                 // Inherited over fork: the engine behind it does not exist here.
                 std::mem::forget(s);
+            } else {
+                sock::retire(s);
             }
         } else {
             epoll::forget_epfd(fd);
@@ -432,7 +452,11 @@ unsafe fn iov_ref<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<&'a [u8
 }
 
 fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<usize, c_int> {
-    let nb = st.common.nonblock.load(std::sync::atomic::Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    let nb = st
+        .common
+        .nonblock
+        .load(std::sync::atomic::Ordering::Relaxed)
+        || flags & libc::MSG_DONTWAIT != 0;
     let peek = flags & libc::MSG_PEEK != 0;
     if bufs.is_empty() {
         return Ok(0);
@@ -449,7 +473,9 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
     let mut got = 0;
     while got < buf.len() {
         let mut rest = [&mut buf[got..]];
-        match block(st.common.evfd, spin(), timeout, || st.read_once(&mut rest, false)) {
+        match block(st.common.evfd, spin(), timeout, || {
+            st.read_once(&mut rest, false)
+        }) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if got == 0 => return Err(e),
@@ -460,7 +486,11 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
 }
 
 fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_int> {
-    let nb = st.common.nonblock.load(std::sync::atomic::Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    let nb = st
+        .common
+        .nonblock
+        .load(std::sync::atomic::Ordering::Relaxed)
+        || flags & libc::MSG_DONTWAIT != 0;
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let r = if nb || total == 0 {
         st.write_once(bufs)
@@ -493,7 +523,11 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                 Err(libc::EAGAIN) => {
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
-                        break if done > 0 { Ok(done) } else { Err(libc::EAGAIN) };
+                        break if done > 0 {
+                            Ok(done)
+                        } else {
+                            Err(libc::EAGAIN)
+                        };
                     }
                     if now < start + spin {
                         std::hint::spin_loop();
@@ -503,7 +537,9 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                     // wait in short naps then, instead of spinning on it.
                     if st.available_cached() {
                         std::thread::sleep(Duration::from_micros(200));
-                    } else if let Err(e) = sock::wait_readable(st.common.evfd, deadline, sock::MAX_SLEEP) {
+                    } else if let Err(e) =
+                        sock::wait_readable(st.common.evfd, deadline, sock::MAX_SLEEP)
+                    {
                         break if done > 0 { Ok(done) } else { Err(e) };
                     }
                 }
@@ -551,7 +587,12 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 
 /// `__read_chk` (fortified `read`).
 #[no_mangle]
-pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
     if n > buflen {
         // SAFETY: glibc's fortify failure path.
         unsafe { libc::abort() };
@@ -643,7 +684,13 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
 
 /// `__recv_chk` (fortified `recv`).
 #[no_mangle]
-pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
     if n > buflen {
         // SAFETY: fortify failure.
         unsafe { libc::abort() };
@@ -786,7 +833,12 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 
 /// `sendfile(2)` with an xwarp socket as destination: file bytes are read and queued.
 #[no_mangle]
-pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, count: size_t) -> ssize_t {
+pub unsafe extern "C" fn sendfile(
+    out: c_int,
+    inp: c_int,
+    off: *mut off_t,
+    count: size_t,
+) -> ssize_t {
     let Some(s) = xw(out) else {
         // SAFETY: forwarded.
         return unsafe { real::sendfile(out, inp, off, count) };
@@ -851,7 +903,12 @@ pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, count
 
 /// `sendfile64` (same as `sendfile` on 64-bit Linux).
 #[no_mangle]
-pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, count: size_t) -> ssize_t {
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut off_t,
+    count: size_t,
+) -> ssize_t {
     // SAFETY: same contract.
     unsafe { sendfile(out, inp, off, count) }
 }
@@ -872,7 +929,8 @@ pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, len: *mut sock
             (b.addr, b.domain)
         }
         Sock::Listener(l) => (
-            l.ls.local_addr().unwrap_or(addr::unspecified(l.common.domain, 0)),
+            l.ls.local_addr()
+                .unwrap_or(addr::unspecified(l.common.domain, 0)),
             l.common.domain,
         ),
         Sock::Stream(st) => (
@@ -938,7 +996,13 @@ unsafe fn get_int(val: *const c_void, len: socklen_t) -> Result<c_int, c_int> {
 
 /// `getsockopt(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::getsockopt(fd, level, name, val, len) };
@@ -946,7 +1010,9 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
     let Some(c) = s.common() else {
         return fail(libc::EBADF);
     };
-    let ring = engine().map(|e| e.stack.config().ring_size as c_int).unwrap_or(0);
+    let ring = engine()
+        .map(|e| e.stack.config().ring_size as c_int)
+        .unwrap_or(0);
     let o = *c.opts();
     let v = match (level, name) {
         (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
@@ -975,18 +1041,43 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
         (libc::SOL_SOCKET, libc::SO_REUSEPORT) => o.reuseport,
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive,
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => o.nodelay,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => if o.keepidle == 0 { 7200 } else { o.keepidle },
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => if o.keepintvl == 0 { 75 } else { o.keepintvl },
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => if o.keepcnt == 0 { 9 } else { o.keepcnt },
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
+            if o.keepidle == 0 {
+                7200
+            } else {
+                o.keepidle
+            }
+        }
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => {
+            if o.keepintvl == 0 {
+                75
+            } else {
+                o.keepintvl
+            }
+        }
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => {
+            if o.keepcnt == 0 {
+                9
+            } else {
+                o.keepcnt
+            }
+        }
         (libc::SOL_SOCKET, libc::SO_LINGER) => {
             if val.is_null() || len.is_null() {
                 return fail(libc::EFAULT);
             }
-            let l = libc::linger { l_onoff: o.linger.0, l_linger: o.linger.1 };
+            let l = libc::linger {
+                l_onoff: o.linger.0,
+                l_linger: o.linger.1,
+            };
             // SAFETY: caller's buffers, at most *len bytes.
             unsafe {
                 let n = (*len as usize).min(std::mem::size_of::<libc::linger>());
-                std::ptr::copy_nonoverlapping((&l as *const libc::linger).cast::<u8>(), val.cast::<u8>(), n);
+                std::ptr::copy_nonoverlapping(
+                    (&l as *const libc::linger).cast::<u8>(),
+                    val.cast::<u8>(),
+                    n,
+                );
                 *len = n as socklen_t;
             }
             return 0;
@@ -1024,7 +1115,13 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
 
 /// `setsockopt(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::setsockopt(fd, level, name, val, len) };
@@ -1069,7 +1166,10 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                     (libc::IPPROTO_TCP, libc::TCP_NODELAY) => {
                         o.nodelay = c_int::from(v != 0);
                         if let Sock::Stream(st) = &*s {
-                            st.lock().stream.set_nodelay(v != 0).map_err(|e| errno_of(&e))?;
+                            st.lock()
+                                .stream
+                                .set_nodelay(v != 0)
+                                .map_err(|e| errno_of(&e))?;
                         }
                     }
                     (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) if v > 0 => o.keepidle = v,
@@ -1079,7 +1179,10 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                     | (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL)
                     | (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => return Err(libc::EINVAL),
                     _ => {
-                        xlog!(Debug, "setsockopt({level}, {name}) on engine fd {fd}: ignored");
+                        xlog!(
+                            Debug,
+                            "setsockopt({level}, {name}) on engine fd {fd}: ignored"
+                        );
                     }
                 }
             }
@@ -1126,8 +1229,10 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, big: bool) -> c_int {
             (f & !libc::O_NONBLOCK) | nb
         }
         libc::F_SETFL => {
-            c.nonblock
-                .store(arg as c_int & libc::O_NONBLOCK != 0, std::sync::atomic::Ordering::Relaxed);
+            c.nonblock.store(
+                arg as c_int & libc::O_NONBLOCK != 0,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             0
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
@@ -1255,7 +1360,12 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 // readiness
 
 /// `poll` over a set holding xwarp sockets. `timeout`: `None` waits forever.
-unsafe fn poll_impl(fds: *mut pollfd, n: nfds_t, timeout: Option<Duration>, mask: *const sigset_t) -> c_int {
+unsafe fn poll_impl(
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: Option<Duration>,
+    mask: *const sigset_t,
+) -> c_int {
     // SAFETY: caller's array of n pollfds.
     let set = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xw(p.fd)).collect();
@@ -1292,7 +1402,11 @@ unsafe fn poll_impl(fds: *mut pollfd, n: nfds_t, timeout: Option<Duration>, mask
         } else {
             // Bound the sleep: a wakeup may have been consumed by another thread, and a
             // full send ring has no wakeup of its own.
-            let cap = if out_wait { Duration::from_millis(1) } else { sock::MAX_SLEEP };
+            let cap = if out_wait {
+                Duration::from_millis(1)
+            } else {
+                sock::MAX_SLEEP
+            };
             t = Some(t.map_or(cap, |t| t.min(cap)));
         }
         let t = t.unwrap_or_default();
@@ -1353,7 +1467,12 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
 
 /// `__poll_chk` (fortified `poll`).
 #[no_mangle]
-pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int, fdslen: size_t) -> c_int {
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: c_int,
+    fdslen: size_t,
+) -> c_int {
     if (fdslen / std::mem::size_of::<pollfd>()) < n as usize {
         // SAFETY: fortify failure.
         unsafe { libc::abort() };
@@ -1368,12 +1487,20 @@ fn ts_duration(ts: *const timespec) -> Option<Duration> {
     }
     // SAFETY: caller's timespec.
     let t = unsafe { *ts };
-    Some(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
+    Some(Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    ))
 }
 
 /// `ppoll(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec, mask: *const sigset_t) -> c_int {
+pub unsafe extern "C" fn ppoll(
+    fds: *mut pollfd,
+    n: nfds_t,
+    ts: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
     if !poll_involved(fds, n) {
         // SAFETY: forwarded.
         return unsafe { real::ppoll(fds, n, ts, mask) };
@@ -1406,7 +1533,11 @@ unsafe fn select_impl(
             }
         }
         if ev != 0 {
-            pfds.push(pollfd { fd, events: ev, revents: 0 });
+            pfds.push(pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
         }
     }
     // SAFETY: our array.
@@ -1453,13 +1584,21 @@ fn select_involved(nfds: c_int, sets: [*mut fd_set; 3]) -> bool {
     }
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: FD_ISSET on the caller's sets.
-        sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) }) && xw(fd).is_some()
+        sets.iter()
+            .any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
+            && xw(fd).is_some()
     })
 }
 
 /// `select(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn select(nfds: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set, tv: *mut timeval) -> c_int {
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    e: *mut fd_set,
+    tv: *mut timeval,
+) -> c_int {
     if !select_involved(nfds, [r, w, e]) {
         // SAFETY: forwarded.
         return unsafe { real::select(nfds, r, w, e, tv) };
@@ -1469,7 +1608,10 @@ pub unsafe extern "C" fn select(nfds: c_int, r: *mut fd_set, w: *mut fd_set, e: 
     } else {
         // SAFETY: caller's timeval.
         let t = unsafe { *tv };
-        Some(Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64))
+        Some(
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.clamp(0, 999_999) as u64),
+        )
     };
     // SAFETY: caller's sets.
     unsafe { select_impl(nfds, r, w, e, t, std::ptr::null()) }
@@ -1509,7 +1651,12 @@ pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
 
 /// `epoll_ctl(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut epoll_event,
+) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::epoll_ctl(epfd, op, fd, ev) };
@@ -1521,7 +1668,12 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut e
 
 /// `epoll_wait(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn epoll_wait(epfd: c_int, ev: *mut epoll_event, max: c_int, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
     if !epoll::involved(epfd) {
         // SAFETY: forwarded.
         return unsafe { real::epoll_wait(epfd, ev, max, timeout) };

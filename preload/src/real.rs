@@ -4,8 +4,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use libc::{
-    c_int, c_ulong, c_void, epoll_event, fd_set, msghdr, nfds_t, off_t, pollfd,
-    sigset_t, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval,
+    c_int, c_ulong, c_void, epoll_event, fd_set, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec, timeval,
 };
 use std::sync::atomic::{AtomicPtr, Ordering};
 

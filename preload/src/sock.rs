@@ -196,6 +196,58 @@ pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
 }
 
 // ---------------------------------------------------------------------------------------
+// closed connections that may still have bytes to deliver
+
+/// How long a closed connection may take to finish its close before it is handed to the
+/// engine's own FIN timeout.
+const LINGER_LIMIT: Duration = Duration::from_secs(60);
+
+/// Connections the program closed: FIN is queued after their data; they are kept until the
+/// engine reports them closed, so `exit` can wait for their data like the kernel would.
+static LINGER: Mutex<Vec<(Stream, Instant)>> = Mutex::new(Vec::new());
+
+fn finished(s: &mut Stream) -> bool {
+    // Discard what the peer still sends, so its FIN can arrive.
+    let mut scratch = [0u8; 4096];
+    loop {
+        match s.try_read(&mut scratch) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => return true,
+        }
+    }
+    s.phase() == Phase::Closed || s.error().is_some()
+}
+
+/// The program closed its last descriptor of `sock`: close gracefully in the background.
+pub(crate) fn retire(sock: Arc<Sock>) {
+    if let Ok(Sock::Stream(st)) = Arc::try_unwrap(sock) {
+        let inner = st.inner.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut stream = inner.stream;
+        if stream.phase() == Phase::Established {
+            let _ = stream.shutdown_write();
+            LINGER
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((stream, Instant::now()));
+        }
+    }
+    reap();
+}
+
+/// Drop lingering connections that finished (or waited too long); returns how many remain.
+pub(crate) fn reap() -> usize {
+    let mut l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
+    if l.is_empty() {
+        return 0;
+    }
+    let now = Instant::now();
+    l.retain_mut(|(s, t)| !finished(s) && now.duration_since(*t) < LINGER_LIMIT);
+    l.len()
+}
+
+// ---------------------------------------------------------------------------------------
 // errno helpers
 
 /// The errno for an `io::Error` from the engine.
@@ -240,7 +292,11 @@ fn signal(fd: RawFd) {
 
 /// Sleep until `fd` is readable, `deadline` passes, `cap` elapses or a signal arrives
 /// (`Err(EINTR)`).
-pub(crate) fn wait_readable(fd: RawFd, deadline: Option<Instant>, cap: Duration) -> Result<(), c_int> {
+pub(crate) fn wait_readable(
+    fd: RawFd,
+    deadline: Option<Instant>,
+    cap: Duration,
+) -> Result<(), c_int> {
     let mut left = cap;
     if let Some(d) = deadline {
         left = left.min(d.saturating_duration_since(Instant::now()));
@@ -254,7 +310,9 @@ pub(crate) fn wait_readable(fd: RawFd, deadline: Option<Instant>, cap: Duration)
     // SAFETY: one valid pollfd.
     let r = unsafe { real::poll(&mut p, 1, ms) };
     if r < 0 {
-        let e = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        let e = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
         if e == libc::EINTR {
             return Err(libc::EINTR);
         }
@@ -295,7 +353,13 @@ pub(crate) fn block<T>(
 pub(crate) type Events = i16;
 
 impl StreamSock {
-    pub(crate) fn new(stream: Stream, common_domain: c_int, nonblock: bool, opts: Opts, ring_size: usize) -> StreamSock {
+    pub(crate) fn new(
+        stream: Stream,
+        common_domain: c_int,
+        nonblock: bool,
+        opts: Opts,
+        ring_size: usize,
+    ) -> StreamSock {
         let evfd = stream.as_raw_fd();
         StreamSock {
             common: Common::new(common_domain, nonblock, opts, evfd),
@@ -369,7 +433,12 @@ impl StreamSock {
             return Ok(0);
         }
         // Large reads with nothing pending go straight from the ring into the first buffer.
-        if g.pos >= g.pending.len() && !peek && !g.eof && g.so_error.is_none() && bufs[0].len() >= 4096 {
+        if g.pos >= g.pending.len()
+            && !peek
+            && !g.eof
+            && g.so_error.is_none()
+            && bufs[0].len() >= 4096
+        {
             let b0 = &mut *bufs[0];
             let mut r = g.stream.try_read(b0);
             if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
@@ -530,6 +599,11 @@ impl StreamSock {
     pub(crate) fn available_cached(&self) -> bool {
         let g = self.lock();
         g.pos < g.pending.len() || g.eof
+    }
+
+    /// At exit: discard unread input; `true` once the connection is closed or failed.
+    pub(crate) fn drain_finished(&self) -> bool {
+        finished(&mut self.lock().stream)
     }
 
     /// Bytes written but not yet taken by the engine.
