@@ -17,3 +17,4 @@ pub mod demo;
 pub mod launcher;
 pub mod net;
 pub mod toe;
+pub mod verbs;

@@ -1,0 +1,1062 @@
+//! The engine side of `xwarp::verbs`: a [`ProtocolHost`] running one sans-IO iWARP
+//! [`Connection`] per QP on the engine thread, with the STag table and SRQs of the
+//! device ([`Resources`]).
+//!
+//! Responder flow: TCP accepted → a probe Responder parses the MPA Request → the
+//! request goes to the listener → on accept a Responder with the accepting QP's
+//! settings is created, replays the Request bytes and accepts; on reject the probe
+//! sends the Reply with R=1 and closes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use xwarp_ddp::mpa::{AcceptParams, ConnectRequest, RtrSet};
+use xwarp_rdmap::conn::{ConnConfig, ConnError, ConnEvent, Connection};
+use xwarp_rdmap::verbs::{
+    Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, Sge, SrqId,
+    WcOpcode as RWcOpcode,
+};
+use xwarp_rdmap::{Access, MemError, PdId, QpConfig, Stag};
+use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
+use xwarp_stack::{Readiness, SocketError};
+
+use super::mem::{EngineRegion, RawBuf};
+use super::{
+    CmEvent, ConnectParams, CqShared, MpaAttr, SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+};
+
+/// Most raw bytes kept while a Request is pending (MPA header + 512 private data).
+const MAX_PENDING_RAW: usize = 4096;
+/// Bytes staged per `poll_transmit` call.
+const TX_BURST: usize = 64 * 1024;
+
+/// A connection request handed to a listener.
+pub(crate) struct RequestMsg {
+    pub(crate) conn: ProtoConnId,
+    pub(crate) peer: SocketAddr,
+    pub(crate) req: ConnectRequest,
+}
+
+/// Application → engine commands.
+pub(crate) enum Cmd {
+    RegMr {
+        pd: PdId,
+        access: Access,
+        base: u64,
+        buf: Arc<RawBuf>,
+        reply: Sender<Result<Stag, MemError>>,
+    },
+    DeregMr {
+        stag: Stag,
+    },
+    Revalidate {
+        stag: Stag,
+        reply: Sender<Result<(), MemError>>,
+    },
+    CreateSrq {
+        depth: usize,
+        reply: Sender<SrqId>,
+    },
+    PostSrqRecv {
+        srq: SrqId,
+        wr: RecvWr,
+    },
+    CreateQp {
+        qpn: u32,
+        qp: QpConfig,
+        max_inline: usize,
+        mpa: MpaAttr,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+        events: Sender<CmEvent>,
+        ready: Arc<Readiness>,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    PostSend {
+        qpn: u32,
+        wr: SendRequest,
+    },
+    PostRecv {
+        qpn: u32,
+        wr: RecvWr,
+    },
+    Connect {
+        qpn: u32,
+        remote: SocketAddr,
+        params: ConnectParams,
+    },
+    Disconnect {
+        qpn: u32,
+    },
+    Listen {
+        token: u64,
+        addr: SocketAddr,
+        backlog: usize,
+        requests: Sender<RequestMsg>,
+        ready: Arc<Readiness>,
+        reply: Sender<Result<(), SocketError>>,
+    },
+    Unlisten {
+        token: u64,
+    },
+    Accept {
+        conn: ProtoConnId,
+        qpn: u32,
+        private_data: Vec<u8>,
+    },
+    Reject {
+        conn: ProtoConnId,
+        private_data: Vec<u8>,
+    },
+}
+
+/// Work waiting for the QP's connection object.
+enum Early {
+    Send(SendWr),
+    Recv(RecvWr),
+    LocalInv {
+        wr_id: u64,
+        stag: Stag,
+        signaled: bool,
+    },
+}
+
+struct QpSlot {
+    qpn: u32,
+    qp: QpConfig,
+    mpa: MpaAttr,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    events: Sender<CmEvent>,
+    ready: Arc<Readiness>,
+    conn_id: Option<ProtoConnId>,
+    conn: Option<Connection>,
+    early: Vec<Early>,
+    /// Inline buffer: STag, slot size, next slot.
+    inline: Option<(Stag, usize, usize)>,
+    txbuf: Vec<u8>,
+    txoff: usize,
+    abort: bool,
+    /// Connect in progress: private data and MPA deadline.
+    connecting: Option<(Vec<u8>, Instant)>,
+    destroyed: bool,
+    finished: bool,
+    disconnect_requested: bool,
+}
+
+impl QpSlot {
+    fn event(&self, e: CmEvent) {
+        let _ = self.events.send(e);
+        self.ready.signal();
+    }
+
+    fn send_completion(&self, c: &Completion, opcode: WcOpcode) {
+        if c.wr_id == u64::MAX {
+            return; // the internal RTR
+        }
+        let cq = if opcode == WcOpcode::Recv {
+            &self.recv_cq
+        } else {
+            &self.send_cq
+        };
+        cq.push(WorkCompletion {
+            wr_id: c.wr_id,
+            status: c.status,
+            opcode,
+            byte_len: c.byte_len,
+            qp_num: self.qpn,
+            solicited: c.solicited,
+            invalidated_rkey: c.invalidated_stag,
+        });
+    }
+
+    /// Move completions and events out of the connection.
+    fn drain(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let mut comps = Vec::new();
+        while let Some(c) = conn.poll_completion() {
+            comps.push(c);
+        }
+        let mut evs = Vec::new();
+        while let Some(e) = conn.poll_event() {
+            evs.push(e);
+        }
+        for c in comps {
+            let op = match c.opcode {
+                RWcOpcode::Send => WcOpcode::Send,
+                RWcOpcode::Write => WcOpcode::Write,
+                RWcOpcode::Read => WcOpcode::Read,
+                RWcOpcode::Recv => WcOpcode::Recv,
+            };
+            self.send_completion(&c, op);
+        }
+        for e in evs {
+            let out = match e {
+                ConnEvent::ConnectRequest(_) => None,
+                ConnEvent::Established(n) => {
+                    self.connecting = None;
+                    Some(CmEvent::Established {
+                        private_data: n.peer_private_data,
+                        ird: n.ird,
+                        ord: n.ord,
+                        crc: n.crc,
+                        revision: n.revision,
+                    })
+                }
+                ConnEvent::Rejected { private_data } => {
+                    self.connecting = None;
+                    Some(CmEvent::Rejected { private_data })
+                }
+                ConnEvent::TerminateReceived(p) => {
+                    let (layer, etype, code) = p
+                        .best()
+                        .map(|t| (t.layer, t.etype, t.code))
+                        .unwrap_or((0xf, 0xf, 0xff));
+                    Some(CmEvent::TerminateReceived { layer, etype, code })
+                }
+                ConnEvent::TerminateSent(t) => Some(CmEvent::TerminateSent {
+                    layer: t.layer,
+                    etype: t.etype,
+                    code: t.code,
+                }),
+                // The peer closing is reported as Disconnected (as rdma_cm does).
+                ConnEvent::Error(ConnError::ConnectionLost) => None,
+                ConnEvent::Error(e) => {
+                    if self.connecting.take().is_some() {
+                        Some(CmEvent::ConnectError(e.to_string()))
+                    } else {
+                        Some(CmEvent::Error(e.to_string()))
+                    }
+                }
+                ConnEvent::Closed => {
+                    self.finished = true;
+                    Some(CmEvent::Disconnected)
+                }
+            };
+            if let Some(e) = out {
+                self.event(e);
+            }
+        }
+    }
+
+    /// Flush work that never reached a connection.
+    fn flush_early(&mut self) {
+        for e in std::mem::take(&mut self.early) {
+            let (wr_id, op) = match e {
+                Early::Send(w) => (w.wr_id, opcode_of(&w.op)),
+                Early::Recv(w) => (w.wr_id, WcOpcode::Recv),
+                Early::LocalInv { wr_id, .. } => (wr_id, WcOpcode::LocalInvalidate),
+            };
+            self.send_completion(&flush(wr_id), op);
+        }
+    }
+}
+
+fn opcode_of(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send { .. } => WcOpcode::Send,
+        SendOp::Write { .. } => WcOpcode::Write,
+        SendOp::Read { .. } => WcOpcode::Read,
+    }
+}
+
+fn flush(wr_id: u64) -> Completion {
+    Completion {
+        wr_id,
+        status: CompletionStatus::WrFlushError,
+        opcode: RWcOpcode::Send,
+        byte_len: 0,
+        solicited: false,
+        invalidated_stag: None,
+    }
+}
+
+/// Who owns a hosted TCP connection.
+enum Owner {
+    /// Bound to a QP.
+    Qp(u32),
+    /// Accepted; the MPA Request is being read or waits for the ULP's answer.
+    Pending {
+        token: u64,
+        peer: SocketAddr,
+        probe: Connection,
+        raw: Vec<u8>,
+        reported: bool,
+        abort: bool,
+    },
+    /// A rejecting probe finishing its Reply.
+    Detached {
+        conn: Connection,
+        txbuf: Vec<u8>,
+        txoff: usize,
+    },
+}
+
+struct ListenSlot {
+    requests: Sender<RequestMsg>,
+    ready: Arc<Readiness>,
+    reply: Option<Sender<Result<(), SocketError>>>,
+}
+
+/// The verbs protocol host.
+pub(crate) struct VerbsHost {
+    cmds: Receiver<Cmd>,
+    res: Resources,
+    qps: HashMap<u32, QpSlot>,
+    owners: HashMap<ProtoConnId, Owner>,
+    listeners: HashMap<u64, ListenSlot>,
+    /// Keeps registered buffers alive while the engine may use them.
+    bufs: HashMap<Stag, Arc<RawBuf>>,
+    emss: usize,
+}
+
+// SAFETY: `Resources` holds `Box<dyn RegionMemory>` (no `Send` bound in its type). Every
+// region ever inserted into this host's table is either an `EngineRegion` (an
+// `Arc<RawBuf>`, which is Send + Sync) or a `Vec<u8>` (the empty Read-RTR sink the
+// Connection registers, and inline buffers registered here); both are `Send`. The host
+// is built empty on the application thread and moved to the engine thread once; it is
+// never shared.
+unsafe impl Send for VerbsHost {}
+
+fn fpdu_staging(
+    conn: &mut Connection,
+    res: &Resources,
+    txbuf: &mut Vec<u8>,
+    txoff: &mut usize,
+    out: &mut [u8],
+) -> usize {
+    let mut written = 0;
+    while written < out.len() {
+        if *txoff >= txbuf.len() {
+            txbuf.clear();
+            *txoff = 0;
+            if conn.poll_transmit(res, txbuf) == 0 {
+                break;
+            }
+        }
+        let n = (txbuf.len() - *txoff).min(out.len() - written);
+        out[written..written + n].copy_from_slice(&txbuf[*txoff..*txoff + n]);
+        *txoff += n;
+        written += n;
+    }
+    written
+}
+
+impl VerbsHost {
+    pub(crate) fn new(cmds: Receiver<Cmd>, emss: usize) -> VerbsHost {
+        VerbsHost {
+            cmds,
+            res: Resources::new(),
+            qps: HashMap::new(),
+            owners: HashMap::new(),
+            listeners: HashMap::new(),
+            bufs: HashMap::new(),
+            emss,
+        }
+    }
+
+    fn conn_config(&self, slot: &QpSlot) -> ConnConfig {
+        let mut c = ConnConfig::new(slot.qp);
+        c.emss = self.emss.max(128);
+        c.tx_burst = TX_BURST;
+        c.initiator.revision = slot.mpa.revision;
+        c.initiator.enhanced = slot.mpa.revision == 2;
+        c.initiator.crc = slot.mpa.crc;
+        c.initiator.markers = slot.mpa.markers;
+        c.initiator.p2p = if slot.mpa.revision == 2 {
+            slot.mpa.p2p_rtr.map(RtrSet::only)
+        } else {
+            None
+        };
+        c.responder.max_revision = slot.mpa.revision;
+        c.responder.crc = slot.mpa.crc;
+        c.responder.markers = slot.mpa.markers;
+        c
+    }
+
+    fn post_to_conn(&mut self, qpn: u32, e: Early) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(conn) = slot.conn.as_mut() else {
+            if slot.finished {
+                slot.early.push(e);
+                slot.flush_early();
+            } else {
+                slot.early.push(e);
+            }
+            return;
+        };
+        match e {
+            Early::Send(wr) => {
+                let (id, op) = (wr.wr_id, opcode_of(&wr.op));
+                if let Err(e) = conn.post_send(wr) {
+                    let status = match e {
+                        PostError::InvalidState => CompletionStatus::WrFlushError,
+                        _ => CompletionStatus::LocalQpOperationError,
+                    };
+                    slot.send_completion(
+                        &Completion {
+                            status,
+                            ..flush(id)
+                        },
+                        op,
+                    );
+                }
+            }
+            Early::Recv(wr) => {
+                let id = wr.wr_id;
+                if conn.post_recv(wr).is_err() {
+                    slot.send_completion(
+                        &Completion {
+                            status: CompletionStatus::LocalQpOperationError,
+                            ..flush(id)
+                        },
+                        WcOpcode::Recv,
+                    );
+                }
+            }
+            Early::LocalInv {
+                wr_id,
+                stag,
+                signaled,
+            } => {
+                let ok = if conn.is_closed() {
+                    None
+                } else {
+                    Some(self.res.stags.invalidate(stag, slot.qp.pd).is_ok())
+                };
+                let status = match ok {
+                    None => CompletionStatus::WrFlushError,
+                    Some(true) => CompletionStatus::Success,
+                    Some(false) => CompletionStatus::LocalProtectionError,
+                };
+                if signaled || status != CompletionStatus::Success {
+                    slot.send_completion(
+                        &Completion {
+                            status,
+                            ..flush(wr_id)
+                        },
+                        WcOpcode::LocalInvalidate,
+                    );
+                }
+            }
+        }
+        slot.drain();
+    }
+
+    fn post_send(&mut self, qpn: u32, wr: SendRequest) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let op = match wr.opcode {
+            SendOpcode::Send => SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            SendOpcode::SendWithSolicitedEvent => SendOp::Send {
+                solicited: true,
+                invalidate: None,
+            },
+            SendOpcode::SendWithInvalidate(s) => SendOp::Send {
+                solicited: false,
+                invalidate: Some(s),
+            },
+            SendOpcode::SendWithSolicitedEventInvalidate(s) => SendOp::Send {
+                solicited: true,
+                invalidate: Some(s),
+            },
+            SendOpcode::Write { rkey, remote_addr } => SendOp::Write {
+                remote_stag: rkey,
+                remote_to: remote_addr,
+            },
+            SendOpcode::Read { rkey, remote_addr } => SendOp::Read {
+                remote_stag: rkey,
+                remote_to: remote_addr,
+            },
+            SendOpcode::LocalInvalidate(stag) => {
+                self.post_to_conn(
+                    qpn,
+                    Early::LocalInv {
+                        wr_id: wr.wr_id,
+                        stag,
+                        signaled: wr.signaled,
+                    },
+                );
+                return;
+            }
+        };
+        let sgl = match (&wr.inline, slot.inline.as_mut()) {
+            (Some(data), Some((stag, size, next))) if data.len() <= *size => {
+                let idx = *next % slot.qp.sq_depth.max(1);
+                *next = next.wrapping_add(1);
+                let off = idx * *size;
+                if self.res.stags.write(*stag, off, data).is_err() {
+                    slot.send_completion(
+                        &Completion {
+                            status: CompletionStatus::LocalQpOperationError,
+                            ..flush(wr.wr_id)
+                        },
+                        opcode_of(&op),
+                    );
+                    return;
+                }
+                vec![Sge {
+                    lkey: *stag,
+                    addr: off as u64,
+                    len: data.len() as u32,
+                }]
+            }
+            (Some(_), _) => {
+                slot.send_completion(
+                    &Completion {
+                        status: CompletionStatus::LocalQpOperationError,
+                        ..flush(wr.wr_id)
+                    },
+                    opcode_of(&op),
+                );
+                return;
+            }
+            (None, _) => wr.sgl,
+        };
+        let swr = SendWr {
+            wr_id: wr.wr_id,
+            op,
+            sgl,
+            signaled: wr.signaled,
+            fence: wr.fence,
+        };
+        self.post_to_conn(qpn, Early::Send(swr));
+    }
+
+    fn handle(&mut self, cmd: Cmd, now: Instant, ctl: &mut ProtoCtl) {
+        match cmd {
+            Cmd::RegMr {
+                pd,
+                access,
+                base,
+                buf,
+                reply,
+            } => {
+                let r =
+                    self.res
+                        .stags
+                        .register(pd, access, base, Box::new(EngineRegion(buf.clone())));
+                if let Ok(s) = r {
+                    self.bufs.insert(s, buf);
+                }
+                let _ = reply.send(r);
+            }
+            Cmd::DeregMr { stag } => {
+                let _ = self.res.stags.deregister(stag);
+                self.bufs.remove(&stag);
+            }
+            Cmd::Revalidate { stag, reply } => {
+                let _ = reply.send(self.res.stags.revalidate(stag));
+            }
+            Cmd::CreateSrq { depth, reply } => {
+                let _ = reply.send(self.res.create_srq(depth));
+            }
+            Cmd::PostSrqRecv { srq, wr } => {
+                let _ = self.res.post_srq_recv(srq, wr);
+            }
+            Cmd::CreateQp {
+                qpn,
+                qp,
+                max_inline,
+                mpa,
+                send_cq,
+                recv_cq,
+                events,
+                ready,
+            } => {
+                let inline = if max_inline > 0 {
+                    let len = max_inline.saturating_mul(qp.sq_depth);
+                    self.res
+                        .stags
+                        .register(qp.pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; len]))
+                        .ok()
+                        .map(|s| (s, max_inline, 0))
+                } else {
+                    None
+                };
+                self.qps.insert(
+                    qpn,
+                    QpSlot {
+                        qpn,
+                        qp,
+                        mpa,
+                        send_cq,
+                        recv_cq,
+                        events,
+                        ready,
+                        conn_id: None,
+                        conn: None,
+                        early: Vec::new(),
+                        inline,
+                        txbuf: Vec::new(),
+                        txoff: 0,
+                        abort: false,
+                        connecting: None,
+                        destroyed: false,
+                        finished: false,
+                        disconnect_requested: false,
+                    },
+                );
+            }
+            Cmd::DestroyQp { qpn } => {
+                if let Some(slot) = self.qps.get_mut(&qpn) {
+                    slot.destroyed = true;
+                    if slot.conn_id.is_some() && !slot.finished {
+                        slot.abort = true;
+                    } else {
+                        self.remove_qp(qpn);
+                    }
+                }
+            }
+            Cmd::PostSend { qpn, wr } => self.post_send(qpn, wr),
+            Cmd::PostRecv { qpn, wr } => self.post_to_conn(qpn, Early::Recv(wr)),
+            Cmd::Connect {
+                qpn,
+                remote,
+                params,
+            } => {
+                let Some(slot) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                if slot.conn_id.is_some() || slot.finished {
+                    slot.event(CmEvent::ConnectError("QP already used".into()));
+                    return;
+                }
+                let deadline = now + params.timeout;
+                let id = ctl.connect(remote, None, deadline);
+                slot.conn_id = Some(id);
+                slot.connecting = Some((params.private_data, deadline));
+                self.owners.insert(id, Owner::Qp(qpn));
+            }
+            Cmd::Disconnect { qpn } => {
+                if let Some(slot) = self.qps.get_mut(&qpn) {
+                    slot.disconnect_requested = true;
+                    match slot.conn.as_mut() {
+                        Some(c) => {
+                            c.close();
+                            slot.drain();
+                        }
+                        None if slot.conn_id.is_some() => slot.abort = true,
+                        None => {}
+                    }
+                }
+            }
+            Cmd::Listen {
+                token,
+                addr,
+                backlog,
+                requests,
+                ready,
+                reply,
+            } => {
+                self.listeners.insert(
+                    token,
+                    ListenSlot {
+                        requests,
+                        ready,
+                        reply: Some(reply),
+                    },
+                );
+                ctl.listen(token, addr, backlog);
+            }
+            Cmd::Unlisten { token } => {
+                self.listeners.remove(&token);
+                ctl.unlisten(token);
+            }
+            Cmd::Accept {
+                conn,
+                qpn,
+                private_data,
+            } => self.accept(conn, qpn, private_data, now),
+            Cmd::Reject { conn, private_data } => {
+                if let Some(Owner::Pending { probe, .. }) = self.owners.remove(&conn) {
+                    let mut probe = probe;
+                    let _ = probe.reject(&private_data);
+                    self.owners.insert(
+                        conn,
+                        Owner::Detached {
+                            conn: probe,
+                            txbuf: Vec::new(),
+                            txoff: 0,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, conn_id: ProtoConnId, qpn: u32, private_data: Vec<u8>, now: Instant) {
+        let Some(Owner::Pending { raw, .. }) = self.owners.remove(&conn_id) else {
+            if let Some(slot) = self.qps.get(&qpn) {
+                slot.event(CmEvent::ConnectError("request no longer pending".into()));
+            }
+            return;
+        };
+        let Some(slot) = self.qps.get(&qpn) else {
+            self.owners.insert(
+                conn_id,
+                Owner::Detached {
+                    conn: match Connection::responder(
+                        ConnConfig::new(QpConfig {
+                            pd: PdId(0),
+                            ird: 1,
+                            ord: 1,
+                            sq_depth: 1,
+                            rq: xwarp_rdmap::RqConfig::Own(1),
+                        }),
+                        now,
+                    ) {
+                        Ok(mut c) => {
+                            c.close();
+                            c
+                        }
+                        Err(_) => return,
+                    },
+                    txbuf: Vec::new(),
+                    txoff: 0,
+                },
+            );
+            return;
+        };
+        let cfg = self.conn_config(slot);
+        let ird = slot.qp.ird.min(u32::from(u16::MAX)) as u16;
+        let ord = slot.qp.ord.min(u32::from(u16::MAX)) as u16;
+        let mut conn = match Connection::responder(cfg, now) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.event(CmEvent::Error(e.to_string()));
+                return;
+            }
+        };
+        let _ = conn.handle_input(now, &raw, &mut self.res);
+        while conn
+            .poll_event()
+            .is_some_and(|e| matches!(e, ConnEvent::ConnectRequest(_)))
+        {}
+        let r = conn.accept(AcceptParams {
+            ird,
+            ord,
+            private_data,
+        });
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if let Err(e) = r {
+            slot.event(CmEvent::Error(e.to_string()));
+        }
+        slot.conn = Some(conn);
+        slot.conn_id = Some(conn_id);
+        self.owners.insert(conn_id, Owner::Qp(qpn));
+        self.give_early(qpn);
+    }
+
+    fn give_early(&mut self, qpn: u32) {
+        let early = match self.qps.get_mut(&qpn) {
+            Some(s) => std::mem::take(&mut s.early),
+            None => return,
+        };
+        for e in early {
+            self.post_to_conn(qpn, e);
+        }
+        if let Some(s) = self.qps.get_mut(&qpn) {
+            s.drain();
+        }
+    }
+
+    fn remove_qp(&mut self, qpn: u32) {
+        if let Some(slot) = self.qps.remove(&qpn) {
+            if let Some(id) = slot.conn_id {
+                self.owners.remove(&id);
+            }
+            if let Some((stag, _, _)) = slot.inline {
+                let _ = self.res.stags.deregister(stag);
+            }
+        }
+    }
+}
+
+impl ProtocolHost for VerbsHost {
+    fn poll(&mut self, now: Instant, ctl: &mut ProtoCtl) -> Option<Instant> {
+        while let Ok(cmd) = self.cmds.try_recv() {
+            self.handle(cmd, now, ctl);
+        }
+        let mut next: Option<Instant> = None;
+        for slot in self.qps.values_mut() {
+            if let Some(conn) = slot.conn.as_mut() {
+                if conn.poll_timeout().is_some_and(|t| now >= t) {
+                    conn.handle_timeout(now);
+                    slot.drain();
+                }
+                if let Some(conn) = slot.conn.as_ref() {
+                    if let Some(t) = conn.poll_timeout() {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
+            }
+        }
+        for owner in self.owners.values_mut() {
+            if let Owner::Pending { probe, abort, .. } = owner {
+                if probe.poll_timeout().is_some_and(|t| now >= t) {
+                    probe.handle_timeout(now);
+                }
+                if probe.is_closed() {
+                    *abort = true;
+                }
+                if let Some(t) = probe.poll_timeout() {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+        }
+        let done: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|s| s.destroyed && (s.finished || s.conn_id.is_none()))
+            .map(|s| s.qpn)
+            .collect();
+        for q in done {
+            self.remove_qp(q);
+        }
+        next
+    }
+
+    fn on_listen(&mut self, token: u64, result: Result<SocketAddr, SocketError>) {
+        if let Some(l) = self.listeners.get_mut(&token) {
+            if let Some(r) = l.reply.take() {
+                let _ = r.send(result.map(|_| ()));
+            }
+            if result.is_err() {
+                self.listeners.remove(&token);
+            }
+        }
+    }
+
+    fn on_accepted(
+        &mut self,
+        token: u64,
+        conn: ProtoConnId,
+        _local: SocketAddr,
+        peer: SocketAddr,
+        now: Instant,
+    ) {
+        let cfg = ConnConfig::new(QpConfig {
+            pd: PdId(0),
+            ird: 1,
+            ord: 1,
+            sq_depth: 1,
+            rq: xwarp_rdmap::RqConfig::Own(1),
+        });
+        let probe = match Connection::responder(cfg, now) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        self.owners.insert(
+            conn,
+            Owner::Pending {
+                token,
+                peer,
+                probe,
+                raw: Vec::new(),
+                reported: false,
+                abort: !self.listeners.contains_key(&token),
+            },
+        );
+    }
+
+    fn on_established(
+        &mut self,
+        conn: ProtoConnId,
+        _local: SocketAddr,
+        _peer: SocketAddr,
+        now: Instant,
+    ) {
+        let Some(Owner::Qp(qpn)) = self.owners.get(&conn) else {
+            return;
+        };
+        let qpn = *qpn;
+        let Some(slot) = self.qps.get(&qpn) else {
+            return;
+        };
+        let mut cfg = self.conn_config(slot);
+        if let Some((pd, deadline)) = &slot.connecting {
+            cfg.initiator.private_data = pd.clone();
+            cfg.initiator.reply_timeout = deadline
+                .saturating_duration_since(now)
+                .max(std::time::Duration::from_millis(1));
+        }
+        let r = Connection::initiator(cfg, now);
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        match r {
+            Ok(c) => {
+                slot.conn = Some(c);
+                self.give_early(qpn);
+            }
+            Err(e) => {
+                slot.event(CmEvent::ConnectError(e.to_string()));
+                slot.abort = true;
+            }
+        }
+    }
+
+    fn on_recv(&mut self, conn: ProtoConnId, now: Instant, data: &[u8]) -> usize {
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                if let Some(slot) = self.qps.get_mut(qpn) {
+                    if let Some(c) = slot.conn.as_mut() {
+                        let _ = c.handle_input(now, data, &mut self.res);
+                        slot.drain();
+                    }
+                }
+            }
+            Some(Owner::Pending {
+                token,
+                peer,
+                probe,
+                raw,
+                reported,
+                abort,
+            }) => {
+                if raw.len() + data.len() > MAX_PENDING_RAW {
+                    *abort = true;
+                    return data.len();
+                }
+                raw.extend_from_slice(data);
+                let _ = probe.handle_input(now, data, &mut self.res);
+                while let Some(e) = probe.poll_event() {
+                    match e {
+                        ConnEvent::ConnectRequest(req) if !*reported => {
+                            *reported = true;
+                            match self.listeners.get(token) {
+                                Some(l) => {
+                                    let _ = l.requests.send(RequestMsg {
+                                        conn,
+                                        peer: *peer,
+                                        req,
+                                    });
+                                    l.ready.signal();
+                                }
+                                None => *abort = true,
+                            }
+                        }
+                        ConnEvent::Error(_) | ConnEvent::Closed => *abort = true,
+                        _ => {}
+                    }
+                }
+            }
+            Some(Owner::Detached { .. }) | None => {}
+        }
+        data.len()
+    }
+
+    fn on_send(&mut self, conn: ProtoConnId, _now: Instant, buf: &mut [u8]) -> usize {
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                let Some(slot) = self.qps.get_mut(qpn) else {
+                    return 0;
+                };
+                let Some(c) = slot.conn.as_mut() else {
+                    return 0;
+                };
+                let n = fpdu_staging(c, &self.res, &mut slot.txbuf, &mut slot.txoff, buf);
+                slot.drain();
+                n
+            }
+            Some(Owner::Detached { conn, txbuf, txoff }) => {
+                fpdu_staging(conn, &self.res, txbuf, txoff, buf)
+            }
+            _ => 0,
+        }
+    }
+
+    fn on_peer_fin(&mut self, conn: ProtoConnId, _now: Instant) {
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                if let Some(slot) = self.qps.get_mut(qpn) {
+                    if let Some(c) = slot.conn.as_mut() {
+                        c.handle_peer_closed();
+                        slot.drain();
+                    }
+                }
+            }
+            Some(Owner::Pending { abort, .. }) => *abort = true,
+            Some(Owner::Detached { conn, .. }) => conn.handle_peer_closed(),
+            None => {}
+        }
+    }
+
+    fn close_request(&mut self, conn: ProtoConnId) -> CloseRequest {
+        match self.owners.get(&conn) {
+            Some(Owner::Qp(qpn)) => match self.qps.get(qpn) {
+                Some(slot) if slot.abort => CloseRequest::Abort,
+                Some(slot) => match slot.conn.as_ref() {
+                    Some(c) if c.wants_close() && slot.txoff >= slot.txbuf.len() => {
+                        CloseRequest::Graceful
+                    }
+                    _ => CloseRequest::None,
+                },
+                None => CloseRequest::Abort,
+            },
+            Some(Owner::Pending { abort: true, .. }) => CloseRequest::Abort,
+            Some(Owner::Pending { .. }) => CloseRequest::None,
+            Some(Owner::Detached { conn, txbuf, txoff }) => {
+                if conn.wants_close() && *txoff >= txbuf.len() {
+                    CloseRequest::Graceful
+                } else {
+                    CloseRequest::None
+                }
+            }
+            None => CloseRequest::Abort,
+        }
+    }
+
+    fn on_closed(&mut self, conn: ProtoConnId, _now: Instant, error: Option<SocketError>) {
+        let Some(owner) = self.owners.remove(&conn) else {
+            return;
+        };
+        let Owner::Qp(qpn) = owner else {
+            return;
+        };
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        match slot.conn.as_mut() {
+            Some(c) => {
+                if !c.is_closed() {
+                    c.handle_peer_closed();
+                }
+                slot.drain();
+            }
+            None => {
+                let why = match error {
+                    Some(e) => e.to_io().to_string(),
+                    None => "connection closed".into(),
+                };
+                slot.connecting = None;
+                slot.finished = true;
+                slot.event(CmEvent::ConnectError(why));
+                slot.flush_early();
+            }
+        }
+        if !slot.finished {
+            slot.finished = true;
+            slot.event(CmEvent::Disconnected);
+        }
+        if slot.destroyed {
+            self.remove_qp(qpn);
+        }
+    }
+}

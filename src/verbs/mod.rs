@@ -1,0 +1,1143 @@
+//! # `xwarp::verbs` — RDMA verbs and a connection manager on an xwarp engine
+//!
+//! The whole iWARP data path runs on the engine thread (see
+//! [`xwarp_stack::proto`]): TCP receive buffer → MPA/FPDU parser → placement into
+//! registered memory → completions; Read Requests are answered from registered memory
+//! without the application; FPDUs are encoded on the engine thread into the TCP send
+//! buffer. Application threads only post work requests (a lock-free command queue plus
+//! the engine doorbell) and take completions (one lock-free queue per CQ plus an
+//! eventfd for blocking waits).
+//!
+//! Objects (after ibverbs / rdma_cm):
+//! * [`Context`] — an engine (TCP stack + verbs host) over a backend: the virtual wire
+//!   ([`vwire_pair`]) or any [`Backend`] (AF_XDP through `xwarp::toe`).
+//! * [`Device`] — cloneable handle: [`Device::alloc_pd`], [`Device::create_cq`],
+//!   [`Device::listen`].
+//! * [`ProtectionDomain`] — memory registration ([`ProtectionDomain::alloc_mr`],
+//!   [`ProtectionDomain::register`]), [`ProtectionDomain::create_qp`],
+//!   [`ProtectionDomain::create_srq`].
+//! * [`MemoryRegion`] — lkey/rkey (STags), address, copy in/out (see [`mem`] for the
+//!   aliasing contract).
+//! * [`CompletionQueue`] — poll, `req_notify` (all or solicited-only), blocking wait on
+//!   an fd usable from epoll.
+//! * [`QueuePair`] — RC QP: post_send (Send, Send with SE / Invalidate, Write, Read,
+//!   Local Invalidate; SGLs, signaled/unsignaled, inline, fence), post_recv, connect,
+//!   disconnect, CM events ([`CmEvent`]).
+//! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
+//!   the peer's IRD/ORD; accept or reject with private data.
+//!
+//! `wr_id` `u64::MAX` is reserved (the engine's internal RTR message).
+
+mod engine;
+pub mod mem;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use xwarp_poll_driver::backend::Backend;
+use xwarp_poll_driver::engine::{Doorbell, Engine, EngineConfig, EngineHandle, EngineStats};
+use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
+use xwarp_stack::{new_stack, Readiness, StackConfig, StackHandle, StackStats, TcpService};
+
+pub use xwarp_ddp::mpa::RtrType;
+pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
+pub use xwarp_rdmap::{Access, MemError, Stag};
+
+use engine::{Cmd, VerbsHost};
+use mem::RawBuf;
+
+/// Shared application-side state of one device (engine).
+struct DevInner {
+    cmds: Sender<Cmd>,
+    bell: Doorbell,
+    next_qpn: AtomicU32,
+    next_pd: AtomicU32,
+    next_token: AtomicU32,
+    /// The engine's IPv4 address (for [`Device::local_ipv4`]).
+    ipv4: Option<Ipv4Addr>,
+}
+
+impl DevInner {
+    fn send(&self, cmd: Cmd) -> io::Result<()> {
+        self.cmds
+            .send(cmd)
+            .map_err(|_| io::Error::new(io::ErrorKind::ConnectionAborted, "engine stopped"))?;
+        self.bell.ring();
+        Ok(())
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Cmd) -> io::Result<T> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.send(make(tx))?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "engine did not answer"))
+    }
+}
+
+/// A running engine with the verbs host: the TCP stack (also usable through
+/// `xwarp::net` via [`Context::stack`]) and the iWARP data path on one engine thread.
+/// Dropping it stops the engine.
+pub struct Context<B: Backend + Send + 'static> {
+    dev: Device,
+    stack: StackHandle,
+    engine: Option<EngineHandle<B, TcpService>>,
+}
+
+impl<B: Backend + Send + 'static> std::fmt::Debug for Context<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend + Send + 'static> Context<B> {
+    /// Start an engine thread over `backend`.
+    pub fn start(
+        backend: B,
+        stack_config: StackConfig,
+        engine_config: EngineConfig,
+    ) -> io::Result<Self> {
+        let ipv4 = stack_config.ipv4.map(|a| a.0);
+        // EMSS: MTU minus IPv4 and TCP headers, minus the timestamp option.
+        let emss =
+            stack_config.mtu.saturating_sub(40) - if stack_config.timestamps { 12 } else { 0 };
+        let (mut service, stack) =
+            new_stack(stack_config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        service.set_protocol_host(Box::new(VerbsHost::new(rx, emss)));
+        let bell = Doorbell::new()?;
+        let engine = Engine::spawn_with_doorbell(engine_config, bell.clone(), backend, service)?;
+        let b2 = bell.clone();
+        stack.set_kick(Arc::new(move || b2.ring()));
+        Ok(Context {
+            dev: Device {
+                inner: Arc::new(DevInner {
+                    cmds: tx,
+                    bell,
+                    next_qpn: AtomicU32::new(1),
+                    next_pd: AtomicU32::new(1000),
+                    next_token: AtomicU32::new(1),
+                    ipv4,
+                }),
+            },
+            stack,
+            engine: Some(engine),
+        })
+    }
+
+    /// The device handle (cloneable; objects created from it keep working while the
+    /// context lives).
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The TCP stack of this engine (for `xwarp::net` sockets next to RDMA).
+    pub fn stack(&self) -> &StackHandle {
+        &self.stack
+    }
+
+    /// TCP counters.
+    pub fn stack_stats(&self) -> StackStats {
+        self.stack.stats()
+    }
+
+    /// Engine loop counters.
+    pub fn engine_stats(&self) -> EngineStats {
+        self.engine.as_ref().map(|e| e.stats()).unwrap_or_default()
+    }
+
+    /// Stop the engine and return its backend.
+    pub fn stop(mut self) -> io::Result<B> {
+        match self.engine.take() {
+            Some(e) => e.stop().map(|x| x.backend),
+            None => Err(io::Error::other("engine already stopped")),
+        }
+    }
+}
+
+impl<B: Backend + Send + 'static> Drop for Context<B> {
+    fn drop(&mut self) {
+        if let Some(e) = self.engine.take() {
+            let _ = e.stop();
+        }
+    }
+}
+
+/// Two verbs engines (10.77.0.1 and 10.77.0.2 by default) joined by a virtual wire.
+pub fn vwire_pair(
+    cfg: crate::net::PairConfig,
+) -> io::Result<(Context<VirtualNic>, Context<VirtualNic>)> {
+    let (nic_a, nic_b) = VirtualWire::pair(cfg.wire)?;
+    let mut ea = cfg.engine.clone();
+    ea.name = format!("{}-a", cfg.engine.name);
+    let mut eb = cfg.engine;
+    eb.name = format!("{}-b", eb.name);
+    let a = Context::start(nic_a, cfg.a, ea)?;
+    let b = Context::start(nic_b, cfg.b, eb)?;
+    Ok((a, b))
+}
+
+/// [`vwire_pair`] with default addresses and engines over `wire`.
+pub fn vwire_pair_simple(
+    wire: WireConfig,
+) -> io::Result<(Context<VirtualNic>, Context<VirtualNic>)> {
+    vwire_pair(crate::net::PairConfig {
+        wire,
+        ..Default::default()
+    })
+}
+
+/// A cloneable handle on one verbs engine.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DevInner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("ipv4", &self.inner.ipv4)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// The engine's IPv4 address.
+    pub fn local_ipv4(&self) -> Option<Ipv4Addr> {
+        self.inner.ipv4
+    }
+
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            dev: self.clone(),
+            pd: xwarp_rdmap::PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// Create a completion queue. `depth` is advisory (the queue grows as needed).
+    pub fn create_cq(&self, depth: usize) -> io::Result<CompletionQueue> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        Ok(CompletionQueue {
+            shared: Arc::new(CqShared {
+                tx,
+                rx,
+                arm: AtomicU8::new(ARM_NONE),
+                ready: Readiness::new()?,
+                depth,
+            }),
+        })
+    }
+
+    /// Listen for connection requests on `addr` (the port must be non-zero).
+    pub fn listen(&self, addr: SocketAddr, backlog: usize) -> io::Result<Listener> {
+        let token = u64::from(self.inner.next_token.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let ready = Arc::new(Readiness::new()?);
+        let r = self.inner.call(|reply| Cmd::Listen {
+            token,
+            addr,
+            backlog,
+            requests: tx,
+            ready: ready.clone(),
+            reply,
+        })?;
+        r.map_err(|e| e.to_io())?;
+        Ok(Listener {
+            dev: self.clone(),
+            token,
+            rx,
+            ready,
+            addr,
+        })
+    }
+}
+
+/// A protection domain: memory regions and QPs of one PD may be used together.
+#[derive(Debug, Clone)]
+pub struct ProtectionDomain {
+    dev: Device,
+    pd: xwarp_rdmap::PdId,
+}
+
+impl ProtectionDomain {
+    fn register_raw(&self, buf: RawBuf, access: Access) -> io::Result<MemoryRegion> {
+        let buf = Arc::new(buf);
+        let base = buf.addr();
+        let stag = self
+            .dev
+            .inner
+            .call(|reply| Cmd::RegMr {
+                pd: self.pd,
+                access,
+                base,
+                buf: buf.clone(),
+                reply,
+            })?
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
+        Ok(MemoryRegion {
+            dev: self.dev.clone(),
+            buf,
+            stag,
+            access,
+        })
+    }
+
+    /// Allocate and register a zeroed, page-aligned buffer of `len` bytes; with `huge`,
+    /// 2 MiB huge pages are tried first (`MAP_HUGETLB`), normal pages otherwise.
+    pub fn alloc_mr(&self, len: usize, access: Access, huge: bool) -> io::Result<MemoryRegion> {
+        self.register_raw(RawBuf::alloc(len, huge)?, access)
+    }
+
+    /// Register an application buffer; the region owns it from now on (read it back
+    /// through [`MemoryRegion::read`]).
+    pub fn register(&self, buf: impl Into<Box<[u8]>>, access: Access) -> io::Result<MemoryRegion> {
+        self.register_raw(RawBuf::from_box(buf.into()), access)
+    }
+
+    /// Create a shared receive queue of `depth` entries.
+    pub fn create_srq(&self, depth: usize) -> io::Result<SharedReceiveQueue> {
+        let id = self
+            .dev
+            .inner
+            .call(|reply| Cmd::CreateSrq { depth, reply })?;
+        Ok(SharedReceiveQueue {
+            dev: self.dev.clone(),
+            id,
+        })
+    }
+
+    /// Create an RC queue pair (not connected yet: use [`QueuePair::connect`] or
+    /// [`ConnRequest::accept`]).
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> io::Result<QueuePair> {
+        if attr.max_send_wr == 0 || (attr.srq.is_none() && attr.max_recv_wr == 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "queue depths must be at least 1",
+            ));
+        }
+        if attr.mpa.revision != 1 && attr.mpa.revision != 2 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "MPA revision must be 1 or 2",
+            ));
+        }
+        let qpn = self.dev.inner.next_qpn.fetch_add(1, Ordering::Relaxed);
+        let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
+        let ready = Arc::new(Readiness::new()?);
+        let rq = match attr.srq {
+            Some(s) => xwarp_rdmap::RqConfig::Shared(s.id),
+            None => xwarp_rdmap::RqConfig::Own(attr.max_recv_wr),
+        };
+        let qp = xwarp_rdmap::QpConfig {
+            pd: self.pd,
+            ird: attr.ird,
+            ord: attr.ord,
+            sq_depth: attr.max_send_wr,
+            rq,
+        };
+        self.dev.inner.send(Cmd::CreateQp {
+            qpn,
+            qp,
+            max_inline: attr.max_inline_data,
+            mpa: attr.mpa.clone(),
+            send_cq: attr.send_cq.shared.clone(),
+            recv_cq: attr.recv_cq.shared.clone(),
+            events: ev_tx,
+            ready: ready.clone(),
+        })?;
+        Ok(QueuePair {
+            dev: self.dev.clone(),
+            qpn,
+            max_inline: attr.max_inline_data,
+            max_send_wr: attr.max_send_wr,
+            events: ev_rx,
+            ready,
+        })
+    }
+}
+
+/// A registered memory region (owns its buffer; deregistered on drop).
+pub struct MemoryRegion {
+    dev: Device,
+    buf: Arc<RawBuf>,
+    stag: Stag,
+    access: Access,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("stag", &self.stag)
+            .field("len", &self.buf.len())
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Local key (the region's STag).
+    pub fn lkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// Remote key (the same STag; give it to the peer with [`Self::addr`]).
+    pub fn rkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// Tagged offset of byte 0 (the buffer's virtual address, as in verbs).
+    pub fn addr(&self) -> u64 {
+        self.buf.addr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == 0
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Whether the buffer got huge pages.
+    pub fn is_huge(&self) -> bool {
+        self.buf.is_huge()
+    }
+
+    /// A scatter/gather entry for `[offset, offset+len)`; `None` if out of bounds.
+    pub fn sge(&self, offset: usize, len: usize) -> Option<Sge> {
+        if offset.checked_add(len)? > self.len() {
+            return None;
+        }
+        Some(Sge {
+            lkey: self.stag,
+            addr: self.addr() + offset as u64,
+            len: u32::try_from(len).ok()?,
+        })
+    }
+
+    /// The whole region as one SGE (`None` above 4 GiB).
+    pub fn sge_all(&self) -> Option<Sge> {
+        self.sge(0, self.len())
+    }
+
+    /// Copy `data` into the region at `offset` (see the aliasing contract in [`mem`]).
+    pub fn write(&self, offset: usize, data: &[u8]) -> io::Result<()> {
+        if self.buf.copy_in(offset, data) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, "out of bounds"))
+        }
+    }
+
+    /// Copy region bytes at `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> io::Result<()> {
+        if self.buf.copy_out(offset, out) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, "out of bounds"))
+        }
+    }
+
+    /// A copy of `len` region bytes at `offset`.
+    pub fn to_vec(&self, offset: usize, len: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+
+    /// Fill `[offset, offset+len)` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> io::Result<()> {
+        if self.buf.fill(offset, len, byte) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, "out of bounds"))
+        }
+    }
+
+    /// Make an invalidated STag usable again (the verbs fast-register step, simplified).
+    pub fn revalidate(&self) -> io::Result<()> {
+        let stag = self.stag;
+        self.dev
+            .inner
+            .call(|reply| Cmd::Revalidate { stag, reply })?
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // The engine drops its own reference to the buffer when it deregisters.
+        let _ = self.dev.inner.send(Cmd::DeregMr { stag: self.stag });
+    }
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    dev: Device,
+    id: xwarp_rdmap::verbs::SrqId,
+}
+
+impl SharedReceiveQueue {
+    /// Post a receive to the SRQ. A full SRQ completes the request on no CQ (the error
+    /// is counted in the engine); keep within the depth.
+    pub fn post_recv(&self, wr_id: u64, sgl: &[Sge]) -> Result<(), PostError> {
+        if sgl.len() > MAX_SGE {
+            return Err(PostError::InvalidSgl);
+        }
+        self.dev
+            .inner
+            .send(Cmd::PostSrqRecv {
+                srq: self.id,
+                wr: xwarp_rdmap::verbs::RecvWr {
+                    wr_id,
+                    sgl: sgl.to_vec(),
+                },
+            })
+            .map_err(|_| PostError::InvalidState)
+    }
+}
+
+const ARM_NONE: u8 = 0;
+const ARM_ANY: u8 = 1;
+const ARM_SOLICITED: u8 = 2;
+
+pub(crate) struct CqShared {
+    tx: Sender<WorkCompletion>,
+    rx: Receiver<WorkCompletion>,
+    arm: AtomicU8,
+    ready: Readiness,
+    #[allow(dead_code)]
+    depth: usize,
+}
+
+impl CqShared {
+    /// Engine side: queue a completion and fire the notification if armed for it.
+    pub(crate) fn push(&self, wc: WorkCompletion) {
+        let solicited = wc.solicited || wc.status != CompletionStatus::Success;
+        let _ = self.tx.send(wc);
+        let arm = self.arm.load(Ordering::SeqCst);
+        if (arm == ARM_ANY || (arm == ARM_SOLICITED && solicited))
+            && self
+                .arm
+                .compare_exchange(arm, ARM_NONE, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.ready.signal();
+        }
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    shared: Arc<CqShared>,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("queued", &self.shared.rx.len())
+            .finish()
+    }
+}
+
+impl CompletionQueue {
+    /// Take one completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.shared.rx.try_recv().ok()
+    }
+
+    /// Append up to `max` completions to `out`; returns how many.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.shared.rx.try_recv() {
+                Ok(wc) => {
+                    out.push(wc);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        n
+    }
+
+    /// Arm the notification: the fd becomes readable at the next completion
+    /// (`solicited_only`: the next Send with SE, or any error completion).
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.shared.arm.store(
+            if solicited_only {
+                ARM_SOLICITED
+            } else {
+                ARM_ANY
+            },
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Sleep until the armed notification fired or `timeout` passed (`Ok(false)`).
+    /// Typical use: `req_notify`, poll again, then `wait`.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.shared.ready.wait(timeout.map(|t| Instant::now() + t))
+    }
+
+    /// Block until a completion arrives (spin briefly, then sleep on the fd) or
+    /// `timeout` passes.
+    pub fn next(&self, timeout: Duration) -> io::Result<WorkCompletion> {
+        let deadline = Instant::now() + timeout;
+        let spin_until = Instant::now() + Duration::from_micros(50);
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Ok(wc);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no completion"));
+            }
+            if now < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.req_notify(false);
+            if let Some(wc) = self.poll_one() {
+                return Ok(wc);
+            }
+            self.shared.ready.wait(Some(deadline))?;
+        }
+    }
+}
+
+impl AsRawFd for CompletionQueue {
+    /// Readable once an armed notification fired (see [`CompletionQueue::req_notify`]).
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.ready.as_raw_fd()
+    }
+}
+
+impl AsFd for CompletionQueue {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.ready.as_fd()
+    }
+}
+
+/// What a work completion was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// Send (any variant).
+    Send,
+    /// RDMA Write.
+    Write,
+    /// RDMA Read.
+    Read,
+    /// Local Invalidate.
+    LocalInvalidate,
+    /// Receive (an inbound Send).
+    Recv,
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: CompletionStatus,
+    /// Kind.
+    pub opcode: WcOpcode,
+    /// Bytes transferred.
+    pub byte_len: u32,
+    /// QP number.
+    pub qp_num: u32,
+    /// The inbound Send carried Solicited Event.
+    pub solicited: bool,
+    /// STag invalidated by an inbound Send with Invalidate.
+    pub invalidated_rkey: Option<Stag>,
+}
+
+/// MPA and RTR settings of a QP's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpaAttr {
+    /// MPA revision to request / highest accepted (1 or 2). Default 2.
+    pub revision: u8,
+    /// Require CRC32c on FPDUs. Default false (siw's default).
+    pub crc: bool,
+    /// Require markers in the FPDUs we receive. Default false.
+    pub markers: bool,
+    /// Peer-to-peer mode (RFC 6581): the RTR type the Initiator offers. Default a
+    /// zero-length Write. `None`: no P2P (the Responder then sends nothing before the
+    /// Initiator's first message).
+    pub p2p_rtr: Option<RtrType>,
+}
+
+impl Default for MpaAttr {
+    fn default() -> Self {
+        MpaAttr {
+            revision: 2,
+            crc: false,
+            markers: false,
+            p2p_rtr: Some(RtrType::Write),
+        }
+    }
+}
+
+/// QP creation attributes.
+#[derive(Debug, Clone)]
+pub struct QpInitAttr<'a> {
+    /// CQ of send work (and Local Invalidate).
+    pub send_cq: &'a CompletionQueue,
+    /// CQ of receives.
+    pub recv_cq: &'a CompletionQueue,
+    /// Shared receive queue instead of the QP's own.
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Send queue depth.
+    pub max_send_wr: usize,
+    /// Receive queue depth (without SRQ).
+    pub max_recv_wr: usize,
+    /// Largest inline payload (copied at post time; 0 disables inline).
+    pub max_inline_data: usize,
+    /// Inbound RDMA Read depth requested (IRD).
+    pub ird: u32,
+    /// Outbound RDMA Read depth requested (ORD).
+    pub ord: u32,
+    /// MPA settings.
+    pub mpa: MpaAttr,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// Defaults: depth 128 each way, 256 bytes inline, IRD/ORD 16, MPA defaults.
+    pub fn new(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> Self {
+        QpInitAttr {
+            send_cq,
+            recv_cq,
+            srq: None,
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_inline_data: 256,
+            ird: 16,
+            ord: 16,
+            mpa: MpaAttr::default(),
+        }
+    }
+}
+
+/// The operation of a send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOpcode {
+    /// Send.
+    Send,
+    /// Send with Solicited Event.
+    SendWithSolicitedEvent,
+    /// Send with Invalidate of the peer's STag.
+    SendWithInvalidate(Stag),
+    /// Send with Solicited Event and Invalidate.
+    SendWithSolicitedEventInvalidate(Stag),
+    /// RDMA Write to the peer's `rkey`/`remote_addr`.
+    Write {
+        /// Peer STag.
+        rkey: Stag,
+        /// Peer tagged offset.
+        remote_addr: u64,
+    },
+    /// RDMA Read from the peer's `rkey`/`remote_addr` into the single local SGE.
+    Read {
+        /// Peer STag.
+        rkey: Stag,
+        /// Peer tagged offset.
+        remote_addr: u64,
+    },
+    /// Local Invalidate of one of our STags (completes on the send CQ when the engine
+    /// has handed every earlier work request of this QP to the protocol).
+    LocalInvalidate(Stag),
+}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendRequest {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub opcode: SendOpcode,
+    /// Local buffers (ignored when `inline` is set).
+    pub sgl: Vec<Sge>,
+    /// Inline payload for Send/Write (copied now; at most `max_inline_data`).
+    pub inline: Option<Vec<u8>>,
+    /// Complete with a CQE on success.
+    pub signaled: bool,
+    /// Start only after earlier RDMA Reads completed.
+    pub fence: bool,
+}
+
+impl SendRequest {
+    /// A signaled request.
+    pub fn new(wr_id: u64, opcode: SendOpcode, sgl: Vec<Sge>) -> SendRequest {
+        SendRequest {
+            wr_id,
+            opcode,
+            sgl,
+            inline: None,
+            signaled: true,
+            fence: false,
+        }
+    }
+
+    /// Signaled Send of `sgl`.
+    pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendRequest {
+        Self::new(wr_id, SendOpcode::Send, sgl)
+    }
+
+    /// Signaled RDMA Write of `sgl` to `rkey`/`remote_addr`.
+    pub fn write(wr_id: u64, sgl: Vec<Sge>, rkey: Stag, remote_addr: u64) -> SendRequest {
+        Self::new(wr_id, SendOpcode::Write { rkey, remote_addr }, sgl)
+    }
+
+    /// Signaled RDMA Read into `sink` from `rkey`/`remote_addr`.
+    pub fn read(wr_id: u64, sink: Sge, rkey: Stag, remote_addr: u64) -> SendRequest {
+        Self::new(wr_id, SendOpcode::Read { rkey, remote_addr }, vec![sink])
+    }
+}
+
+/// Connection-manager events of a QP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// The connection is up.
+    Established {
+        /// The peer's private data (Request or Reply).
+        private_data: Vec<u8>,
+        /// Negotiated IRD.
+        ird: u16,
+        /// Negotiated ORD.
+        ord: u16,
+        /// CRC in use.
+        crc: bool,
+        /// MPA revision in use.
+        revision: u8,
+    },
+    /// The Responder rejected our request.
+    Rejected {
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// Connecting failed before MPA (refused, timed out, bad address) or during MPA.
+    ConnectError(String),
+    /// We detected a protocol error and sent this Terminate (layer, etype, code).
+    TerminateSent {
+        /// Layer nibble.
+        layer: u8,
+        /// EType nibble.
+        etype: u8,
+        /// Error code.
+        code: u8,
+    },
+    /// The peer sent a Terminate.
+    TerminateReceived {
+        /// Layer nibble.
+        layer: u8,
+        /// EType nibble.
+        etype: u8,
+        /// Error code.
+        code: u8,
+    },
+    /// A connection error (the QP is in ERROR; work is flushed).
+    Error(String),
+    /// The connection is closed (after a disconnect by either side or an error).
+    Disconnected,
+}
+
+/// An RC queue pair.
+pub struct QueuePair {
+    dev: Device,
+    qpn: u32,
+    max_inline: usize,
+    max_send_wr: usize,
+    events: Receiver<CmEvent>,
+    ready: Arc<Readiness>,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qpn", &self.qpn).finish()
+    }
+}
+
+/// Connect parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// Private data for the MPA Request (at most 251 bytes toward siw).
+    pub private_data: Vec<u8>,
+    /// Give up after this long (TCP handshake plus MPA negotiation).
+    pub timeout: Duration,
+}
+
+impl Default for ConnectParams {
+    fn default() -> Self {
+        ConnectParams {
+            private_data: Vec::new(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl QueuePair {
+    /// QP number (local).
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Send queue depth.
+    pub fn max_send_wr(&self) -> usize {
+        self.max_send_wr
+    }
+
+    /// Post send work. Errors found here (SGL shape, inline size) are returned; a full
+    /// send queue is found by the engine and completes the request with
+    /// `LocalQpOperationError`.
+    pub fn post_send(&self, wr: SendRequest) -> Result<(), PostError> {
+        if let Some(data) = &wr.inline {
+            if data.len() > self.max_inline
+                || matches!(
+                    wr.opcode,
+                    SendOpcode::Read { .. } | SendOpcode::LocalInvalidate(_)
+                )
+            {
+                return Err(PostError::InvalidSgl);
+            }
+        } else if wr.sgl.len() > MAX_SGE
+            || (matches!(wr.opcode, SendOpcode::Read { .. }) && wr.sgl.len() != 1)
+        {
+            return Err(PostError::InvalidSgl);
+        }
+        self.dev
+            .inner
+            .send(Cmd::PostSend { qpn: self.qpn, wr })
+            .map_err(|_| PostError::InvalidState)
+    }
+
+    /// Post a receive (QPs without SRQ).
+    pub fn post_recv(&self, wr_id: u64, sgl: &[Sge]) -> Result<(), PostError> {
+        if sgl.len() > MAX_SGE {
+            return Err(PostError::InvalidSgl);
+        }
+        self.dev
+            .inner
+            .send(Cmd::PostRecv {
+                qpn: self.qpn,
+                wr: xwarp_rdmap::verbs::RecvWr {
+                    wr_id,
+                    sgl: sgl.to_vec(),
+                },
+            })
+            .map_err(|_| PostError::InvalidState)
+    }
+
+    /// Connect to a listener at `remote`; the outcome comes as a [`CmEvent`]
+    /// (`Established`, `Rejected`, `ConnectError`).
+    pub fn connect(&self, remote: SocketAddr, params: ConnectParams) -> io::Result<()> {
+        self.dev.inner.send(Cmd::Connect {
+            qpn: self.qpn,
+            remote,
+            params,
+        })
+    }
+
+    /// [`Self::connect`] and wait for the outcome: the peer's private data on success.
+    pub fn connect_blocking(
+        &self,
+        remote: SocketAddr,
+        params: ConnectParams,
+    ) -> io::Result<Vec<u8>> {
+        let timeout = params.timeout + Duration::from_secs(1);
+        self.connect(remote, params)?;
+        match self.next_event(timeout)? {
+            CmEvent::Established { private_data, .. } => Ok(private_data),
+            CmEvent::Rejected { private_data } => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("rejected (private data {private_data:?})"),
+            )),
+            e => Err(io::Error::other(format!("connect failed: {e:?}"))),
+        }
+    }
+
+    /// Graceful disconnect: queued work drains, then TCP closes; `Disconnected` follows.
+    pub fn disconnect(&self) -> io::Result<()> {
+        self.dev.inner.send(Cmd::Disconnect { qpn: self.qpn })
+    }
+
+    /// The next CM event, if any.
+    pub fn poll_event(&self) -> Option<CmEvent> {
+        self.events.try_recv().ok()
+    }
+
+    /// Wait up to `timeout` for the next CM event.
+    pub fn next_event(&self, timeout: Duration) -> io::Result<CmEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(e) = self.events.try_recv() {
+                return Ok(e);
+            }
+            if !self.ready.wait(Some(deadline))? {
+                return self
+                    .events
+                    .try_recv()
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no connection event"));
+            }
+        }
+    }
+}
+
+impl AsRawFd for QueuePair {
+    /// Readable when a CM event is queued.
+    fn as_raw_fd(&self) -> RawFd {
+        self.ready.as_raw_fd()
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let _ = self.dev.inner.send(Cmd::DestroyQp { qpn: self.qpn });
+    }
+}
+
+/// A listening endpoint of the connection manager.
+pub struct Listener {
+    dev: Device,
+    token: u64,
+    rx: Receiver<engine::RequestMsg>,
+    ready: Arc<Readiness>,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Listener {
+    /// The listening address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Wait up to `timeout` for the next connection request.
+    pub fn get_request(&self, timeout: Duration) -> io::Result<ConnRequest> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(m) = self.rx.try_recv() {
+                return Ok(ConnRequest {
+                    dev: self.dev.clone(),
+                    conn: m.conn,
+                    peer: m.peer,
+                    private_data: m.req.private_data,
+                    peer_ird: m.req.peer_ird,
+                    peer_ord: m.req.peer_ord,
+                    crc: m.req.crc,
+                    markers: m.req.markers,
+                    revision: m.req.revision,
+                    p2p: m.req.rtr,
+                    answered: false,
+                });
+            }
+            if !self.ready.wait(Some(deadline))? && self.rx.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no connection request",
+                ));
+            }
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    /// Readable when a request is queued.
+    fn as_raw_fd(&self) -> RawFd {
+        self.ready.as_raw_fd()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.dev.inner.send(Cmd::Unlisten { token: self.token });
+    }
+}
+
+/// An incoming connection request (MPA Request received). Answer with
+/// [`ConnRequest::accept`] or [`ConnRequest::reject`]; dropping it rejects.
+pub struct ConnRequest {
+    dev: Device,
+    conn: u64,
+    /// The Initiator's address.
+    pub peer: SocketAddr,
+    /// The Initiator's private data.
+    pub private_data: Vec<u8>,
+    /// The Initiator's IRD (MPA v2).
+    pub peer_ird: Option<u16>,
+    /// The Initiator's ORD (MPA v2).
+    pub peer_ord: Option<u16>,
+    /// CRC requested.
+    pub crc: bool,
+    /// Markers requested.
+    pub markers: bool,
+    /// MPA revision of the Request.
+    pub revision: u8,
+    /// P2P: the RTR type that will be used.
+    pub p2p: Option<RtrType>,
+    answered: bool,
+}
+
+impl std::fmt::Debug for ConnRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnRequest")
+            .field("peer", &self.peer)
+            .field("private_data", &self.private_data)
+            .field("peer_ird", &self.peer_ird)
+            .field("peer_ord", &self.peer_ord)
+            .finish()
+    }
+}
+
+impl ConnRequest {
+    /// Accept on `qp` (not yet connected) with our private data; `Established` follows
+    /// on the QP's events.
+    pub fn accept(mut self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
+        self.answered = true;
+        self.dev.inner.send(Cmd::Accept {
+            conn: self.conn,
+            qpn: qp.qpn,
+            private_data: private_data.to_vec(),
+        })
+    }
+
+    /// Reject with private data (MPA Reply with R=1), then close.
+    pub fn reject(mut self, private_data: &[u8]) -> io::Result<()> {
+        self.answered = true;
+        self.dev.inner.send(Cmd::Reject {
+            conn: self.conn,
+            private_data: private_data.to_vec(),
+        })
+    }
+}
+
+impl Drop for ConnRequest {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.dev.inner.send(Cmd::Reject {
+                conn: self.conn,
+                private_data: Vec::new(),
+            });
+        }
+    }
+}
