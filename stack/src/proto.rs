@@ -269,8 +269,7 @@ impl TcpService {
                 std::net::IpAddr::V6(_) => self.config.ipv6.is_some(),
             };
         if !usable {
-            p.host
-                .on_closed(id, now, Some(SocketError::InvalidAddress));
+            p.host.on_closed(id, now, Some(SocketError::InvalidAddress));
             return;
         }
         let port = match local_port {
@@ -395,8 +394,7 @@ impl TcpService {
         for token in tokens {
             for (token, h) in self.proto_arm(&mut p, token) {
                 let s = self.sockets.get::<tcp::Socket>(h);
-                let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint())
-                else {
+                let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
                     self.sockets.get_mut::<tcp::Socket>(h).abort();
                     continue;
                 };
@@ -536,8 +534,7 @@ fn serve_one(
             stats.rx_bytes += n as u64;
             moved = true;
         }
-        if !c.fin_reported && !s.may_recv() && s.recv_queue() == 0 && s.state() != State::Closed
-        {
+        if !c.fin_reported && !s.may_recv() && s.recv_queue() == 0 && s.state() != State::Closed {
             c.fin_reported = true;
             host.on_peer_fin(id, now);
             moved = true;
@@ -595,10 +592,7 @@ fn serve_one(
             moved = true;
         }
         c.last_state = state;
-        if !c.finished
-            && c.close_deadline.is_some_and(|d| now >= d)
-            && state != State::TimeWait
-        {
+        if !c.finished && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
             s.abort();
             c.finished = true;
             host.on_closed(id, now, Some(SocketError::TimedOut));
