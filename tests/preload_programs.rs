@@ -143,7 +143,7 @@ impl Proc {
             }
             h.join().expect("join")
         });
-        out.expect("wait")
+        out.unwrap_or_else(|e| panic!("waiting for {}: {e}", self.1))
     }
 }
 
@@ -501,6 +501,14 @@ fn c_program_mixes_kernel_and_xwarp_fds_in_one_edge_triggered_epoll_set() {
         "epoll_mix",
     );
     wait_port(&net, net.engine, 7000);
+    // A UDP datagram to the program's loopback UDP socket (kernel fallback) is echoed.
+    let udp = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
+"#;
+    let u = run(net.kernel(true, 10, "python3", &["-c", udp]), "udp probe");
+    assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
     // wait_port's probe connection counts as one (it sends nothing and closes).
     let clients = conns - 1;
     let script = format!(
@@ -535,14 +543,6 @@ print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
         net.kernel(false, 60, "python3", &["-c", &script]),
         "echo clients",
     );
-    // A UDP datagram to the program's loopback UDP socket (kernel fallback) is echoed.
-    let udp = r#"
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
-s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
-"#;
-    let u = run(net.kernel(true, 10, "python3", &["-c", udp]), "udp probe");
-    assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
     let out = srv.wait_output(Duration::from_secs(30));
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -151,6 +151,7 @@ pub(crate) fn engine() -> Option<&'static Running> {
     }
 }
 
+#[cfg_attr(test, allow(dead_code))]
 /// In the child after `fork`: the parent's engine thread does not exist here. Forget it
 /// (its memory stays allocated, never touched) so the child can start its own.
 pub(crate) fn after_fork_child() {

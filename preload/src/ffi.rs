@@ -89,14 +89,14 @@ unsafe fn install(evfd: c_int, target: c_int) -> Result<bool, c_int> {
 // socket lifecycle
 
 /// `socket(2)`: always a kernel socket; it may move onto the engine at bind/connect.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
     // SAFETY: forwarded.
     unsafe { real::socket(domain, ty, proto) }
 }
 
 /// `bind(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_int {
     if let Some(cfg) = config() {
         // SAFETY: caller's address buffer.
@@ -122,7 +122,7 @@ pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> 
 }
 
 /// `listen(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     let Some(s) = lookup(fd) else {
         // SAFETY: forwarded.
@@ -152,11 +152,13 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         Ok(l) => l,
         Err(e) => return fail(errno_of(&e)),
     };
-    let mut opts = Opts::default();
-    // SAFETY: getsockopt on the caller's fd.
-    opts.nodelay = unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0);
-    // SAFETY: getsockopt on the caller's fd.
-    opts.reuseaddr = unsafe { sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR) }.unwrap_or(0);
+    let opts = Opts {
+        // SAFETY: getsockopt on the caller's fd.
+        nodelay: unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0),
+        // SAFETY: getsockopt on the caller's fd.
+        reuseaddr: unsafe { sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR) }.unwrap_or(0),
+        ..Opts::default()
+    };
     // SAFETY: the eventfd is ours; `fd` is the caller's socket, replaced.
     let nonblock = match unsafe { install(ls.as_raw_fd(), fd) } {
         Ok(nb) => nb,
@@ -224,14 +226,14 @@ unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c
 }
 
 /// `accept(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn accept(fd: c_int, a: *mut sockaddr, len: *mut socklen_t) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { accept_impl(fd, a, len, 0) }
 }
 
 /// `accept4(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn accept4(
     fd: c_int,
     a: *mut sockaddr,
@@ -243,7 +245,7 @@ pub unsafe extern "C" fn accept4(
 }
 
 /// `connect(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_int {
     if let Some(s) = xw(fd) {
         return match &*s {
@@ -315,9 +317,11 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
         Ok(s) => s,
         Err(e) => return fail(errno_of(&e)),
     };
-    let mut opts = Opts::default();
-    // SAFETY: getsockopt on the caller's fd.
-    opts.nodelay = unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0);
+    let opts = Opts {
+        // SAFETY: getsockopt on the caller's fd.
+        nodelay: unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0),
+        ..Opts::default()
+    };
     if opts.nodelay != 0 {
         let _ = stream.set_nodelay(true);
     }
@@ -359,7 +363,7 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
 }
 
 /// `close(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if sock::any() {
         if let Some(s) = sock::remove(fd) {
@@ -379,7 +383,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 /// `shutdown(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -428,7 +432,7 @@ fn stream_of(s: &Sock) -> Result<&StreamSock, c_int> {
 }
 
 unsafe fn iov_mut<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<&'a mut [u8]>, c_int> {
-    if cnt < 0 || cnt > 1024 {
+    if !(0..=1024).contains(&cnt) {
         return Err(libc::EINVAL);
     }
     if cnt > 0 && iov.is_null() {
@@ -562,7 +566,7 @@ fn ret(r: Result<usize, c_int>) -> ssize_t {
 }
 
 /// `read(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -586,7 +590,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 }
 
 /// `__read_chk` (fortified `read`).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __read_chk(
     fd: c_int,
     buf: *mut c_void,
@@ -602,7 +606,7 @@ pub unsafe extern "C" fn __read_chk(
 }
 
 /// `write(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -625,7 +629,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 }
 
 /// `readv(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -643,7 +647,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -
 }
 
 /// `writev(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -661,7 +665,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
 }
 
 /// `recv(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -683,7 +687,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
 }
 
 /// `__recv_chk` (fortified `recv`).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __recv_chk(
     fd: c_int,
     buf: *mut c_void,
@@ -700,7 +704,7 @@ pub unsafe extern "C" fn __recv_chk(
 }
 
 /// `send(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -723,7 +727,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
 }
 
 /// `recvfrom(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recvfrom(
     fd: c_int,
     buf: *mut c_void,
@@ -745,7 +749,7 @@ pub unsafe extern "C" fn recvfrom(
 }
 
 /// `__recvfrom_chk` (fortified `recvfrom`).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __recvfrom_chk(
     fd: c_int,
     buf: *mut c_void,
@@ -764,7 +768,7 @@ pub unsafe extern "C" fn __recvfrom_chk(
 }
 
 /// `sendto(2)` (the address is ignored on a connected TCP socket, as by Linux).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sendto(
     fd: c_int,
     buf: *const c_void,
@@ -782,7 +786,7 @@ pub unsafe extern "C" fn sendto(
 }
 
 /// `recvmsg(2)` (no ancillary data on xwarp sockets).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -809,7 +813,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 }
 
 /// `sendmsg(2)` (ancillary data is ignored on xwarp sockets).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -832,7 +836,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 }
 
 /// `sendfile(2)` with an xwarp socket as destination: file bytes are read and queued.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sendfile(
     out: c_int,
     inp: c_int,
@@ -902,7 +906,7 @@ pub unsafe extern "C" fn sendfile(
 }
 
 /// `sendfile64` (same as `sendfile` on 64-bit Linux).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sendfile64(
     out: c_int,
     inp: c_int,
@@ -917,7 +921,7 @@ pub unsafe extern "C" fn sendfile64(
 // names and options
 
 /// `getsockname(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, len: *mut socklen_t) -> c_int {
     let Some(s) = lookup(fd) else {
         // SAFETY: forwarded.
@@ -950,7 +954,7 @@ pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, len: *mut sock
 }
 
 /// `getpeername(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, a: *mut sockaddr, len: *mut socklen_t) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -995,7 +999,7 @@ unsafe fn get_int(val: *const c_void, len: socklen_t) -> Result<c_int, c_int> {
 }
 
 /// `getsockopt(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockopt(
     fd: c_int,
     level: c_int,
@@ -1114,7 +1118,7 @@ pub unsafe extern "C" fn getsockopt(
 }
 
 /// `setsockopt(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn setsockopt(
     fd: c_int,
     level: c_int,
@@ -1247,21 +1251,21 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, big: bool) -> c_int {
 }
 
 /// `fcntl(2)` (the third argument read as an integer or pointer, as the ABI passes it).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { fcntl_impl(fd, cmd, arg, false) }
 }
 
 /// `fcntl64` (glibc's name for programs built with 64-bit offsets).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { fcntl_impl(fd, cmd, arg, true) }
 }
 
 /// `ioctl(2)`: `FIONBIO` and `FIONREAD` on xwarp sockets.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
@@ -1309,7 +1313,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 }
 
 /// `dup(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: forwarded.
     let n = unsafe { real::dup(fd) };
@@ -1335,7 +1339,7 @@ fn after_dup_onto(old: c_int, new: c_int) {
 }
 
 /// `dup2(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     // SAFETY: forwarded.
     let n = unsafe { real::dup2(old, new) };
@@ -1346,7 +1350,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 }
 
 /// `dup3(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: forwarded.
     let n = unsafe { real::dup3(old, new, flags) };
@@ -1454,7 +1458,7 @@ fn poll_involved(fds: *const pollfd, n: nfds_t) -> bool {
 }
 
 /// `poll(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
     if !poll_involved(fds, n) {
         // SAFETY: forwarded.
@@ -1466,7 +1470,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
 }
 
 /// `__poll_chk` (fortified `poll`).
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn __poll_chk(
     fds: *mut pollfd,
     n: nfds_t,
@@ -1494,7 +1498,7 @@ fn ts_duration(ts: *const timespec) -> Option<Duration> {
 }
 
 /// `ppoll(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ppoll(
     fds: *mut pollfd,
     n: nfds_t,
@@ -1591,7 +1595,7 @@ fn select_involved(nfds: c_int, sets: [*mut fd_set; 3]) -> bool {
 }
 
 /// `select(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn select(
     nfds: c_int,
     r: *mut fd_set,
@@ -1618,7 +1622,7 @@ pub unsafe extern "C" fn select(
 }
 
 /// `pselect(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pselect(
     nfds: c_int,
     r: *mut fd_set,
@@ -1636,21 +1640,21 @@ pub unsafe extern "C" fn pselect(
 }
 
 /// `epoll_create(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
     // SAFETY: forwarded.
     unsafe { real::epoll_create(size) }
 }
 
 /// `epoll_create1(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: forwarded.
     unsafe { real::epoll_create1(flags) }
 }
 
 /// `epoll_ctl(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_ctl(
     epfd: c_int,
     op: c_int,
@@ -1667,7 +1671,7 @@ pub unsafe extern "C" fn epoll_ctl(
 }
 
 /// `epoll_wait(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_wait(
     epfd: c_int,
     ev: *mut epoll_event,
@@ -1683,7 +1687,7 @@ pub unsafe extern "C" fn epoll_wait(
 }
 
 /// `epoll_pwait(2)`.
-#[no_mangle]
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn epoll_pwait(
     epfd: c_int,
     ev: *mut epoll_event,

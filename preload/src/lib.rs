@@ -27,8 +27,8 @@ mod exit;
 mod real;
 mod sock;
 
-#[cfg(not(test))]
-mod ffi;
+/// The exported C symbols (not exported from unit-test builds, which must keep libc's).
+pub mod ffi;
 
 #[cfg(not(test))]
 /// Runs when the library is loaded: read and validate the configuration (a

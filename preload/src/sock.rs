@@ -565,12 +565,10 @@ impl StreamSock {
             }
             return libc::POLLERR | libc::POLLHUP | libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
         }
-        if want & libc::POLLIN != 0 || phase == Phase::Closed {
-            if self.fill(&mut g) {
-                ev |= libc::POLLIN;
-                if g.eof {
-                    ev |= libc::POLLRDHUP;
-                }
+        if (want & libc::POLLIN != 0 || phase == Phase::Closed) && self.fill(&mut g) {
+            ev |= libc::POLLIN;
+            if g.eof {
+                ev |= libc::POLLRDHUP;
             }
         }
         if g.so_error.is_some() {
