@@ -110,7 +110,12 @@ pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> 
                     xlog!(Debug, "bind fd {fd} to {sa}: engine");
                     sock::insert(
                         fd,
-                        Arc::new(Sock::Bound(Mutex::new(Bound { addr: sa, domain }))),
+                        Arc::new(Sock::Bound(Mutex::new(Bound {
+                            addr: sa,
+                            domain,
+                            listening: None,
+                            kernel_listening: false,
+                        }))),
                     );
                     return 0;
                 }
@@ -121,37 +126,71 @@ pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> 
     unsafe { real::bind(fd, a, len) }
 }
 
-/// `listen(2)`.
+/// `listen(2)`: on an accelerated address only recorded; see [`activate`].
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     let Some(s) = lookup(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::listen(fd, backlog) };
     };
-    let (sa, domain) = match &*s {
-        Sock::Listener(_) => return 0,
-        Sock::Stream(_) => return fail(libc::EINVAL),
+    match &*s {
+        Sock::Listener(_) => 0,
+        Sock::Stream(_) => fail(libc::EINVAL),
         Sock::Bound(b) => {
-            let b = b.lock().unwrap_or_else(|p| p.into_inner());
-            (b.addr, b.domain)
+            let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
+            if b.listening.is_none() {
+                // Listen on the kernel as well (possible for wildcard addresses), so
+                // connections made before the first accept/poll are not refused.
+                let bytes = addr::encode(b.addr, b.domain);
+                // SAFETY: encoded address; the caller's socket.
+                b.kernel_listening = unsafe {
+                    real::bind(fd, bytes.as_ptr().cast(), bytes.len() as socklen_t) == 0
+                        && real::listen(fd, backlog) == 0
+                };
+            }
+            b.listening = Some(backlog);
+            xlog!(
+                Debug,
+                "listen fd {fd} on {}: engine, opened on first use",
+                b.addr
+            );
+            0
         }
+    }
+}
+
+/// Open the engine listener of a socket the program called `listen` on, in this process.
+/// `Ok(None)`: the engine cannot start, the socket now listens on the kernel instead.
+unsafe fn activate(fd: c_int, b: &Bound) -> Result<Option<Arc<Sock>>, c_int> {
+    let (sa, domain) = (b.addr, b.domain);
+    let backlog = b.listening.unwrap_or(128);
+    let last_errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
     };
     let Some(eng) = engine() else {
-        // Kernel fallback: do the bind we skipped.
+        // Kernel fallback: do the bind and listen we skipped.
         sock::remove(fd);
+        if b.kernel_listening {
+            return Ok(None);
+        }
         let bytes = addr::encode(sa, domain);
         // SAFETY: encoded address of the right length.
         if unsafe { real::bind(fd, bytes.as_ptr().cast(), bytes.len() as socklen_t) } < 0 {
-            return -1;
+            return Err(last_errno());
         }
         // SAFETY: forwarded.
-        return unsafe { real::listen(fd, backlog) };
+        if unsafe { real::listen(fd, backlog) } < 0 {
+            return Err(last_errno());
+        }
+        return Ok(None);
     };
     let backlog = if backlog <= 0 { 1 } else { backlog.min(4096) } as usize;
-    let ls = match eng.stack.listen(sa, backlog, Duration::from_secs(5)) {
-        Ok(l) => l,
-        Err(e) => return fail(errno_of(&e)),
-    };
+    let ls = eng
+        .stack
+        .listen(sa, backlog, Duration::from_secs(5))
+        .map_err(|e| errno_of(&e))?;
     let opts = Opts {
         // SAFETY: getsockopt on the caller's fd.
         nodelay: unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0),
@@ -160,20 +199,42 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         ..Opts::default()
     };
     // SAFETY: the eventfd is ours; `fd` is the caller's socket, replaced.
-    let nonblock = match unsafe { install(ls.as_raw_fd(), fd) } {
-        Ok(nb) => nb,
-        Err(e) => return fail(e),
-    };
+    let nonblock = unsafe { install(ls.as_raw_fd(), fd) }?;
     xlog!(Info, "listening on {sa} (engine), fd {fd}");
     let l = ListenerSock::new(ls, domain, nonblock, opts);
     // Register interest with the engine so the first connection signals the descriptor.
     l.readiness();
-    sock::insert(fd, Arc::new(Sock::Listener(l)));
-    0
+    let s = Arc::new(Sock::Listener(l));
+    sock::insert(fd, s.clone());
+    Ok(Some(s))
+}
+
+/// Like [`xw`], opening a recorded listener first (see [`activate`]).
+fn xwa(fd: c_int) -> Option<Arc<Sock>> {
+    let s = lookup(fd)?;
+    if let Sock::Bound(b) = &*s {
+        let b = b.lock().unwrap_or_else(|p| p.into_inner());
+        b.listening?;
+        // SAFETY: `fd` is the program's socket.
+        return match unsafe { activate(fd, &b) } {
+            Ok(a) => a,
+            Err(e) => {
+                xlog!(
+                    Warn,
+                    "engine listener on {} failed: {}",
+                    b.addr,
+                    std::io::Error::from_raw_os_error(e)
+                );
+                set_errno(e);
+                None
+            }
+        };
+    }
+    s.common().is_some().then_some(s)
 }
 
 unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
-    let Some(s) = xw(fd) else {
+    let Some(s) = xwa(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::accept4(fd, a, len, flags) };
     };
@@ -1372,7 +1433,7 @@ unsafe fn poll_impl(
 ) -> c_int {
     // SAFETY: caller's array of n pollfds.
     let set = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-    let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xw(p.fd)).collect();
+    let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xwa(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
     let orig: Vec<i16> = set.iter().map(|p| p.events).collect();
     loop {
@@ -1454,7 +1515,7 @@ fn poll_involved(fds: *const pollfd, n: nfds_t) -> bool {
     }
     // SAFETY: caller's array of n pollfds.
     let set = unsafe { std::slice::from_raw_parts(fds, n as usize) };
-    set.iter().any(|p| xw(p.fd).is_some())
+    set.iter().any(|p| xwa(p.fd).is_some())
 }
 
 /// `poll(2)`.
@@ -1590,7 +1651,7 @@ fn select_involved(nfds: c_int, sets: [*mut fd_set; 3]) -> bool {
         // SAFETY: FD_ISSET on the caller's sets.
         sets.iter()
             .any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && xw(fd).is_some()
+            && xwa(fd).is_some()
     })
 }
 
@@ -1661,7 +1722,7 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut epoll_event,
 ) -> c_int {
-    let Some(s) = xw(fd) else {
+    let Some(s) = xwa(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::epoll_ctl(epfd, op, fd, ev) };
     };

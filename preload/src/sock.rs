@@ -84,6 +84,13 @@ impl Common {
 pub(crate) struct Bound {
     pub(crate) addr: SocketAddr,
     pub(crate) domain: c_int,
+    /// `listen` was called with this backlog: the engine listener is opened by the first
+    /// process that uses the socket (accept, poll, epoll), so a listener created before
+    /// `fork` works in the child that serves it.
+    pub(crate) listening: Option<c_int>,
+    /// The kernel socket underneath was bound and listens too (wildcard addresses): it
+    /// serves until the engine listener replaces it, or for good if the engine cannot start.
+    pub(crate) kernel_listening: bool,
 }
 
 /// The receive side of a stream as the shim sees it.
