@@ -460,6 +460,7 @@ impl StreamSock {
                     g.eof = true;
                     Ok(0)
                 }
+                Ok(n) if n < b0.len() => Ok(n + Self::top_up(&mut g, &mut b0[n..])),
                 Ok(n) => Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(libc::EAGAIN),
                 Err(e) => {
@@ -484,19 +485,48 @@ impl StreamSock {
         }
         let mut n = 0;
         let mut pos = g.pos;
-        for b in bufs.iter_mut() {
+        let mut last = (0, 0);
+        for (i, b) in bufs.iter_mut().enumerate() {
             let take = b.len().min(g.pending.len() - pos);
             b[..take].copy_from_slice(&g.pending[pos..pos + take]);
             pos += take;
             n += take;
+            last = (i, take);
             if pos == g.pending.len() {
                 break;
             }
         }
         if !peek {
             g.pos = pos;
+            if pos == g.pending.len() && n < total {
+                let (i, off) = last;
+                n += Self::top_up(&mut g, &mut bufs[i][off..]);
+            }
         }
         Ok(n)
+    }
+
+    /// After a read that emptied the ring without filling the caller's buffer: read once
+    /// more into `rest`. Either more bytes arrived, or the engine now knows the program
+    /// waits for input and signals the descriptor when the next bytes come (programs with
+    /// edge-triggered epoll, such as nginx, stop reading after a short read and rely on
+    /// that edge).
+    fn top_up(g: &mut StreamInner, rest: &mut [u8]) -> usize {
+        if rest.is_empty() || g.eof || g.so_error.is_some() {
+            return 0;
+        }
+        match g.stream.try_read(rest) {
+            Ok(0) => {
+                g.eof = true;
+                0
+            }
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => {
+                g.so_error = Some(errno_of(&e));
+                0
+            }
+        }
     }
 
     /// Non-blocking write of `bufs` (gather): as many bytes as the ring takes.
