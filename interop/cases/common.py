@@ -222,7 +222,14 @@ assert mpa_crc_trailer(bytes.fromhex("0022414300000000000000000000000100000000"
 
 
 # ------------------------------------------------- per-connection tshark summary (additive)
-def tshark_streams(pcap: Path, max_frames: int | None = None) -> dict[int, dict]:
+#: Turns off Wireshark's RPC-over-RDMA heuristic on DDP payloads: it claims raw control
+#: structs (e.g. perftest's 4-byte Sends) and reports them as malformed RPCoRDMA although
+#: MPA/DDP/RDMAP dissect fine.
+NO_RPCRDMA = ["--disable-heuristic", "rpcrdma_iwarp"]
+
+
+def tshark_streams(pcap: Path, max_frames: int | None = None,
+                   extra: list[str] | None = None) -> dict[int, dict]:
     """Per TCP stream: the MPA Request/Reply (flags word, private data hex), RDMAP opcodes by
     source port, FPDU count, and the frames that break the iWARP view after the Reply.
 
@@ -230,7 +237,8 @@ def tshark_streams(pcap: Path, max_frames: int | None = None) -> dict[int, dict]
     in it (iwarp_mpa.ulpdulength) or it is a segment of a PDU reassembled in a later frame
     (tcp.reassembled_in / tcp.segment_data); anything else is counted in "not_iwarp".
     """
-    argv = TSHARK_BASE + ["-r", str(pcap)] + (["-c", str(max_frames)] if max_frames else []) + [
+    argv = TSHARK_BASE + (extra or []) + ["-r", str(pcap)] + (
+        ["-c", str(max_frames)] if max_frames else []) + [
         "-T", "fields", "-E", "separator=|", "-E", "occurrence=a",
         "-e", "frame.number", "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.len",
         "-e", "iwarp_mpa.key.req", "-e", "iwarp_mpa.key.rep", "-e", "iwarp_mpa.crc_flag",
