@@ -383,16 +383,22 @@ impl TcpService {
         promoted
     }
 
-    /// Serve every hosted connection and listener (after ingress). Returns whether
-    /// anything moved.
-    pub(crate) fn proto_serve(&mut self, now: Instant) -> bool {
-        let Some(mut p) = self.proto.take() else {
-            return false;
-        };
+    /// Re-arm hosted listeners between ingress packets (a burst of SYNs must not find
+    /// the pool empty) and hand established handshakes to the host.
+    pub(crate) fn proto_rearm(&mut self, now: Instant) {
+        if let Some(mut p) = self.proto.take() {
+            if !p.listeners.is_empty() {
+                self.proto_listeners(&mut p, now);
+            }
+            self.proto = Some(p);
+        }
+    }
+
+    fn proto_listeners(&mut self, p: &mut ProtoSide, now: Instant) -> bool {
         let mut moved = false;
         let tokens: Vec<u64> = p.listeners.keys().copied().collect();
         for token in tokens {
-            for (token, h) in self.proto_arm(&mut p, token) {
+            for (token, h) in self.proto_arm(p, token) {
                 let s = self.sockets.get::<tcp::Socket>(h);
                 let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
                     self.sockets.get_mut::<tcp::Socket>(h).abort();
@@ -420,6 +426,16 @@ impl TcpService {
                 moved = true;
             }
         }
+        moved
+    }
+
+    /// Serve every hosted connection and listener (after ingress). Returns whether
+    /// anything moved.
+    pub(crate) fn proto_serve(&mut self, now: Instant) -> bool {
+        let Some(mut p) = self.proto.take() else {
+            return false;
+        };
+        let mut moved = self.proto_listeners(&mut p, now);
         let ids: Vec<ProtoConnId> = p.conns.keys().copied().collect();
         let fin_timeout = self.config.fin_timeout;
         for id in ids {

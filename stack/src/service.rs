@@ -857,6 +857,7 @@ impl<B: Backend> Service<B> for TcpService {
                             {
                             }
                         }
+                        self.proto_rearm(now);
                         // Re-arm listeners between packets: a burst of SYNs must not find
                         // the pool empty while the accept queue has room.
                         if !self.listeners.is_empty() {
