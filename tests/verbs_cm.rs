@@ -35,7 +35,8 @@ fn reject_carries_private_data() {
     );
     // Work posted on the rejected QP is flushed.
     let m = mr(&c, 64);
-    c.qp.post_send(SendRequest::send(1, vec![m.sge(0, 8).unwrap()])).unwrap();
+    c.qp.post_send(SendRequest::send(1, vec![m.sge(0, 8).unwrap()]))
+        .unwrap();
     let w = wc(&c.scq);
     assert_eq!((w.wr_id, w.status), (1, CompletionStatus::WrFlushError));
 }
@@ -66,14 +67,18 @@ fn connect_times_out_when_nobody_answers() {
         e => panic!("{e:?}"),
     }
     let el = t0.elapsed();
-    assert!(el >= Duration::from_millis(450) && el < Duration::from_secs(5), "{el:?}");
+    assert!(
+        el >= Duration::from_millis(450) && el < Duration::from_secs(5),
+        "{el:?}"
+    );
 }
 
 #[test]
 fn connect_refused_without_listener() {
     let (a, _b) = pair(WireConfig::default());
     let c = end(&a, |_| {});
-    c.qp.connect(server_addr(5002), ConnectParams::default()).unwrap();
+    c.qp.connect(server_addr(5002), ConnectParams::default())
+        .unwrap();
     match c.qp.next_event(T).unwrap() {
         CmEvent::ConnectError(e) => assert!(e.contains("refused"), "{e}"),
         e => panic!("{e:?}"),
@@ -118,11 +123,15 @@ fn disconnect_during_traffic_loses_nothing_reported_complete() {
     let dst = mr(&s, MSG * N);
     for i in 0..N {
         src.write(i * MSG, &pattern(MSG, i as u8)).unwrap();
-        s.qp.post_recv(i as u64, &[dst.sge(i * MSG, MSG).unwrap()]).unwrap();
+        s.qp.post_recv(i as u64, &[dst.sge(i * MSG, MSG).unwrap()])
+            .unwrap();
     }
     for i in 0..N {
-        c.qp.post_send(SendRequest::send(i as u64, vec![src.sge(i * MSG, MSG).unwrap()]))
-            .unwrap();
+        c.qp.post_send(SendRequest::send(
+            i as u64,
+            vec![src.sge(i * MSG, MSG).unwrap()],
+        ))
+        .unwrap();
     }
     // Let some traffic through, then disconnect from the receiving side.
     let mut received = Vec::new();
@@ -151,16 +160,26 @@ fn disconnect_during_traffic_loses_nothing_reported_complete() {
     for w in &received {
         let i = w.wr_id as usize;
         assert_eq!(w.byte_len as usize, MSG);
-        assert_eq!(dst.to_vec(i * MSG, MSG).unwrap(), pattern(MSG, i as u8), "receive {i}");
+        assert_eq!(
+            dst.to_vec(i * MSG, MSG).unwrap(),
+            pattern(MSG, i as u8),
+            "receive {i}"
+        );
     }
     // The client: every send completes (success or flush), exactly once.
     let mut sends = std::collections::HashSet::new();
     while sends.len() < N {
         let w = wc(&c.scq);
         assert!(sends.insert(w.wr_id));
-        assert!(matches!(w.status, CompletionStatus::Success | CompletionStatus::WrFlushError));
+        assert!(matches!(
+            w.status,
+            CompletionStatus::Success | CompletionStatus::WrFlushError
+        ));
     }
     expect_event(&s.qp, &CmEvent::Disconnected);
     expect_event(&c.qp, &CmEvent::Disconnected);
-    eprintln!("{} receives delivered and verified, {flushed} flushed", received.len());
+    eprintln!(
+        "{} receives delivered and verified, {flushed} flushed",
+        received.len()
+    );
 }

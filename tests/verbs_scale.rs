@@ -29,7 +29,8 @@ fn sixty_four_qps_at_once_on_one_engine() {
     let msgs = spd.alloc_mr(QPS * 64, acc, false).unwrap();
     for i in 0..QPS {
         src.write(i * LEN, &pattern(LEN, i as u8)).unwrap();
-        srq.post_recv(i as u64, &[msgs.sge(i * 64, 64).unwrap()]).unwrap();
+        srq.post_recv(i as u64, &[msgs.sge(i * 64, 64).unwrap()])
+            .unwrap();
     }
     let clients: Vec<_> = (0..QPS)
         .map(|_| cpd.create_qp(&QpInitAttr::new(&cscq, &crcq)).unwrap())
@@ -60,7 +61,10 @@ fn sixty_four_qps_at_once_on_one_engine() {
         req.accept(&servers[k], &[]).unwrap();
     }
     for (i, c) in clients.iter().enumerate() {
-        assert!(matches!(c.next_event(T).unwrap(), CmEvent::Established { .. }), "client {i}");
+        assert!(
+            matches!(c.next_event(T).unwrap(), CmEvent::Established { .. }),
+            "client {i}"
+        );
         assert!(matches!(
             servers[server_of[i]].next_event(T).unwrap(),
             CmEvent::Established { .. }
@@ -84,12 +88,19 @@ fn sixty_four_qps_at_once_on_one_engine() {
     let mut done = vec![false; QPS];
     for _ in 0..QPS {
         let w = wc(&srcq);
-        assert_eq!((w.status, w.opcode, w.byte_len), (CompletionStatus::Success, WcOpcode::Recv, 4));
+        assert_eq!(
+            (w.status, w.opcode, w.byte_len),
+            (CompletionStatus::Success, WcOpcode::Recv, 4)
+        );
         let slot = w.wr_id as usize;
         let i = u32::from_be_bytes(msgs.to_vec(slot * 64, 4).unwrap().try_into().unwrap()) as usize;
         assert!(!done[i]);
         done[i] = true;
-        assert_eq!(dst.to_vec(i * LEN, LEN).unwrap(), pattern(LEN, i as u8), "qp {i}");
+        assert_eq!(
+            dst.to_vec(i * LEN, LEN).unwrap(),
+            pattern(LEN, i as u8),
+            "qp {i}"
+        );
     }
     for _ in 0..2 * QPS {
         assert_eq!(wc(&cscq).status, CompletionStatus::Success);
@@ -153,10 +164,14 @@ fn bulk_rdma_writes_arrive_intact_over_a_lossy_wire() {
             let mut h = 0u64;
             let mut buf = vec![0u8; HALF];
             for k in 0..batches {
-                s.qp.post_recv(k as u64, &[smsg.sge(0, 8).unwrap()]).unwrap();
+                s.qp.post_recv(k as u64, &[smsg.sge(0, 8).unwrap()])
+                    .unwrap();
                 let w = wc(&s.rcq);
                 if w.status != CompletionStatus::Success {
-                    panic!("server recv {k}: {w:?}; events {:?}", std::iter::from_fn(|| s.qp.poll_event()).collect::<Vec<_>>());
+                    panic!(
+                        "server recv {k}: {w:?}; events {:?}",
+                        std::iter::from_fn(|| s.qp.poll_event()).collect::<Vec<_>>()
+                    );
                 }
                 assert_eq!(w.wr_id, k as u64);
                 dst.read((k % 2) * HALF, &mut buf).unwrap();
@@ -179,7 +194,8 @@ fn bulk_rdma_writes_arrive_intact_over_a_lossy_wire() {
                 assert_eq!(w.status, CompletionStatus::Success);
                 credits_pending -= 1;
             }
-            c.qp.post_recv(k as u64, &[cmsg.sge(0, 8).unwrap()]).unwrap();
+            c.qp.post_recv(k as u64, &[cmsg.sge(0, 8).unwrap()])
+                .unwrap();
             credits_pending += 1;
             for j in 0..PER_HALF {
                 let mut wr = SendRequest::write(
