@@ -54,9 +54,22 @@ pub fn connect(
     port: u16,
     tweak: impl Fn(&mut QpInitAttr<'_>) + Copy,
 ) -> (End, End) {
+    connect_pre(a, b, port, tweak, |_| {})
+}
+
+/// [`connect`], running `pre` on the server end before it accepts (e.g. to post the
+/// receive a zero-length Send RTR consumes).
+pub fn connect_pre(
+    a: &Context<VirtualNic>,
+    b: &Context<VirtualNic>,
+    port: u16,
+    tweak: impl Fn(&mut QpInitAttr<'_>) + Copy,
+    pre: impl FnOnce(&End),
+) -> (End, End) {
     let listener = b.device().listen(server_addr(port), 8).unwrap();
     let client = end(a, tweak);
     let server = end(b, tweak);
+    pre(&server);
     client
         .qp
         .connect(
