@@ -36,7 +36,7 @@ fn assert_flushed_afterwards(c: &End, s: &End) {
     c.qp.post_recv(78, &[m.sge(0, 8).unwrap()]).unwrap();
     let m2 = mr(s, 64);
     s.qp.post_recv(79, &[m2.sge(0, 8).unwrap()]).unwrap();
-    let mut got = vec![wc(&c.scq), wc(&c.rcq), wc(&s.rcq)];
+    let mut got = [wc(&c.scq), wc(&c.rcq), wc(&s.rcq)];
     got.sort_by_key(|w| w.wr_id);
     assert_eq!(
         got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
@@ -67,7 +67,7 @@ fn rfc5041_write_to_invalid_stag_terminates_with_ddp_invalid_stag() {
     let (sent, received) = term(1, 1, 0);
     expect_events(&s.qp, &[sent, CmEvent::Disconnected]);
     expect_events(&c.qp, &[received, CmEvent::Disconnected]);
-    let mut outstanding = vec![wc(&c.scq), wc(&c.rcq)];
+    let mut outstanding = [wc(&c.scq), wc(&c.rcq)];
     outstanding.sort_by_key(|w| w.wr_id);
     assert_eq!(outstanding[1].wr_id, 5);
     assert_eq!(outstanding[1].status, CompletionStatus::WrFlushError);

@@ -54,11 +54,11 @@ fn sixty_four_qps_at_once_on_one_engine() {
     }
     // Requests arrive in any order; the private data says which client it is.
     let mut server_of = vec![usize::MAX; QPS];
-    for k in 0..QPS {
+    for (k, server) in servers.iter().enumerate() {
         let req = listener.get_request(T).unwrap();
         let i = u32::from_be_bytes(req.private_data[..4].try_into().unwrap()) as usize;
         server_of[i] = k;
-        req.accept(&servers[k], &[]).unwrap();
+        req.accept(server, &[]).unwrap();
     }
     for (i, c) in clients.iter().enumerate() {
         assert!(
@@ -85,7 +85,7 @@ fn sixty_four_qps_at_once_on_one_engine() {
         })
         .unwrap();
     }
-    let mut done = vec![false; QPS];
+    let mut done = [false; QPS];
     for _ in 0..QPS {
         let w = wc(&srcq);
         assert_eq!(
@@ -227,7 +227,7 @@ fn bulk_rdma_writes_arrive_intact_over_a_lossy_wire() {
     let (got, want) = server;
     eprintln!(
         "bulk: {} MiB of RDMA Writes in {el:.2} s ({:.2} Gb/s) over a lossy wire, hash {got:016x}",
-        batches * HALF >> 20,
+        (batches * HALF) >> 20,
         (batches * HALF) as f64 * 8.0 / el / 1e9
     );
     assert_eq!(got, want, "hash of the data placed at the server");
