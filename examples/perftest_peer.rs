@@ -1,9 +1,11 @@
-//! perftest_peer — the CLIENT side of perftest's `ib_write_bw -R` / `ib_read_bw -R`
+//! perftest_peer — the CLIENT side of perftest's `ib_write_bw -R` / `ib_read_bw -R` /
+//! `ib_send_bw -R`
 //! (linux-rdma/perftest 6.06, Debian's `perftest 4.5+0.17`) on the xwarp iWARP stack, so a
 //! kernel siw peer can run the perftest SERVER:
 //!
 //! ```text
-//! perftest_peer -a server [-p 18515] --test write|read [-s size] [-n iters] [--crc]
+//! perftest_peer -a server [-p 18515] --test write|read|send [-s size] [-n iters]
+//!               [--rx-depth N] [--crc]
 //! ```
 //!
 //! perftest's control protocol with `-R` (iwarp-wire.md §5.4; perftest_communication.c at
@@ -23,7 +25,7 @@
 //!    4 pad bytes, BE `vaddr`, 16-byte GID, BE `srqn, gid_index`); the server's gives the
 //!    rkey/vaddr of its buffer;
 //! 6. the test on the test connection (`iters` RDMA Writes, or Reads, of `size` bytes to
-//!    the server's buffer);
+//!    the server's buffer); the Send test differs: see [`send_test`];
 //! 7. a handshake, the bandwidth report (5 exchanges: size u64, iters u64 (≥ 5.33),
 //!    bw_peak, bw_avg, msg_rate as big-endian f64), a closing handshake; then both
 //!    connections are closed.
@@ -64,6 +66,8 @@ enum Test {
     Write,
     /// ib_read_bw
     Read,
+    /// ib_send_bw (with perftest's iWARP receive-credit scheme)
+    Send,
 }
 
 #[derive(Parser, Debug)]
@@ -87,6 +91,10 @@ struct Opts {
     /// Iterations (perftest requires at least 5).
     #[arg(short = 'n', default_value_t = 100)]
     iters: u64,
+    /// The server's receive depth (`ib_send_bw -r`; perftest default 512, capped at the
+    /// iteration count): at most this many Sends beyond the last credit.
+    #[arg(long, default_value_t = 512)]
+    rx_depth: u64,
     /// Request MPA CRC on both connections.
     #[arg(long)]
     crc: bool,
@@ -258,7 +266,7 @@ fn run(o: &Opts) -> Result<(), String> {
 
     // ---- test connection (Write: 0/0 → 1/1; Read: out_reads both ways)
     let (ird, ord) = match o.test {
-        Test::Write => (1, 1),
+        Test::Write | Test::Send => (1, 1),
         Test::Read => (WINDOW as u32, WINDOW as u32),
     };
     let mut test = connect(o, ird, ord)?;
@@ -283,6 +291,9 @@ fn run(o: &Opts) -> Result<(), String> {
         srqn: 0,
         gid_index: 0,
     };
+    if o.test == Test::Send {
+        return send_test(o, comm, test, my, buf, buf_va);
+    }
     let rem = Dest::parse(&comm.xchg(&my.to_bytes())?)?;
     comm.xchg(&my.to_bytes())?;
     comm.xchg(&my.to_bytes())?;
@@ -295,9 +306,10 @@ fn run(o: &Opts) -> Result<(), String> {
     let pat = pattern(size);
     test.write_mem(buf, &pat)?;
     let t0 = Instant::now();
-    let (done, verified) = match o.test {
-        Test::Write => (write_test(&mut test, o.iters, size, buf, buf_va, &rem)?, 0),
-        Test::Read => read_test(&mut test, o.iters, size, buf, buf_va, &rem, &pat, window)?,
+    let (done, verified) = if o.test == Test::Write {
+        (write_test(&mut test, o.iters, size, buf, buf_va, &rem)?, 0)
+    } else {
+        read_test(&mut test, o.iters, size, buf, buf_va, &rem, &pat, window)?
     };
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     let mbps = (done as f64 * size as f64) / secs / 1e6;
@@ -315,6 +327,12 @@ fn run(o: &Opts) -> Result<(), String> {
     comm.xchg(&mbps.to_bits().to_be_bytes())?;
     comm.xchg(&rate.to_bits().to_be_bytes())?;
     comm.xchg(&[0u8; DEST_LEN])?;
+    teardown(comm, test)
+}
+
+/// Closes the test connection, lingers, closes the comm connection (as perftest's client
+/// tears the test QP down first).
+fn teardown(mut comm: Comm, mut test: Endpoint<KernelTcp>) -> Result<(), String> {
     test.disconnect();
     // siw quirk: siw completes a Send only after its TX path returns, and a FIN that
     // arrives in between flushes the WQE with an error although every byte was on the
@@ -331,6 +349,89 @@ fn run(o: &Opts) -> Result<(), String> {
         test.stats, comm.ep.stats
     );
     Ok(())
+}
+
+/// `ib_send_bw` client: our `pingpong_dest` advertises the credit buffer (4 bytes the
+/// server RDMA-Writes its receive count into, host byte order, every `rx_depth / 3`
+/// receives — perftest's iWARP replacement for RNR retry, iwarp-wire.md §4.8 item 13);
+/// four handshakes (the last after the server posted its receives), `iters` Sends of
+/// `size` bytes with at most `rx_depth` beyond the last credit, the closing handshake.
+/// No bandwidth report is exchanged in the half-duplex Send test.
+fn send_test(
+    o: &Opts,
+    mut comm: Comm,
+    mut test: Endpoint<KernelTcp>,
+    mut my: Dest,
+    buf: Stag,
+    buf_va: u64,
+) -> Result<(), String> {
+    let size = o.size as usize;
+    // perftest: rx_depth is capped at iters and made even.
+    let mut rx_depth = o.rx_depth.min(o.iters);
+    rx_depth += rx_depth % 2;
+    // ctrl_buf[0] (what a receiver would write) + credit_buf[0] at offset 4.
+    let (credit, credit_va) = test.reg(8, RW)?;
+    my.rkey = credit.0;
+    my.vaddr = credit_va + 4;
+    let rem = Dest::parse(&comm.xchg(&my.to_bytes())?)?;
+    comm.xchg(&my.to_bytes())?;
+    comm.xchg(&my.to_bytes())?;
+    println!(
+        "XWARP-PERFTEST remote dest rkey={:#x} vaddr={:#x} qpn={:#x} rx_depth={rx_depth}",
+        rem.rkey, rem.vaddr, rem.qpn
+    );
+    // The server posts its receives, then this handshake.
+    comm.xchg(&my.to_bytes())?;
+    test.write_mem(buf, &pattern(size))?;
+    let t0 = Instant::now();
+    let (mut posted, mut done, mut max_credit) = (0u64, 0u64, 0u64);
+    let mut idle_since = Instant::now();
+    while done < o.iters {
+        let c = test.mem(credit, 8);
+        let credit_count = u64::from(u32::from_le_bytes([c[4], c[5], c[6], c[7]]));
+        max_credit = max_credit.max(credit_count);
+        let mut progressed = false;
+        while posted < o.iters
+            && posted - done < WINDOW as u64
+            && posted + 1 - credit_count.min(posted + 1) < rx_depth
+        {
+            test.post_send(posted, send_op(), sge(buf, buf_va, size))?;
+            posted += 1;
+            progressed = true;
+        }
+        while let Some(i) = test.cqes.iter().position(|c| c.opcode == WcOpcode::Send) {
+            let c = test.cqes.remove(i).ok_or("completion vanished")?;
+            if c.status != xwarp::rdmap::CompletionStatus::Success {
+                return Err(format!("Send {} failed: {:?}", c.wr_id, c.status));
+            }
+            done += 1;
+            progressed = true;
+        }
+        if test.closed {
+            return Err(format!("test connection closed: {:?}", test.problem));
+        }
+        if test.step(Duration::from_millis(5)) || progressed {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "stalled: {posted} posted, {done} done, credit {credit_count}"
+            ));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    // Credits that arrive after our last completion still count.
+    let settle = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle {
+        test.step(Duration::from_millis(20));
+    }
+    let c = test.mem(credit, 8);
+    max_credit = max_credit.max(u64::from(u32::from_le_bytes([c[4], c[5], c[6], c[7]])));
+    println!(
+        "XWARP-PERFTEST test=Send size={size} iters={done} verified=0 credits={max_credit} secs={secs:.3} MBps={:.2}",
+        (done as f64 * size as f64) / secs / 1e6
+    );
+    comm.xchg(&my.to_bytes())?;
+    teardown(comm, test)
 }
 
 /// `iters` RDMA Writes of `size` bytes to the server's buffer, at most [`WINDOW`] in flight.

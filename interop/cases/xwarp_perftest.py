@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
 """Case (issue 5 case 5): perftest with `-R` — siw runs the perftest SERVER
-(`ib_write_bw -R`, `ib_read_bw -R`; Debian perftest 4.5+0.17 = perftest 6.06), xwarp runs
+(`ib_write_bw -R`, `ib_read_bw -R`, `ib_send_bw -R`; Debian perftest 4.5+0.17 = perftest
+6.06), xwarp runs
 the client (examples/perftest_peer.rs), speaking perftest's control protocol over a "comm"
 rdma_cm connection and running the test on a second connection (iwarp-wire.md §5.4; the
 exact 6.06 sequence is in the example's module docs).
 
 Guest (siw-crc: CRC on both connections, so every test byte is CRC-checked by siw and by
-us): `ib_write_bw -R -d siw0 -s 4096 -n 200 -F`, then `ib_read_bw -R ...` with the same
-size/iterations.
+us): `ib_write_bw -R -d siw0 -s 4096 -n 200 -F`, then `ib_read_bw -R ...` and
+`ib_send_bw -R ... -r 30` with the same size/iterations.
 Checks: our client exits 0; the server prints its report line with OUR size and iteration
 count (it received our bandwidth report through the control protocol, so every control
 message was understood); the server exits 0; write: 200 Writes completed; read: the pattern
-we RDMA-Wrote into the server's buffer came back in all 200 Reads (verified=200); tshark:
+we RDMA-Wrote into the server's buffer came back in all 200 Reads (verified=200); send:
+200 Sends completed and siw's receive-credit RDMA Writes (4-byte count, every 10 receives)
+reached 200; tshark:
 on each test connection our Writes/Read Requests and siw's Read Responses with Good CRC32,
-both connections per test dissect as iWARP, nothing malformed, no error-level expert item
+siw's credit Writes, both connections per test dissect as iWARP, nothing malformed, no
+error-level expert item
 (with Wireshark's RPC-over-RDMA heuristic off: it misreads perftest's raw 4-byte control
 Sends as malformed RPCoRDMA).
-`ib_send_bw` is not covered (its iWARP credit protocol is not implemented in the peer).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ NAME = "xwarp_perftest"
 PORT = 18515
 SIZE = 4096
 ITERS = 200
-TESTS = ["write", "read"]
+TESTS = ["write", "read", "send"]
+#: ib_send_bw -r (receive depth) on both sides: credits every RX_DEPTH / 3 receives.
+RX_DEPTH = 30
 
 
 def main() -> int:
@@ -58,7 +63,8 @@ def main() -> int:
     crc = a.siw == "crc"
     pcap = out / f"{NAME}.pcap"
     guest_cmd = "; ".join(
-        f"ib_{t}_bw -R -d siw0 -p {PORT} -s {SIZE} -n {ITERS} -F; echo \"XW-SERVER {t} rc=$?\""
+        f"ib_{t}_bw -R -d siw0 -p {PORT} -s {SIZE} -n {ITERS} -F"
+        + (f" -r {RX_DEPTH}" if t == "send" else "") + f"; echo \"XW-SERVER {t} rc=$?\""
         for t in TESTS)
     results = []
     with vm.Guest(guest_cmd, siw=a.siw, timeout=a.timeout, pcap=pcap,
@@ -67,7 +73,8 @@ def main() -> int:
         deadline = time.monotonic() + a.timeout - 10
         for t in TESTS:
             argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
-                    "-s", str(SIZE), "-n", str(ITERS)] + (["--crc"] if crc else [])
+                    "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
+                        ["--crc"] if crc else [])
             rc, so, se, dt = run_host(g, argv, deadline)
             print(f"  [host] {t}: rc={rc} in {dt:.1f} s\n{so.strip()}\n{se.strip()[-800:]}",
                   flush=True)
@@ -90,6 +97,9 @@ def main() -> int:
         c.check(f"{t}: server printed a report with our size and iterations", len(reports) > i)
         if t == "write":
             c.check(f"{t}: {ITERS} Writes completed", f"iters={ITERS} verified=0" in so)
+        elif t == "send":
+            c.check(f"{t}: {ITERS} Sends completed, siw's credit Writes counted all {ITERS}",
+                    f"iters={ITERS} verified=0 credits={ITERS} " in so)
         else:
             c.check(f"{t}: {ITERS} Reads verified", f"iters={ITERS} verified={ITERS}" in so)
         c.check(f"{t}: negotiated crc={crc} on the test connection",
@@ -108,7 +118,8 @@ def main() -> int:
             if role == "test":
                 ours = sorted({o for p, ops in st["opcodes"].items() if p != PORT for o in ops})
                 theirs = sorted({o for o in st["opcodes"].get(PORT, [])})
-                want_ours, want_theirs = ([0], []) if t == "write" else ([0, 1], [2])
+                want_ours, want_theirs = {"write": ([0], []), "read": ([0, 1], [2]),
+                                          "send": ([3], [0])}[t]
                 c.eq(f"{t} test tshark: our opcodes", ours, want_ours)
                 c.eq(f"{t} test tshark: siw's opcodes", theirs, want_theirs)
     dt = time.monotonic() - t0
