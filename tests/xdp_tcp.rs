@@ -626,12 +626,10 @@ fn full_rx_checksum_verification_works_with_peer_tx_offload_off() {
     drop(engine);
 }
 
-/// Stack bug found here (reported, not ours to fix): a thread blocked in
-/// `TcpListener::accept` is never woken when its engine stops, although sockets of a stopped
-/// engine are documented to fail with `ConnectionAborted`. Needs no root (virtual wire).
-/// Ignored until the stack owner fixes it: `cargo test --test xdp_tcp -- --ignored`.
+/// Regression (stack bug found here): a thread blocked in `TcpListener::accept` must be
+/// woken when its engine stops and fail with `ConnectionAborted`, as documented for
+/// sockets of a stopped engine. Needs no root (virtual wire).
 #[test]
-#[ignore = "stack bug: blocked accept is not woken when the engine stops"]
 fn blocked_accept_returns_when_engine_stops() {
     let (a, b) = xwarp::net::vwire_pair(Default::default()).expect("vwire pair");
     let listener = TcpListener::bind(b.stack(), "10.77.0.2:80".parse().unwrap()).unwrap();
@@ -646,9 +644,10 @@ fn blocked_accept_returns_when_engine_stops() {
     let r = rx
         .recv_timeout(Duration::from_secs(3))
         .expect("accept still blocked 3 s after its engine stopped");
-    assert!(
-        r.is_err(),
-        "accept on a stopped engine returned a connection"
+    assert_eq!(
+        r,
+        Err(std::io::ErrorKind::ConnectionAborted),
+        "accept on a stopped engine"
     );
 }
 

@@ -390,9 +390,27 @@ impl ListenSocket {
         Err(io::ErrorKind::WouldBlock.into())
     }
 
-    /// Sleep until the readiness descriptor fires or `deadline` passes (`false`).
+    /// Sleep until a connection is queued, the engine stops (the next
+    /// [`ListenSocket::try_accept`] then fails with `ConnectionAborted`) or `deadline`
+    /// passes (`false`). Drains the readiness descriptor when it returns `true`.
+    ///
+    /// It waits on the accept queue itself rather than on the readiness descriptor: the
+    /// queue's sending half lives in the engine, so a stopped engine disconnects it and
+    /// wakes this wait, while nothing signals the descriptor in that case.
     pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        self.shared.readiness.wait(deadline)
+        let mut sel = crossbeam_channel::Select::new();
+        sel.recv(&self.accept);
+        let ready = match deadline {
+            None => {
+                sel.ready();
+                true
+            }
+            Some(d) => sel.ready_deadline(d).is_ok(),
+        };
+        if ready {
+            self.shared.readiness.drain();
+        }
+        Ok(ready)
     }
 
     /// The bound address.
