@@ -11,6 +11,7 @@
 //! retransmission timeout floor of `rto_floor` instead of 1 s (Linux: 200 ms).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use smoltcp::phy::{Device, DeviceCapabilities, RxToken};
@@ -21,11 +22,43 @@ use smoltcp::wire::{
 /// (peer address, peer port, local port) of an IPv4 flow.
 pub(crate) type FlowKey = (std::net::Ipv4Addr, u16, u16);
 
+/// A [`FlowKey`] packed into one word: the map key (cheap to hash and compare).
+fn pack(key: &FlowKey) -> u64 {
+    (u64::from(u32::from(key.0)) << 32) | (u64::from(key.1) << 16) | u64::from(key.2)
+}
+
+/// Hasher for packed flow keys: one multiply and a fold instead of SipHash (the watch
+/// runs once per received frame; keys come from our own connections' peers, and a
+/// flooding peer can at worst slow its own lookups).
+#[derive(Debug, Default)]
+pub(crate) struct FlowHasher(u64);
+
+impl Hasher for FlowHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0.rotate_left(5) ^ x ^ (x >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// What the engine last heard from one flow.
 #[derive(Debug)]
 pub(crate) struct FlowAcks {
-    /// The peer's last pure ACK frame, Ethernet header included.
+    /// The peer's last pure ACK frame, Ethernet header included, refreshed whenever a
+    /// pure ACK brings a different ACK number or window (a repeat would only change
+    /// options such as timestamps, which the replay does not need).
     template: Vec<u8>,
+    /// ACK number and window of `template`.
+    template_ack: (u32, u16),
     ack: u32,
     last_progress: Instant,
     rescued_at: Option<Instant>,
@@ -34,12 +67,17 @@ pub(crate) struct FlowAcks {
 /// Per-flow ACK progress, fed from the receive path.
 #[derive(Debug, Default)]
 pub(crate) struct AckWatch {
-    flows: HashMap<FlowKey, FlowAcks>,
+    flows: HashMap<u64, FlowAcks, BuildHasherDefault<FlowHasher>>,
+    /// The flow of the last observed frame with its ACK number and template state
+    /// afterwards: a frame of the same flow that changes neither skips the map (bulk
+    /// data from one peer repeats the same ACK number frame after frame).
+    last: Option<(u64, u32, (u32, u16))>,
 }
 
 struct Parsed {
     key: FlowKey,
     ack: u32,
+    window: u16,
     pure_ack: bool,
 }
 
@@ -59,6 +97,7 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
     Some(Parsed {
         key: (ip.src_addr(), tcp.src_port(), tcp.dst_port()),
         ack: tcp.ack_number().0 as u32,
+        window: tcp.window_len(),
         pure_ack: tcp.payload().is_empty() && !tcp.fin(),
     })
 }
@@ -69,28 +108,39 @@ impl AckWatch {
         let Some(p) = parse(frame) else {
             return;
         };
-        match self.flows.get_mut(&p.key) {
+        let key = pack(&p.key);
+        let seen = (p.ack, p.window);
+        if let Some((k, ack, template_ack)) = self.last {
+            if k == key && ack == p.ack && (!p.pure_ack || template_ack == seen) {
+                return;
+            }
+        }
+        match self.flows.get_mut(&key) {
             Some(f) => {
                 if f.ack != p.ack {
                     f.ack = p.ack;
                     f.last_progress = now;
                     f.rescued_at = None;
                 }
-                if p.pure_ack {
+                if p.pure_ack && f.template_ack != seen {
                     f.template.clear();
                     f.template.extend_from_slice(frame);
+                    f.template_ack = seen;
                 }
+                self.last = Some((key, f.ack, f.template_ack));
             }
             None if p.pure_ack => {
                 self.flows.insert(
-                    p.key,
+                    key,
                     FlowAcks {
                         template: frame.to_vec(),
+                        template_ack: seen,
                         ack: p.ack,
                         last_progress: now,
                         rescued_at: None,
                     },
                 );
+                self.last = Some((key, p.ack, seen));
             }
             None => {}
         }
@@ -98,7 +148,11 @@ impl AckWatch {
 
     /// Forget a flow (its connection is gone).
     pub(crate) fn forget(&mut self, key: &FlowKey) {
-        self.flows.remove(key);
+        let key = pack(key);
+        self.flows.remove(&key);
+        if self.last.is_some_and(|l| l.0 == key) {
+            self.last = None;
+        }
     }
 
     /// If `key` has been stuck for `floor`, queue the replayed ACKs into `out`.
@@ -110,7 +164,7 @@ impl AckWatch {
         floor: std::time::Duration,
         out: &mut VecDeque<Vec<u8>>,
     ) -> bool {
-        let Some(f) = self.flows.get_mut(key) else {
+        let Some(f) = self.flows.get_mut(&pack(key)) else {
             return false;
         };
         let since = f.rescued_at.unwrap_or(f.last_progress);
@@ -348,6 +402,66 @@ mod tests {
             t0 + Duration::from_millis(30),
         );
         assert!(!w.rescue(&key, t0 + Duration::from_millis(35), floor, &mut out));
+    }
+
+    #[test]
+    fn template_follows_ack_and_window_changes_of_pure_acks() {
+        let mut w = AckWatch::default();
+        let t0 = Instant::now();
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        // A zero window, then a window update with the same ACK number: the update is
+        // the template (a zero-window template would not be replayed).
+        w.observe(&ack_frame(1000, 0, &[]), t0);
+        w.observe(&ack_frame(1000, 300, &[]), t0);
+        // Data carrying a newer ACK restarts the clock but does not become the template.
+        w.observe(&ack_frame(1500, 700, b"xy"), t0);
+        // Repeats of the same frame (the cached fast path) change nothing.
+        w.observe(&ack_frame(1500, 700, b"xy"), t0);
+        let mut out = VecDeque::new();
+        assert!(w.rescue(&key, t0 + floor, floor, &mut out));
+        let check = |f: &Vec<u8>, ack: i32, window: u16| {
+            let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+            let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!(tcp.ack_number(), TcpSeqNumber(ack));
+            assert_eq!(tcp.window_len(), window);
+        };
+        check(&out[0], 1000, 299);
+        // A pure ACK with the new ACK number replaces it; one on another flow does not
+        // disturb this flow.
+        out.clear();
+        w.observe(&ack_frame(1500, 700, &[]), t0 + floor);
+        let mut other = ack_frame(9000, 100, &[]);
+        other[14 + 20 + 1] ^= 1; // another source port
+        w.observe(&other, t0 + floor);
+        w.observe(&ack_frame(1500, 700, &[]), t0 + floor);
+        assert!(w.rescue(&key, t0 + 3 * floor, floor, &mut out));
+        check(&out[0], 1500, 699);
+        // Forgetting drops the flow (and the cached entry).
+        w.forget(&key);
+        out.clear();
+        assert!(!w.rescue(&key, t0 + 10 * floor, floor, &mut out));
+        w.observe(&ack_frame(1500, 700, b"xy"), t0);
+        assert!(!w.rescue(&key, t0 + 10 * floor, floor, &mut out));
+    }
+
+    #[test]
+    fn flow_keys_pack_without_collisions() {
+        let a = pack(&(Ipv4Addr::new(10, 0, 0, 2), 80, 5000));
+        let b = pack(&(Ipv4Addr::new(10, 0, 0, 2), 5000, 80));
+        let c = pack(&(Ipv4Addr::new(10, 0, 0, 3), 80, 5000));
+        assert!(a != b && a != c && b != c);
+        let hash = |k: u64| {
+            let mut h = FlowHasher::default();
+            h.write_u64(k);
+            h.finish()
+        };
+        // Peers differing only in their port land in different low bits (bucket index).
+        let lows: std::collections::HashSet<u64> = (0..64u16)
+            .map(|p| hash(pack(&(Ipv4Addr::new(10, 0, 0, 2), 40000 + p, 80))) & 0xff)
+            .collect();
+        assert!(lows.len() > 32, "{} distinct buckets of 64", lows.len());
     }
 
     #[test]
