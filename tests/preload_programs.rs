@@ -682,3 +682,250 @@ c.sendall(b"k"); print("fallback", s.recv(1).decode())
     assert_eq!(out.status.code(), Some(1), "XWARP_STRICT=1 must fail hard");
     assert!(String::from_utf8_lossy(&out.stderr).contains("XWARP_STRICT=1"));
 }
+
+#[test]
+fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    ensure_tool("nginx", "nginx-light");
+    ensure_tool("wrk", "wrk");
+    ensure_tool("curl", "curl");
+    let net = Net::new(66);
+    let dir = scratch("nginx");
+    let blob = random_file(&dir, 10);
+    let want = sha256(&blob);
+    std::fs::write(dir.join("index.html"), "hello from nginx\n").expect("index");
+    let conf = format!(
+        "daemon on;\nmaster_process on;\nworker_processes 1;\n\
+         # The worker opens the engine (AF_XDP needs root): keep root.\nuser root;\n\
+         pid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; sendfile on;\n\
+           client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;\n\
+           uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+           server {{ listen 8080; root {d}; }} }}\n",
+        d = dir.display()
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
+    let dir_s = dir.to_str().unwrap().to_string();
+    let conf_s = format!("{dir_s}/nginx.conf");
+    // nginx daemonizes: the command returns once the master runs in the background.
+    run(
+        net.shimmed(20, "nginx", &["-c", &conf_s, "-p", &dir_s]),
+        "nginx start",
+    );
+    struct Stop(PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Ok(pid) = std::fs::read_to_string(&self.0) {
+                let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+                std::thread::sleep(Duration::from_millis(300));
+                let _ = Command::new("kill")
+                    .args(["-KILL", pid.trim()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+    let _stop = Stop(dir.join("nginx.pid"));
+    wait_port(&net, net.engine, 8080);
+    let url = format!("http://{}:8080", net.engine);
+    let page = run(
+        net.kernel(false, 10, "curl", &["-sS", &format!("{url}/index.html")]),
+        "curl index",
+    );
+    assert_eq!(String::from_utf8_lossy(&page.stdout), "hello from nginx\n");
+    let dl = dir.join("download");
+    run(
+        net.kernel(
+            false,
+            30,
+            "curl",
+            &["-sS", "-o", dl.to_str().unwrap(), &format!("{url}/blob")],
+        ),
+        "curl blob",
+    );
+    assert_eq!(sha256(&dl), want, "sendfile body differs");
+    let w = run(
+        net.kernel(
+            false,
+            30,
+            "wrk",
+            &["-t2", "-c20", "-d3s", &format!("{url}/index.html")],
+        ),
+        "wrk",
+    );
+    let text = String::from_utf8_lossy(&w.stdout).to_string();
+    let reqs: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" requests in ")
+                .map(|(n, _)| n.trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0);
+    assert!(
+        reqs > 1000,
+        "wrk made only {reqs} requests (keep-alive stalled?):\n{text}"
+    );
+    assert!(
+        !text.contains("Socket errors"),
+        "wrk saw socket errors:\n{text}"
+    );
+    let _ = writeln!(
+        io::stderr(),
+        "nginx (shim, daemon, master+worker) wrk -c20 3s:\n{text}"
+    );
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    assert!(
+        !log.contains("[alert]") && !log.contains("[emerg]"),
+        "nginx error log:\n{log}"
+    );
+}
+
+/// `iperf3` "receiver" line: bits per second.
+fn iperf_receiver_bps(out: &Output) -> f64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("receiver"))
+        .unwrap_or_else(|| panic!("no receiver line in:\n{text}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let i = f
+        .iter()
+        .position(|w| w.ends_with("bits/sec"))
+        .expect("unit");
+    let v: f64 = f[i - 1].parse().expect("rate");
+    v * match f[i].chars().next() {
+        Some('G') => 1e9,
+        Some('M') => 1e6,
+        Some('K') => 1e3,
+        _ => 1.0,
+    }
+}
+
+#[test]
+fn iperf3_server_and_client_under_shim() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    ensure_tool("iperf3", "iperf3");
+    let net = Net::new(67);
+    // Server under the shim, client on the kernel.
+    let srv = spawn(
+        net.shimmed(40, "iperf3", &["-s", "-1", "-p", "5201"]),
+        "iperf3 -s (shim)",
+    );
+    wait_port(&net, net.engine, 5201);
+    // The probe connection was the one-off's control connection candidate: restart.
+    drop(srv);
+    let srv = spawn(
+        net.shimmed(40, "iperf3", &["-s", "-1", "-p", "5201"]),
+        "iperf3 -s (shim)",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let engine = net.engine.to_string();
+    let out = run(
+        net.kernel(
+            false,
+            30,
+            "iperf3",
+            &["-c", &engine, "-p", "5201", "-t", "2"],
+        ),
+        "iperf3 -c (kernel)",
+    );
+    let to_shim = iperf_receiver_bps(&out);
+    // One engine per interface: the shimmed server must be gone before a shimmed client.
+    drop(srv);
+    std::thread::sleep(Duration::from_millis(200));
+    // Client under the shim, server on the kernel, both directions.
+    let b = net.pair.addr_b.to_string();
+    let _ks = spawn(
+        net.kernel(false, 40, "iperf3", &["-s", "-p", "5202"]),
+        "iperf3 -s (kernel)",
+    );
+    wait_port(&net, net.pair.addr_b, 5202);
+    let out = run(
+        net.shimmed(30, "iperf3", &["-c", &b, "-p", "5202", "-t", "2"]),
+        "iperf3 -c (shim)",
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine started"));
+    let from_shim = iperf_receiver_bps(&out);
+    let out = run(
+        net.shimmed(30, "iperf3", &["-c", &b, "-p", "5202", "-t", "2", "-R"]),
+        "iperf3 -c -R (shim)",
+    );
+    let reverse = iperf_receiver_bps(&out);
+    let _ = writeln!(
+        io::stderr(),
+        "iperf3 Gbit/s: kernel->shim server {:.2}, shim client->kernel {:.2}, kernel->shim client (-R) {:.2}",
+        to_shim / 1e9,
+        from_shim / 1e9,
+        reverse / 1e9
+    );
+    for (what, bps) in [
+        ("to shim server", to_shim),
+        ("from shim client", from_shim),
+        ("-R", reverse),
+    ] {
+        assert!(bps > 10e6, "iperf3 {what}: {bps} bit/s");
+    }
+}
+
+#[test]
+fn fork_daemonize_and_exec_work_and_inherited_engine_sockets_fail_cleanly() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(68);
+    // 1. Daemonizing before opening sockets: the grandchild serves on the engine while the
+    //    original process has exited. 2. exec from a shimmed process works and the parent's
+    //    connection keeps working. 3. accept-then-fork: the child's inherited engine socket
+    //    fails with EBADF (documented limit) while the parent keeps serving it.
+    let script = r#"
+import errno, os, socket, subprocess, sys
+if os.fork() > 0:
+    sys.exit(0)
+os.setsid()
+if os.fork() > 0:
+    os._exit(0)
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", 7200)); l.listen()
+while True:
+    c, _ = l.accept()
+    data = c.recv(100)
+    if not data:
+        c.close(); continue
+    r = subprocess.run(["sh", "-c", "echo exec-ok"], capture_output=True)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c.recv(1, socket.MSG_DONTWAIT)
+            os._exit(3)
+        except OSError as e:
+            os._exit(0 if e.errno == errno.EBADF else 4)
+    _, st = os.waitpid(pid, 0)
+    child = "child-ebadf" if os.waitstatus_to_exitcode(st) == 0 else f"child-{os.waitstatus_to_exitcode(st)}"
+    c.sendall(data + b" " + r.stdout.strip() + b" " + child.encode())
+    c.close()
+    break
+"#;
+    // The daemon keeps no pipe of ours open (else waiting for its parent would hang) and
+    // ends by itself after one request (`timeout` does not follow the double fork).
+    let st = net
+        .shimmed(30, "python3", &["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("daemonizing python");
+    assert!(st.success());
+    wait_port(&net, net.engine, 7200);
+    let cli = format!(
+        "import socket\ns=socket.create_connection(('{}',7200),timeout=10)\ns.sendall(b'hello')\nprint(s.recv(200).decode())",
+        net.engine
+    );
+    let r = run(net.kernel(false, 15, "python3", &["-c", &cli]), "client");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "hello exec-ok child-ebadf"
+    );
+}
