@@ -334,8 +334,9 @@ fn run(o: &Opts) -> Result<(), String> {
 /// tears the test QP down first).
 fn teardown(mut comm: Comm, mut test: Endpoint<KernelTcp>) -> Result<(), String> {
     test.disconnect();
-    // siw quirk: siw completes a Send only after its TX path returns, and a FIN that
-    // arrives in between flushes the WQE with an error although every byte was on the
+    // siw quirk (iwarp-wire.md §4.7 teardown; not in the doc yet, see interop/README.md
+    // "siw completes a Send after its TX path returns"): a FIN that arrives before siw
+    // completed its Send flushes that WQE with an error although every byte was on the
     // wire (seen: the server's last handshake Send failing with status 2 when we closed
     // 0.7 ms after receiving it). perftest's own client spends that time tearing down the
     // test QP; linger before closing the comm connection.
