@@ -162,6 +162,15 @@ impl RawBuf {
         true
     }
 
+    /// One byte read with a volatile load (for polling memory a remote Write updates).
+    pub(crate) fn load_volatile(&self, offset: usize) -> Option<u8> {
+        if offset >= self.len {
+            return None;
+        }
+        // SAFETY: in bounds (checked above); a volatile u8 load cannot tear.
+        Some(unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(offset)) })
+    }
+
     /// Fill `[offset, offset+len)` with `byte`; `false` if out of bounds.
     pub(crate) fn fill(&self, offset: usize, len: usize, byte: u8) -> bool {
         if offset.checked_add(len).is_none_or(|e| e > self.len) {

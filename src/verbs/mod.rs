@@ -30,6 +30,7 @@
 
 mod engine;
 pub mod mem;
+pub mod perftest;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -447,6 +448,12 @@ impl MemoryRegion {
         } else {
             Err(io::Error::new(io::ErrorKind::InvalidInput, "out of bounds"))
         }
+    }
+
+    /// The byte at `offset`, read afresh on every call (to poll for a remote Write, as
+    /// perftest's latency tests do); `None` out of bounds.
+    pub fn poll_byte(&self, offset: usize) -> Option<u8> {
+        self.buf.load_volatile(offset)
     }
 
     /// A copy of `len` region bytes at `offset`.

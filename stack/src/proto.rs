@@ -11,7 +11,9 @@
 //!
 //! Order per engine iteration: application commands, `poll` (plus the requests it queued
 //! in [`ProtoCtl`]), ingress, then every hosted connection is served (connect outcome,
-//! receive, send, close), then egress.
+//! receive, send, close), then egress. Hosted sockets have Nagle off (the protocol frames
+//! its own messages). `XWARP_PROTO_TRACE` set: hosted connection states go to stderr once
+//! a second.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -288,6 +290,8 @@ impl TcpService {
             },
         };
         let mut sock = self.new_socket(&self.config.tcp);
+        // Message protocols frame their own units: no Nagle delay on them.
+        sock.set_nagle_enabled(false);
         if sock.connect(iface.context(), remote, port).is_err() {
             self.ports.release(port);
             p.host
@@ -375,6 +379,7 @@ impl TcpService {
         let want = l.backlog.min(self.config.armed_listeners.max(1));
         for _ in armed..want {
             let mut s = self.new_socket(&self.config.tcp);
+            s.set_nagle_enabled(false);
             if s.listen(l.endpoint).is_err() {
                 break;
             }
@@ -436,6 +441,26 @@ impl TcpService {
             return false;
         };
         let mut moved = self.proto_listeners(&mut p, now);
+        if std::env::var_os("XWARP_PROTO_TRACE").is_some() {
+            static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+            let mut l = LAST.lock().unwrap_or_else(|e| e.into_inner());
+            if l.is_none_or(|t| now >= t + Duration::from_secs(1)) {
+                *l = Some(now);
+                for (id, c) in &p.conns {
+                    let s = self.sockets.get::<tcp::Socket>(c.handle);
+                    eprintln!(
+                        "proto {:?} conn {id}: {} send_q {} recv_q {} can_send {} can_recv {} win {:?}",
+                        self.config.ipv4.map(|a| a.0),
+                        s.state(),
+                        s.send_queue(),
+                        s.recv_queue(),
+                        s.can_send(),
+                        s.can_recv(),
+                        s.remote_endpoint(),
+                    );
+                }
+            }
+        }
         let ids: Vec<ProtoConnId> = p.conns.keys().copied().collect();
         let fin_timeout = self.config.fin_timeout;
         for id in ids {
