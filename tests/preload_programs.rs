@@ -341,7 +341,7 @@ fn curl_downloads_100mb_from_python_http_server_under_shim() {
 }
 
 #[test]
-fn curl_under_shim_downloads_100mb_from_kernel_python() {
+fn xwarp_run_curl_downloads_100mb_from_kernel_python() {
     require_root_and_afxdp!();
     let _g = serial();
     ensure_tool("curl", "curl");
@@ -362,10 +362,16 @@ fn curl_under_shim_downloads_100mb_from_kernel_python() {
     let dl = dir.join("download");
     let url = format!("http://{b_ip}:8001/blob");
     let t = Instant::now();
-    let out = run(
-        net.shimmed(90, "curl", &["-sS", "-o", dl.to_str().unwrap(), &url]),
-        "curl under shim",
-    );
+    // Through the launcher: `xwarp run [options] -- curl ...`.
+    let mut cmd = net.pair.a.command("timeout").expect("ns A");
+    cmd.arg("90")
+        .arg(env!("CARGO_BIN_EXE_xwarp"))
+        .args(["run", "--iface", &net.pair.if_a])
+        .args(["--addr", &format!("{}/24", net.engine)])
+        .args(["--log", "info", "--strict", "--preload"])
+        .arg(shim())
+        .args(["--", "curl", "-sS", "-o", dl.to_str().unwrap(), &url]);
+    let out = run(cmd, "xwarp run -- curl");
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(sha256(&dl), want, "downloaded bytes differ");
     let err = String::from_utf8_lossy(&out.stderr);
