@@ -24,7 +24,8 @@
 //!    kernel sockets on the same interface keep working.
 //! 2. Takes the MAC address from the interface and the IP MTU from the NIC: the smaller of
 //!    the interface MTU and the largest frame a UMEM chunk holds (chunk − 256 − 14 bytes of
-//!    Ethernet header). The TCP MSS follows (MTU − 40).
+//!    Ethernet header), or with [`XdpEngineConfig::multi_buffer`] the interface MTU (frames
+//!    span up to `MAX_CHAIN` chunks as descriptor chains). The TCP MSS follows (MTU − 40).
 //! 3. Starts the engine thread (optionally pinned) with the TCP stack service.
 //!
 //! ## Checksums (afxdp-notes.md, "Checksums")
@@ -104,6 +105,9 @@ pub struct XdpEngineConfig {
     pub mode: XdpMode,
     /// RX checksum policy.
     pub rx_checksum: RxChecksum,
+    /// Multi-buffer AF_XDP (`XDP_USE_SG`): the stack's MTU follows the interface MTU
+    /// (e.g. 9000 on a veth) instead of the chunk size. Off by default.
+    pub multi_buffer: bool,
 }
 
 impl XdpEngineConfig {
@@ -119,6 +123,7 @@ impl XdpEngineConfig {
             chunk: ChunkSize::C2048,
             mode: XdpMode::Auto,
             rx_checksum: RxChecksum::default(),
+            multi_buffer: false,
         }
     }
 }
@@ -140,6 +145,7 @@ pub fn start_xdp_engine(ns: Option<&NetNs>, cfg: XdpEngineConfig) -> io::Result<
     xcfg.chunk = cfg.chunk;
     xcfg.mode = cfg.mode;
     xcfg.checksum = cfg.rx_checksum.capabilities();
+    xcfg.multi_buffer = cfg.multi_buffer;
     let nic = match ns {
         Some(ns) => ns.run(move || AfXdpNic::open(xcfg))??,
         None => AfXdpNic::open(xcfg)?,

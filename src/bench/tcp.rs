@@ -59,7 +59,8 @@ options:
   --spin-us US         engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000)
   --app-spin-us US     application spin before sleeping on a socket, µs (default 0)
   --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
-  --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks, max 3826)
+  --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks,
+                       above 3826 multi-buffer AF_XDP frames over several chunks, max 9000)
   --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp
   --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
   --json FILE          also write the results as JSON
@@ -67,6 +68,8 @@ options:
 
 /// Ping-pong message size (bytes each way).
 const PING_SIZE: usize = 64;
+/// Largest `--mtu` (veth jumbo frames; above 3826 the engines use multi-buffer AF_XDP).
+const MAX_MTU: usize = 9000;
 /// Ping-pong iterations before measuring.
 const WARMUP: u32 = 2000;
 /// Port numbers on the servers.
@@ -220,8 +223,8 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
             }
             "--mtu" => {
                 let n = num(v)?;
-                if !(576..=3826).contains(&n) {
-                    return Err(bad("--mtu must be within 576..=3826".into()));
+                if !(576..=MAX_MTU as u64).contains(&n) {
+                    return Err(bad(format!("--mtu must be within 576..={MAX_MTU}")));
                 }
                 o.mtu = n as usize;
             }
@@ -656,11 +659,13 @@ fn start_engine(
         (&net.veth.b, &net.veth.if_b, net.xb, "bench-engine-b")
     };
     let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
-    cfg.chunk = if o.mtu + 14 > 1792 {
+    cfg.chunk = if o.mtu + 14 > ChunkSize::C2048.max_frame_size() {
         ChunkSize::C4096
     } else {
         ChunkSize::C2048
     };
+    // Frames larger than a chunk: multi-buffer (descriptor chains).
+    cfg.multi_buffer = o.mtu + 14 > ChunkSize::C4096.max_frame_size();
     cfg.engine.name = name.into();
     cfg.engine.core = core;
     cfg.engine.spin = o.spin;
@@ -1020,7 +1025,8 @@ mod tests {
             &["--duration"][..],
             &["--duration", "x"],
             &["--msg-size", "0"],
-            &["--mtu", "9000"],
+            &["--mtu", "9001"],
+            &["--mtu", "575"],
             &["--pin", "diagonal"],
             &["--only", "kernel"],
             &["--net", "300"],

@@ -56,7 +56,16 @@ pub struct AfXdpConfig {
     /// Checksum capabilities reported to smoltcp. Frames from a veth/tap peer arrive with a
     /// partial L4 checksum; see the module docs: the stack decides what to verify.
     pub checksum: ChecksumCapabilities,
+    /// Multi-buffer frames (`XDP_USE_SG` + a `BPF_F_XDP_HAS_FRAGS` program): frames up to
+    /// the interface MTU (at most [`MAX_CHAIN`] chunks) travel as descriptor chains, so
+    /// the MTU is no longer capped by the chunk size. Received chains are copied into
+    /// one buffer for the stack; larger transmitted frames are split over chunks.
+    pub multi_buffer: bool,
 }
+
+/// Most chunks one multi-buffer frame may span (the kernel allows up to
+/// `MAX_SKB_FRAGS` + 1 = 18 on the copy path).
+pub const MAX_CHAIN: usize = 16;
 
 impl AfXdpConfig {
     /// Defaults for `ifname` queue 0 with `filter`: auto mode, 2048-byte chunks, 2048-entry
@@ -82,6 +91,7 @@ impl AfXdpConfig {
             filter,
             force_replace: false,
             checksum: ChecksumCapabilities::default(),
+            multi_buffer: false,
         }
     }
 }
@@ -93,14 +103,28 @@ fn invalid(msg: String) -> io::Error {
 /// RX-side state (disjoint from TX so smoltcp can hold both tokens at once).
 #[derive(Debug)]
 struct RxState {
-    /// Descriptors taken off the RX ring, not yet handed to the stack.
-    pending: VecDeque<libc::xdp_desc>,
+    /// Frames taken off the RX ring, not yet handed to the stack.
+    pending: VecDeque<RxFrame>,
+    /// The multi-buffer frame being assembled (descriptors seen so far, copied), or
+    /// `None` between frames. A chain may straddle RX batches.
+    chain: Option<Vec<u8>>,
+    /// A chain that grew past the largest frame: its remaining descriptors are dropped.
+    chain_discard: bool,
+    /// Buffers of consumed chains, reused for the next ones.
+    spare: Vec<Vec<u8>>,
     /// RX chunks the stack is done with, waiting to go back on the fill ring.
     free: Vec<u64>,
     batch: u32,
     frames: u64,
     bytes: u64,
     dropped: u64,
+}
+
+/// A received frame: one UMEM chunk, or a descriptor chain copied into one buffer.
+#[derive(Debug)]
+enum RxFrame {
+    Chunk(libc::xdp_desc),
+    Assembled(Vec<u8>),
 }
 
 /// TX-side state.
@@ -127,6 +151,8 @@ pub struct AfXdpNic {
     txs: TxState,
     chunk_mask: u64,
     max_frame: usize,
+    /// Bound with `XDP_USE_SG` (descriptor chains).
+    multi_buffer: bool,
     mtu: usize,
     mac: [u8; 6],
     checksum: ChecksumCapabilities,
@@ -270,6 +296,7 @@ impl AfXdpNic {
                     BindOptions {
                         zero_copy,
                         need_wakeup: c.need_wakeup,
+                        multi_buffer: c.multi_buffer,
                     },
                 );
                 match r {
@@ -303,7 +330,14 @@ impl AfXdpNic {
 
         let steering = match steering {
             Some(st) => st,
-            None => Steering::attach(ifindex, &c.filter, c.queue + 1, c.mode, c.force_replace)?,
+            None => Steering::attach_with_frags(
+                ifindex,
+                &c.filter,
+                c.queue + 1,
+                c.mode,
+                c.force_replace,
+                c.multi_buffer,
+            )?,
         };
         steering.program().set_socket(c.queue, sock.fd())?;
 
@@ -311,12 +345,20 @@ impl AfXdpNic {
         let rx_free: Vec<u64> = (0..c.rx_frames).map(|i| umem.frame_addr(i)).collect();
         let tx_free: Vec<u64> = (c.rx_frames..total).map(|i| umem.frame_addr(i)).collect();
         let max_frame = c.chunk.max_frame_size();
+        let largest = if c.multi_buffer {
+            max_frame * MAX_CHAIN
+        } else {
+            max_frame
+        };
         let mut nic = AfXdpNic {
             steering,
             sock,
             umem,
             rxs: RxState {
                 pending: VecDeque::with_capacity(c.rx_batch as usize),
+                chain: None,
+                chain_discard: false,
+                spare: Vec::new(),
                 free: rx_free,
                 batch: c.rx_batch,
                 frames: 0,
@@ -333,7 +375,8 @@ impl AfXdpNic {
             },
             chunk_mask: !(chunk - 1),
             max_frame,
-            mtu: max_frame.min(l3_mtu + 14),
+            mtu: largest.min(l3_mtu + 14),
+            multi_buffer: c.multi_buffer,
             mac,
             checksum: config.checksum.clone(),
         };
@@ -404,17 +447,60 @@ impl AfXdpNic {
         }
     }
 
-    /// Move up to `rx_batch` descriptors from the RX ring to the pending queue.
+    /// Move up to `rx_batch` descriptors from the RX ring to the pending queue,
+    /// assembling descriptor chains (multi-buffer) into one buffer each.
     fn pull_rx(&mut self) {
         let n = self.sock.rx.available(self.rxs.batch);
+        let base = self.umem.base();
+        let rxs = &mut self.rxs;
         for i in 0..n {
             let d = self.sock.rx.read(i);
-            if d.options & libc::XDP_PKT_CONTD != 0 || d.len as usize > self.max_frame {
-                // Multi-buffer frames are not requested (no XDP_USE_SG); never expected.
-                self.rxs.free.push(d.addr & self.chunk_mask);
-                self.rxs.dropped += 1;
-            } else {
-                self.rxs.pending.push_back(d);
+            let more = d.options & libc::XDP_PKT_CONTD != 0;
+            let len = d.len as usize;
+            if len > self.max_frame || (more && !self.multi_buffer) {
+                // A chain without XDP_USE_SG is never expected; a descriptor longer than
+                // a chunk is invalid. Drop the frame (and the rest of its chain).
+                rxs.free.push(d.addr & self.chunk_mask);
+                if let Some(b) = rxs.chain.take() {
+                    rxs.spare.push(b);
+                }
+                rxs.chain_discard = more;
+                rxs.dropped += 1;
+                continue;
+            }
+            if rxs.chain.is_none() && !rxs.chain_discard && !more {
+                rxs.pending.push_back(RxFrame::Chunk(d));
+                continue;
+            }
+            if !rxs.chain_discard {
+                let buf = rxs.chain.get_or_insert_with(|| {
+                    let mut b = rxs.spare.pop().unwrap_or_default();
+                    b.clear();
+                    b
+                });
+                if buf.len() + len > self.mtu {
+                    // Larger than any frame we accept: drop the whole chain.
+                    if let Some(b) = rxs.chain.take() {
+                        rxs.spare.push(b);
+                    }
+                    rxs.chain_discard = true;
+                    rxs.dropped += 1;
+                } else {
+                    // SAFETY: `d.addr..d.addr + len` lies inside a UMEM chunk the kernel
+                    // filled (`len <= max_frame` checked above); we own the chunk until
+                    // it goes back on the free list right below.
+                    let data =
+                        unsafe { std::slice::from_raw_parts(base.add(d.addr as usize), len) };
+                    buf.extend_from_slice(data);
+                }
+            }
+            rxs.free.push(d.addr & self.chunk_mask);
+            if !more {
+                if rxs.chain_discard {
+                    rxs.chain_discard = false;
+                } else if let Some(b) = rxs.chain.take() {
+                    rxs.pending.push_back(RxFrame::Assembled(b));
+                }
             }
         }
         self.sock.rx.release(n);
@@ -453,12 +539,14 @@ fn drive_tx(sock: &mut XskSocket, txs: &mut TxState, mask: u64) -> io::Result<()
     Ok(())
 }
 
-/// Receive token: a UMEM chunk lent to the stack, returned to the fill pool after use.
+/// Receive token: a UMEM chunk lent to the stack, returned to the fill pool after use,
+/// or an assembled multi-buffer frame, whose buffer is kept for reuse.
 pub struct RxToken<'a> {
     data: *const u8,
     len: usize,
     addr: u64,
     free: &'a mut Vec<u64>,
+    assembled: Option<(Vec<u8>, &'a mut Vec<Vec<u8>>)>,
 }
 
 impl phy::RxToken for RxToken<'_> {
@@ -466,6 +554,9 @@ impl phy::RxToken for RxToken<'_> {
     where
         F: FnOnce(&[u8]) -> R,
     {
+        if let Some((buf, _)) = &self.assembled {
+            return f(buf);
+        }
         // SAFETY: `data..data+len` lies inside the UMEM chunk of this descriptor (the kernel
         // wrote it, `len <= max_frame`, checked in `pull_rx`); the chunk is owned by this token
         // until `Drop` puts it back on the free list, and the UMEM outlives the borrow `'a`.
@@ -476,7 +567,10 @@ impl phy::RxToken for RxToken<'_> {
 
 impl Drop for RxToken<'_> {
     fn drop(&mut self) {
-        self.free.push(self.addr);
+        match self.assembled.take() {
+            Some((buf, spare)) => spare.push(buf),
+            None => self.free.push(self.addr),
+        }
     }
 }
 
@@ -487,6 +581,54 @@ pub struct TxToken<'a> {
     umem: *mut u8,
     mask: u64,
     max_frame: usize,
+    /// Largest frame: `max_frame`, or up to [`MAX_CHAIN`] chunks with multi-buffer.
+    largest: usize,
+}
+
+/// Send a frame larger than one chunk as a descriptor chain: built in `txs.scratch`, then
+/// copied chunk by chunk (`XDP_PKT_CONTD` on all but the last descriptor).
+fn consume_chain<R>(
+    sock: &mut XskSocket,
+    txs: &mut TxState,
+    umem: *mut u8,
+    mask: u64,
+    max_frame: usize,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> R {
+    let need = len.div_ceil(max_frame);
+    if txs.free.len() < need || (sock.tx.free(need as u32) as usize) < need {
+        let _ = drive_tx(sock, txs, mask);
+    }
+    txs.scratch.resize(len, 0);
+    let r = f(&mut txs.scratch[..len]);
+    if txs.free.len() < need || (sock.tx.free(need as u32) as usize) < need {
+        txs.dropped += 1;
+        return r;
+    }
+    for (i, piece) in txs.scratch[..len].chunks(max_frame).enumerate() {
+        let Some(addr) = txs.free.pop() else {
+            break; // checked above
+        };
+        // SAFETY: `addr` is a TX chunk owned by us (popped from the free list: not on any
+        // ring), `piece.len() <= max_frame < chunk size`, and the UMEM outlives the token.
+        let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(addr as usize), piece.len()) };
+        buf.copy_from_slice(piece);
+        let pushed = sock.tx.push(libc::xdp_desc {
+            addr,
+            len: piece.len() as u32,
+            options: if i + 1 < need { libc::XDP_PKT_CONTD } else { 0 },
+        });
+        debug_assert!(pushed, "slots checked above");
+    }
+    txs.frames += 1;
+    txs.bytes += len as u64;
+    if sock.tx.unpublished() >= txs.batch {
+        if let Err(_e) = drive_tx(sock, txs, mask) {
+            txs.dropped += 1;
+        }
+    }
+    r
 }
 
 impl phy::TxToken for TxToken<'_> {
@@ -500,7 +642,11 @@ impl phy::TxToken for TxToken<'_> {
             umem,
             mask,
             max_frame,
+            largest,
         } = self;
+        if len > max_frame && len <= largest {
+            return consume_chain(sock, txs, umem, mask, max_frame, len, f);
+        }
         if txs.free.is_empty() || sock.tx.free(1) == 0 {
             let _ = drive_tx(sock, txs, mask);
         }
@@ -545,26 +691,44 @@ impl phy::Device for AfXdpNic {
             self.refill();
             self.pull_rx();
         }
-        let d = self.rxs.pending.pop_front()?;
+        let frame = self.rxs.pending.pop_front()?;
         self.rxs.frames += 1;
-        self.rxs.bytes += u64::from(d.len);
         let base = self.umem.base();
-        // SAFETY: `d.addr` is an offset inside the UMEM (the kernel only returns chunks we
-        // put on the fill ring) and `d.len <= max_frame` (checked in `pull_rx`).
-        let data = unsafe { base.add(d.addr as usize) };
+        let rx = match frame {
+            RxFrame::Chunk(d) => {
+                self.rxs.bytes += u64::from(d.len);
+                // SAFETY: `d.addr` is an offset inside the UMEM (the kernel only returns
+                // chunks we put on the fill ring) and `d.len <= max_frame` (checked in
+                // `pull_rx`).
+                let data = unsafe { base.add(d.addr as usize) };
+                RxToken {
+                    data,
+                    len: d.len as usize,
+                    addr: d.addr & self.chunk_mask,
+                    free: &mut self.rxs.free,
+                    assembled: None,
+                }
+            }
+            RxFrame::Assembled(buf) => {
+                self.rxs.bytes += buf.len() as u64;
+                RxToken {
+                    data: std::ptr::null(),
+                    len: 0,
+                    addr: 0,
+                    free: &mut self.rxs.free,
+                    assembled: Some((buf, &mut self.rxs.spare)),
+                }
+            }
+        };
         Some((
-            RxToken {
-                data,
-                len: d.len as usize,
-                addr: d.addr & self.chunk_mask,
-                free: &mut self.rxs.free,
-            },
+            rx,
             TxToken {
                 sock: &mut self.sock,
                 txs: &mut self.txs,
                 umem: base,
                 mask: self.chunk_mask,
                 max_frame: self.max_frame,
+                largest: self.mtu,
             },
         ))
     }
@@ -582,6 +746,7 @@ impl phy::Device for AfXdpNic {
             umem: self.umem.base(),
             mask: self.chunk_mask,
             max_frame: self.max_frame,
+            largest: self.mtu,
         })
     }
 

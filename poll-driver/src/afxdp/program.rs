@@ -27,6 +27,8 @@ const PROGRAM_NAME: &str = "xwarp_steer";
 const XDP_PASS: i32 = 2;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
+/// `prog_flags` bit: the program handles multi-buffer (fragmented) frames.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 
 /// Which frames the steering program hands to the engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -367,9 +369,26 @@ impl XdpProgram {
     /// `[A-Za-z0-9_.]`). Only names starting with [`PROGRAM_NAME_PREFIX`] count as xwarp's
     /// when a stale program is found; tests use other names to play a foreign program.
     pub fn load_named(filter: &SteeringFilter, queues: u32, name: &str) -> io::Result<Self> {
+        Self::load_flags(filter, queues, name, 0)
+    }
+
+    /// [`XdpProgram::load`] flagged `BPF_F_XDP_HAS_FRAGS`: the program only reads the
+    /// first buffer, so frames larger than a page (multi-buffer, jumbo MTU) may reach it.
+    /// Native mode refuses a program without the flag on an interface whose MTU exceeds a
+    /// page (afxdp-notes.md).
+    pub fn load_with_frags(filter: &SteeringFilter, queues: u32) -> io::Result<Self> {
+        Self::load_flags(filter, queues, PROGRAM_NAME, BPF_F_XDP_HAS_FRAGS)
+    }
+
+    fn load_flags(
+        filter: &SteeringFilter,
+        queues: u32,
+        name: &str,
+        flags: u32,
+    ) -> io::Result<Self> {
         let map = bpf::create_xskmap(queues.max(1))?;
         let insns = steering_program(filter, map.as_raw_fd())?;
-        let prog = bpf::prog_load_xdp(&insns, name, 0)?;
+        let prog = bpf::prog_load_xdp(&insns, name, flags)?;
         let (_, id) = bpf::prog_name_and_id(&prog)?;
         Ok(XdpProgram { prog, map, id })
     }
@@ -562,8 +581,25 @@ impl Steering {
         mode: XdpMode,
         force: bool,
     ) -> io::Result<std::sync::Arc<Self>> {
+        Self::attach_with_frags(ifindex, filter, queues, mode, force, false)
+    }
+
+    /// [`Steering::attach`]; with `frags` the program is loaded with
+    /// [`XdpProgram::load_with_frags`] (needed for multi-buffer sockets).
+    pub fn attach_with_frags(
+        ifindex: u32,
+        filter: &SteeringFilter,
+        queues: u32,
+        mode: XdpMode,
+        force: bool,
+        frags: bool,
+    ) -> io::Result<std::sync::Arc<Self>> {
         let queues = queues.max(1);
-        let program = XdpProgram::load(filter, queues)?;
+        let program = if frags {
+            XdpProgram::load_with_frags(filter, queues)?
+        } else {
+            XdpProgram::load(filter, queues)?
+        };
         let link = program.attach(ifindex, mode, force)?;
         Ok(std::sync::Arc::new(Steering {
             link,

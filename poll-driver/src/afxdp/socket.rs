@@ -111,6 +111,9 @@ pub struct BindOptions {
     pub zero_copy: bool,
     /// Use `XDP_USE_NEED_WAKEUP`: the kernel flags rings that need a syscall.
     pub need_wakeup: bool,
+    /// Use `XDP_USE_SG`: frames larger than a chunk travel as descriptor chains
+    /// (`XDP_PKT_CONTD` on every descriptor but the last), in both directions.
+    pub multi_buffer: bool,
 }
 
 /// An AF_XDP socket bound to one (interface, queue), with its UMEM registered and its rings
@@ -266,6 +269,9 @@ impl XskSocket {
         };
         if opts.need_wakeup {
             flags |= libc::XDP_USE_NEED_WAKEUP;
+        }
+        if opts.multi_buffer {
+            flags |= libc::XDP_USE_SG;
         }
         let sa = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
