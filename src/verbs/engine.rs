@@ -699,34 +699,26 @@ impl VerbsHost {
     }
 
     fn accept(&mut self, conn_id: ProtoConnId, qpn: u32, private_data: Vec<u8>, now: Instant) {
-        let Some(Owner::Pending { raw, .. }) = self.owners.remove(&conn_id) else {
+        let Some(Owner::Pending {
+            raw, probe, peer, ..
+        }) = self.owners.remove(&conn_id)
+        else {
             if let Some(slot) = self.qps.get(&qpn) {
                 slot.event(CmEvent::ConnectError("request no longer pending".into()));
             }
             return;
         };
         let Some(slot) = self.qps.get(&qpn) else {
+            // The accepting QP is gone: drop the connection.
             self.owners.insert(
                 conn_id,
-                Owner::Detached {
-                    conn: match Connection::responder(
-                        ConnConfig::new(QpConfig {
-                            pd: PdId(0),
-                            ird: 1,
-                            ord: 1,
-                            sq_depth: 1,
-                            rq: xwarp_rdmap::RqConfig::Own(1),
-                        }),
-                        now,
-                    ) {
-                        Ok(mut c) => {
-                            c.close();
-                            c
-                        }
-                        Err(_) => return,
-                    },
-                    txbuf: Vec::new(),
-                    txoff: 0,
+                Owner::Pending {
+                    token: 0,
+                    peer,
+                    probe,
+                    raw,
+                    reported: true,
+                    abort: true,
                 },
             );
             return;
