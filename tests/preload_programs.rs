@@ -935,3 +935,50 @@ while True:
         "hello exec-ok child-ebadf"
     );
 }
+
+#[test]
+fn blocking_calls_follow_eintr_and_sa_restart_and_exit_with_a_blocked_thread_is_prompt() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let dir = scratch("eintr");
+    let bin = dir.join("eintr");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/eintr.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc eintr.c");
+    let net = Net::new(69);
+    let b = net.pair.addr_b.to_string();
+    let peer = format!(
+        r#"
+import socket, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("{b}", 7300)); l.listen()
+while True:
+    c, _ = l.accept()
+    if c.getpeername()[0] == "{b}":
+        c.close(); continue
+    time.sleep(1.0); c.sendall(b"late")
+    while c.recv(100): pass
+    c.close(); break
+"#
+    );
+    let _peer = spawn(net.kernel(false, 30, "python3", &["-c", &peer]), "peer");
+    wait_port(&net, net.pair.addr_b, 7300);
+    let t = Instant::now();
+    let out = run(
+        net.shimmed(20, bin.to_str().unwrap(), &[&b, "7300"]),
+        "eintr under shim",
+    );
+    let secs = t.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("OK eintr=1 restarted=late handlers=2"),
+        "{text}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine started"));
+    // ~1 s of waiting for the peer, then exit with a thread still inside recv.
+    assert!(secs < 4.0, "exit with a blocked thread took {secs:.1} s");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 
 use xwarp_stack::Phase;
 
-use crate::sock::{self, Sock};
+use crate::sock::{self, Closing, Sock};
 
 /// How long `exit` waits at most for connections to finish.
 const EXIT_LINGER: Duration = Duration::from_secs(5);
+
+/// How long `exit` waits for final handshakes once no data is outstanding.
+const QUIET_GRACE: Duration = Duration::from_millis(50);
 
 extern "C" fn flush_at_exit() {
     let deadline = Instant::now() + EXIT_LINGER;
@@ -26,16 +29,28 @@ extern "C" fn flush_at_exit() {
             }
         }
     }
+    // Wait while data or a FIN is still on its way; once only final handshakes remain
+    // (everything sent, end of stream received), give them a short grace period.
+    let mut quiet_since: Option<Instant> = None;
     loop {
-        let lingering = sock::reap();
-        let open_left = open
-            .iter()
-            .filter(|s| match &***s {
-                Sock::Stream(st) => st.common.alive() && !st.drain_finished(),
-                _ => false,
-            })
-            .count();
-        if lingering + open_left == 0 || Instant::now() >= deadline {
+        let mut busy = sock::reap();
+        for s in &open {
+            if let Sock::Stream(st) = &**s {
+                if st.common.alive() && st.closing() == Closing::Busy {
+                    busy += 1;
+                }
+            }
+        }
+        let now = Instant::now();
+        if busy == 0 {
+            let since = *quiet_since.get_or_insert(now);
+            if now.duration_since(since) >= QUIET_GRACE {
+                break;
+            }
+        } else {
+            quiet_since = None;
+        }
+        if now >= deadline {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));

@@ -605,6 +605,9 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                     } else if let Err(e) =
                         sock::wait_readable(st.common.evfd, deadline, sock::MAX_SLEEP)
                     {
+                        if e == libc::EINTR && deadline.is_none() && sock::restart_after_signal() {
+                            continue;
+                        }
                         break if done > 0 { Ok(done) } else { Err(e) };
                     }
                 }

@@ -213,18 +213,40 @@ const LINGER_LIMIT: Duration = Duration::from_secs(60);
 /// engine reports them closed, so `exit` can wait for their data like the kernel would.
 static LINGER: Mutex<Vec<(Stream, Instant)>> = Mutex::new(Vec::new());
 
-fn finished(s: &mut Stream) -> bool {
+/// How far a closed (or closing-at-exit) connection got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closing {
+    /// Closed or failed: nothing left to do.
+    Done,
+    /// End of stream received and every byte handed to the engine: only the final
+    /// handshake (or TIME-WAIT) remains.
+    Quiet,
+    /// Data or the peer's FIN still outstanding.
+    Busy,
+}
+
+fn closing(s: &mut Stream) -> Closing {
     // Discard what the peer still sends, so its FIN can arrive.
     let mut scratch = [0u8; 4096];
+    let mut eof = false;
     loop {
         match s.try_read(&mut scratch) {
-            Ok(0) => break,
+            Ok(0) => {
+                eof = true;
+                break;
+            }
             Ok(_) => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => return true,
+            Err(_) => return Closing::Done,
         }
     }
-    s.phase() == Phase::Closed || s.error().is_some()
+    if s.phase() == Phase::Closed || s.error().is_some() {
+        Closing::Done
+    } else if eof && s.tx_queued() == 0 {
+        Closing::Quiet
+    } else {
+        Closing::Busy
+    }
 }
 
 /// The program closed its last descriptor of `sock`: close gracefully in the background.
@@ -243,15 +265,23 @@ pub(crate) fn retire(sock: Arc<Sock>) {
     reap();
 }
 
-/// Drop lingering connections that finished (or waited too long); returns how many remain.
+/// Drop lingering connections that finished (or waited too long); returns how many
+/// remain that still move data (`Busy`).
 pub(crate) fn reap() -> usize {
     let mut l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
     if l.is_empty() {
         return 0;
     }
     let now = Instant::now();
-    l.retain_mut(|(s, t)| !finished(s) && now.duration_since(*t) < LINGER_LIMIT);
-    l.len()
+    let mut busy = 0;
+    l.retain_mut(|(s, t)| {
+        let c = closing(s);
+        if c == Closing::Busy {
+            busy += 1;
+        }
+        c != Closing::Done && now.duration_since(*t) < LINGER_LIMIT
+    });
+    busy
 }
 
 // ---------------------------------------------------------------------------------------
@@ -327,7 +357,31 @@ pub(crate) fn wait_readable(
     Ok(())
 }
 
-/// Run `op` until it stops saying `EAGAIN`: spin for `spin`, then sleep on `fd`.
+/// After a signal interrupted a blocking call: restart it (`true`) like the kernel does
+/// for `SA_RESTART` handlers. The interrupting signal is not known here, so the call is
+/// restarted only if every installed handler has `SA_RESTART`.
+pub(crate) fn restart_after_signal() -> bool {
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: all-zero is a valid sigaction to be overwritten.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: query only (null new action).
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let h = old.sa_sigaction;
+        if h != libc::SIG_DFL && h != libc::SIG_IGN && old.sa_flags & libc::SA_RESTART == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Run `op` until it stops saying `EAGAIN`: spin for `spin`, then sleep on `fd`. A signal
+/// ends the call with `EINTR` unless it is restarted ([`restart_after_signal`]; never
+/// with a timeout, as the kernel does for `SO_RCVTIMEO`/`SO_SNDTIMEO`).
 pub(crate) fn block<T>(
     fd: RawFd,
     spin: Duration,
@@ -349,7 +403,10 @@ pub(crate) fn block<T>(
             std::hint::spin_loop();
             continue;
         }
-        wait_readable(fd, deadline, MAX_SLEEP)?;
+        match wait_readable(fd, deadline, MAX_SLEEP) {
+            Err(libc::EINTR) if timeout.is_none() && restart_after_signal() => {}
+            r => r?,
+        }
     }
 }
 
@@ -636,9 +693,9 @@ impl StreamSock {
         g.pos < g.pending.len() || g.eof
     }
 
-    /// At exit: discard unread input; `true` once the connection is closed or failed.
-    pub(crate) fn drain_finished(&self) -> bool {
-        finished(&mut self.lock().stream)
+    /// At exit: discard unread input; how far the close got.
+    pub(crate) fn closing(&self) -> Closing {
+        closing(&mut self.lock().stream)
     }
 
     /// Bytes written but not yet taken by the engine.
