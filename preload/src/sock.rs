@@ -776,3 +776,171 @@ pub(crate) fn readiness(s: &Sock, want: Events) -> Events {
         Sock::Stream(st) => st.readiness(want),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The readiness-descriptor invariants over two engines joined by the virtual wire
+    //! (no root needed).
+    use super::*;
+    use std::net::Ipv4Addr;
+    use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+    use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
+    use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
+
+    struct End {
+        stack: StackHandle,
+        _engine: EngineHandle<VirtualNic, TcpService>,
+    }
+
+    fn pair() -> (End, End) {
+        let (a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+        let start = |nic: VirtualNic, last: u8| {
+            let cfg = StackConfig {
+                mac: [0x02, 0x78, 0x70, 0, 0, last],
+                ipv4: Some((Ipv4Addr::new(10, 79, 0, last), 24)),
+                ..StackConfig::default()
+            };
+            let (service, stack) = new_stack(cfg).unwrap();
+            let engine = Engine::spawn(EngineConfig::default(), nic, service).unwrap();
+            let bell = engine.doorbell();
+            stack.set_kick(Arc::new(move || bell.ring()));
+            End {
+                stack,
+                _engine: engine,
+            }
+        };
+        (start(a, 1), start(b, 2))
+    }
+
+    /// `true` if `fd` polls readable within `ms`.
+    fn fd_readable(fd: RawFd, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    fn connected() -> (End, End, StreamSock, Stream) {
+        let (a, b) = pair();
+        let addr = "10.79.0.2:7000".parse().unwrap();
+        let ls = b.stack.listen(addr, 8, Duration::from_secs(5)).unwrap();
+        let l = ListenerSock::new(ls, libc::AF_INET, true, Opts::default());
+        assert_eq!(l.readiness(), 0, "no connection yet");
+        let client = a.stack.connect(addr, None, None).unwrap();
+        // The listener's descriptor fires once the connection is queued.
+        assert!(fd_readable(l.common.evfd, 5000), "listener fd never fired");
+        assert_eq!(l.readiness(), libc::POLLIN);
+        let server = l.accept_once().unwrap();
+        assert_eq!(l.accept_once().err(), Some(libc::EAGAIN));
+        let ring = b.stack.config().ring_size;
+        let st = StreamSock::new(server, libc::AF_INET, true, Opts::default(), ring);
+        (a, b, st, client)
+    }
+
+    #[test]
+    fn descriptor_is_readable_exactly_while_bytes_wait_and_wakes_on_new_bytes() {
+        let (_a, _b, st, mut client) = connected();
+        let evfd = st.common.evfd;
+        // Nothing to read: the probe drains the descriptor and registers interest.
+        assert_eq!(st.readiness(libc::POLLIN) & libc::POLLIN, 0);
+        assert!(
+            !fd_readable(evfd, 0),
+            "descriptor readable with nothing to read"
+        );
+        // Bytes arrive: the descriptor fires by itself (no probe needed).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !client.poll_connect().unwrap() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        client.try_write(b"hello world").unwrap();
+        assert!(fd_readable(evfd, 5000), "no wakeup for new bytes");
+        assert!(st.readiness(libc::POLLIN) & libc::POLLIN != 0);
+        // A partial read leaves the rest readable and the descriptor still readable
+        // (level-triggered pollers must see it).
+        let mut five = [0u8; 5];
+        assert_eq!(st.read_once(&mut [&mut five[..]], false), Ok(5));
+        assert_eq!(&five, b"hello");
+        assert!(fd_readable(evfd, 0));
+        // MSG_PEEK leaves the bytes in place.
+        let mut peek = [0u8; 64];
+        assert_eq!(st.read_once(&mut [&mut peek[..]], true), Ok(6));
+        let mut rest = [0u8; 64];
+        assert_eq!(st.read_once(&mut [&mut rest[..]], false), Ok(6));
+        assert_eq!(&rest[..6], b" world");
+        assert_eq!(st.read_once(&mut [&mut rest[..]], false), Err(libc::EAGAIN));
+        assert!(!fd_readable(evfd, 0), "descriptor readable after EAGAIN");
+        // A short read registered interest: the next bytes signal again (edge for nginx).
+        client.try_write(b"again").unwrap();
+        assert!(fd_readable(evfd, 5000), "no wakeup after a short read");
+        let mut v = [0u8; 3];
+        let mut w = [0u8; 8];
+        assert_eq!(st.read_once(&mut [&mut v[..], &mut w[..]], false), Ok(5));
+        assert_eq!((&v[..], &w[..2]), (&b"aga"[..], &b"in"[..]));
+        // End of stream: readable with RDHUP, reads return 0.
+        client.shutdown_write().unwrap();
+        // As a poller does: sleep on the descriptor, re-check (wakeups may be spurious,
+        // never lost).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ev = loop {
+            assert!(fd_readable(evfd, 5000), "no wakeup for the FIN");
+            let ev = st.readiness(libc::POLLIN | libc::POLLOUT);
+            if ev & libc::POLLIN != 0 || Instant::now() > deadline {
+                break ev;
+            }
+        };
+        assert!(
+            ev & libc::POLLIN != 0 && ev & libc::POLLRDHUP != 0,
+            "{ev:#x}"
+        );
+        assert!(
+            ev & libc::POLLOUT != 0,
+            "still writable after the peer's FIN"
+        );
+        assert_eq!(st.read_once(&mut [&mut rest[..]], false), Ok(0));
+    }
+
+    #[test]
+    fn writes_report_eagain_when_the_ring_is_full_and_writability_returns() {
+        let (_a, _b, st, mut client) = connected();
+        assert!(st.readiness(libc::POLLOUT) & libc::POLLOUT != 0);
+        // The client does not read: fill the server's ring and the TCP windows.
+        let chunk = vec![0x5au8; 64 << 10];
+        let mut sent = 0usize;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match st.write_once(&[&chunk]) {
+                Ok(n) => sent += n,
+                Err(libc::EAGAIN) => break,
+                Err(e) => panic!("write: {e}"),
+            }
+            assert!(Instant::now() < deadline, "ring never filled");
+        }
+        assert!(sent >= st.ring_size, "only {sent} bytes queued");
+        // Drain on the client; POLLOUT comes back.
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0usize;
+        while got < sent {
+            match client.try_read(&mut buf) {
+                Ok(n) => {
+                    assert!(buf[..n].iter().all(|&b| b == 0x5a));
+                    got += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    client
+                        .wait(Some(Instant::now() + Duration::from_secs(5)))
+                        .unwrap();
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+            assert!(
+                Instant::now() < deadline + Duration::from_secs(10),
+                "drain stalled"
+            );
+        }
+        assert_eq!(got, sent);
+        assert!(st.readiness(libc::POLLOUT) & libc::POLLOUT != 0);
+    }
+}
