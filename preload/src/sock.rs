@@ -26,7 +26,7 @@ use crate::real;
 pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 /// How much a readiness probe pulls out of the receive ring into the socket's own buffer.
-const PROBE_BYTES: usize = 64 << 10;
+const PROBE_BYTES: usize = 16 << 10;
 
 /// Socket options the shim remembers and reports back (the engine applies only nodelay).
 #[derive(Debug, Clone, Copy, Default)]
@@ -99,6 +99,8 @@ pub(crate) struct StreamInner {
     pub(crate) stream: Stream,
     /// Bytes a readiness probe took out of the ring, served before the ring.
     pending: Vec<u8>,
+    /// Valid bytes in `pending` (the buffer itself is allocated once, never re-zeroed).
+    plen: usize,
     pos: usize,
     eof: bool,
     pub(crate) read_shut: bool,
@@ -430,6 +432,7 @@ impl StreamSock {
             inner: Mutex::new(StreamInner {
                 stream,
                 pending: Vec::new(),
+                plen: 0,
                 pos: 0,
                 eof: false,
                 read_shut: false,
@@ -448,12 +451,14 @@ impl StreamSock {
     /// One non-blocking attempt to fill `pending` from the ring. `Ok(true)`: readable
     /// (data, end of stream or error recorded). Leaves the eventfd readable iff readable.
     fn fill(&self, g: &mut StreamInner) -> bool {
-        if g.pos < g.pending.len() || g.eof || g.read_shut || g.so_error.is_some() {
+        if g.pos < g.plen || g.eof || g.read_shut || g.so_error.is_some() {
             return true;
         }
-        g.pending.clear();
+        g.plen = 0;
         g.pos = 0;
-        g.pending.resize(PROBE_BYTES, 0);
+        if g.pending.len() < PROBE_BYTES {
+            g.pending.resize(PROBE_BYTES, 0);
+        }
         let mut r = g.stream.try_read(&mut g.pending);
         if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             // Drain, then re-check with interest registered: a signal raised after the
@@ -466,20 +471,20 @@ impl StreamSock {
         }
         match r {
             Ok(0) => {
-                g.pending.clear();
+                g.plen = 0;
                 g.eof = true;
                 true
             }
             Ok(n) => {
-                g.pending.truncate(n);
+                g.plen = n;
                 true
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                g.pending.clear();
+                g.plen = 0;
                 false
             }
             Err(e) => {
-                g.pending.clear();
+                g.plen = 0;
                 g.so_error = Some(errno_of(&e));
                 true
             }
@@ -497,12 +502,7 @@ impl StreamSock {
             return Ok(0);
         }
         // Large reads with nothing pending go straight from the ring into the first buffer.
-        if g.pos >= g.pending.len()
-            && !peek
-            && !g.eof
-            && g.so_error.is_none()
-            && bufs[0].len() >= 4096
-        {
+        if g.pos >= g.plen && !peek && !g.eof && g.so_error.is_none() && bufs[0].len() >= 4096 {
             let b0 = &mut *bufs[0];
             let mut r = g.stream.try_read(b0);
             if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
@@ -530,7 +530,7 @@ impl StreamSock {
         if !self.fill(&mut g) {
             return Err(libc::EAGAIN);
         }
-        if g.pos >= g.pending.len() {
+        if g.pos >= g.plen {
             if let Some(e) = g.so_error {
                 if !peek {
                     g.so_error = None;
@@ -544,18 +544,18 @@ impl StreamSock {
         let mut pos = g.pos;
         let mut last = (0, 0);
         for (i, b) in bufs.iter_mut().enumerate() {
-            let take = b.len().min(g.pending.len() - pos);
+            let take = b.len().min(g.plen - pos);
             b[..take].copy_from_slice(&g.pending[pos..pos + take]);
             pos += take;
             n += take;
             last = (i, take);
-            if pos == g.pending.len() {
+            if pos == g.plen {
                 break;
             }
         }
         if !peek {
             g.pos = pos;
-            if pos == g.pending.len() && n < total {
+            if pos == g.plen && n < total {
                 let (i, off) = last;
                 n += Self::top_up(&mut g, &mut bufs[i][off..]);
             }
@@ -621,7 +621,7 @@ impl StreamSock {
                             break;
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            let readable = g.pos < g.pending.len() || g.eof;
+                            let readable = g.pos < g.plen || g.eof;
                             if readable || self.fill(&mut g) {
                                 signal(self.common.evfd);
                             }
@@ -684,13 +684,13 @@ impl StreamSock {
     pub(crate) fn available(&self) -> usize {
         let mut g = self.lock();
         self.fill(&mut g);
-        g.pending.len() - g.pos.min(g.pending.len())
+        g.plen - g.pos.min(g.plen)
     }
 
     /// `true` if bytes or end of stream wait in the shim's buffer (cheap, no probe).
     pub(crate) fn available_cached(&self) -> bool {
         let g = self.lock();
-        g.pos < g.pending.len() || g.eof
+        g.pos < g.plen || g.eof
     }
 
     /// At exit: discard unread input; how far the close got.
