@@ -651,6 +651,50 @@ fn blocked_accept_returns_when_engine_stops() {
     );
 }
 
+/// Same for a thread blocked in `TcpStream::read` and one blocked in `write` (full rings):
+/// both fail with `ConnectionAborted` once their engines stop. Needs no root.
+#[test]
+fn blocked_read_and_write_return_when_engine_stops() {
+    let (a, b) = xwarp::net::vwire_pair(Default::default()).expect("vwire pair");
+    let addr: SocketAddr = "10.77.0.2:81".parse().unwrap();
+    let listener = TcpListener::bind(b.stack(), addr).unwrap();
+    // Connection 1: its server reads, its client never writes.
+    let silent_client = TcpStream::connect(a.stack(), addr).expect("connect 1");
+    let (mut reader, _) = listener.accept().expect("accept 1");
+    // Connection 2: its client writes, its server never reads (rings and window fill).
+    let mut writer = TcpStream::connect(a.stack(), addr).expect("connect 2");
+    let (unread_server, _) = listener.accept().expect("accept 2");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader_tx = tx.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        let _ = reader_tx.send(("read", reader.read(&mut buf).map_err(|e| e.kind())));
+    });
+    std::thread::spawn(move || {
+        let chunk = vec![7u8; 1 << 20];
+        let r: Result<usize, io::ErrorKind> = loop {
+            if let Err(e) = writer.write(&chunk) {
+                break Err(e.kind());
+            }
+        };
+        let _ = tx.send(("write", r));
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    drop(b);
+    drop(a);
+    for _ in 0..2 {
+        let (what, r) = rx
+            .recv_timeout(Duration::from_secs(3))
+            .expect("a blocked read or write still blocked 3 s after its engine stopped");
+        assert_eq!(
+            r,
+            Err(io::ErrorKind::ConnectionAborted),
+            "{what} on a stopped engine"
+        );
+    }
+    drop((silent_client, unread_server));
+}
+
 /// Why [`RxChecksum::TrustL4`] is the default: a kernel veth peer sends partial TCP
 /// checksums (afxdp-notes.md), so an engine verifying L4 checksums drops even its SYN.
 #[test]

@@ -18,6 +18,9 @@ use crate::config::StackConfig;
 use crate::service::{StackStats, StatsCell};
 use crate::shared::{ListenerShared, Phase, SocketError, SocketShared, WANT_READ, WANT_WRITE};
 
+/// How often a blocked [`Stream::wait`] checks whether its engine stopped.
+pub(crate) const ENGINE_CHECK: Duration = Duration::from_millis(50);
+
 /// Wakes the engine after an application queued work (the engine's doorbell).
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
 
@@ -200,9 +203,25 @@ impl Stream {
         }
     }
 
-    /// Sleep until the readiness descriptor fires or `deadline` passes (`false`).
+    /// Sleep until the readiness descriptor fires, the engine stops (`true`: the next
+    /// operation reports it) or `deadline` passes (`false`).
+    ///
+    /// A stopped engine signals nothing, so the sleep is cut into slices of
+    /// 50 ms after which the rings are checked for an engine that went away.
     pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        self.shared.readiness.wait(deadline)
+        loop {
+            let slice = Instant::now() + ENGINE_CHECK;
+            let until = deadline.map_or(slice, |d| d.min(slice));
+            if self.shared.readiness.wait(Some(until))? {
+                return Ok(true);
+            }
+            if self.rx.is_abandoned() || self.tx.is_abandoned() {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+        }
     }
 
     fn mark_dirty(&self) {
