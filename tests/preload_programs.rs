@@ -982,3 +982,80 @@ while True:
     assert!(secs < 4.0, "exit with a blocked thread took {secs:.1} s");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ipv6_and_dual_stack_listener_and_ipv6_client() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    ensure_tool("curl", "curl");
+    let net = Net::new(70);
+    net.pair
+        .b
+        .ip(&[
+            "addr",
+            "add",
+            "fd00:88:70::2/64",
+            "dev",
+            &net.pair.if_b,
+            "nodad",
+        ])
+        .expect("ipv6 on B");
+    let dir = scratch("v6");
+    let blob = random_file(&dir, 4);
+    let want = sha256(&blob);
+    // A `::` listener on the engine (IPv6 + IPv4-mapped), python's dual-stack server.
+    let mut srv = net.shimmed(
+        60,
+        "python3",
+        &["-m", "http.server", "8000", "--bind", "::"],
+    );
+    srv.env("XWARP_ADDR6", "fd00:88:70::10/64")
+        .current_dir(&dir);
+    let srv = spawn(srv, "python http.server ::");
+    wait_port(&net, net.engine, 8000);
+    for (i, url) in [
+        "http://[fd00:88:70::10]:8000/blob",
+        &format!("http://{}:8000/blob", net.engine),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dl = dir.join(format!("dl{i}"));
+        run(
+            net.kernel(false, 30, "curl", &["-sS", "-o", dl.to_str().unwrap(), url]),
+            "curl",
+        );
+        assert_eq!(sha256(&dl), want, "{url}");
+    }
+    drop(srv);
+    std::thread::sleep(Duration::from_millis(200));
+    // An IPv6 client on the engine against a kernel server.
+    let mut ks = net.kernel(
+        false,
+        60,
+        "python3",
+        &["-m", "http.server", "8001", "--bind", "fd00:88:70::2"],
+    );
+    ks.current_dir(&dir);
+    let _ks = spawn(ks, "kernel http.server v6");
+    std::thread::sleep(Duration::from_millis(700));
+    let dl = dir.join("dl6c");
+    let mut c = net.shimmed(
+        30,
+        "curl",
+        &[
+            "-sS",
+            "--retry",
+            "3",
+            "--retry-connrefused",
+            "-o",
+            dl.to_str().unwrap(),
+            "http://[fd00:88:70::2]:8001/blob",
+        ],
+    );
+    c.env("XWARP_ADDR6", "fd00:88:70::10/64");
+    let out = run(c, "curl -6 under shim");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine started"));
+    assert_eq!(sha256(&dl), want, "IPv6 client download");
+    let _ = std::fs::remove_dir_all(&dir);
+}
