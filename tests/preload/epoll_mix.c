@@ -6,10 +6,11 @@
  * usage: epoll_mix PORT CONNECTIONS
  *   Serves CONNECTIONS echo connections (read until EAGAIN, write back with EPOLLOUT when
  *   the send side is full), then prints one line
- *     OK conns=N bytes=B pipe=P timer=T udp=U second_set=S
+ *     OK conns=N bytes=B pipe=P timer=T udp=U second_set=S oneshot=O
  *   and exits 0. Any unexpected condition prints "FAIL ..." and exits 1.
  *   The listener is also registered in a second epoll set (level-triggered) to check that
- *   one descriptor in several sets is reported by each.
+ *   one descriptor in several sets is reported by each, and in a third set with
+ *   EPOLLONESHOT (reported once, silent until EPOLL_CTL_MOD re-arms it).
  *   UDP: a datagram sent to 127.0.0.1:PORT is echoed (kernel fallback for UDP).
  */
 #define _GNU_SOURCE
@@ -124,6 +125,13 @@ int main(int argc, char **argv) {
     struct epoll_event ev2 = {.events = EPOLLIN, .data.fd = ls};
     if (epoll_ctl(ep2, EPOLL_CTL_ADD, ls, &ev2) < 0)
         fail("epoll_ctl listener set 2");
+    /* A third set holds the listener with EPOLLONESHOT: one report, then silence until
+     * EPOLL_CTL_MOD re-arms it. */
+    int ep3 = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev3 = {.events = EPOLLIN | EPOLLONESHOT, .data.fd = ls};
+    if (ep3 < 0 || epoll_ctl(ep3, EPOLL_CTL_ADD, ls, &ev3) < 0)
+        fail("epoll_ctl listener set 3");
+    int armed = 1, oneshot = 0, listener_events = 0;
     int kfds[3] = {pipefd[0], tfd, us};
     for (int i = 0; i < 3; i++) {
         struct epoll_event e = {.events = EPOLLIN | EPOLLET, .data.fd = kfds[i]};
@@ -160,6 +168,20 @@ int main(int argc, char **argv) {
                 struct epoll_event e2[4];
                 if (epoll_wait(ep2, e2, 4, 0) > 0 && e2[0].data.fd == ls)
                     second_set++;
+                int n3 = epoll_wait(ep3, e2, 4, 0);
+                if (!armed && n3 != 0) {
+                    printf("FAIL EPOLLONESHOT reported a disarmed descriptor\n");
+                    return 1;
+                }
+                if (armed && n3 == 1) {
+                    oneshot++;
+                    armed = 0;
+                }
+                if (++listener_events % 2 == 0 && !armed) {
+                    if (epoll_ctl(ep3, EPOLL_CTL_MOD, ls, &ev3) < 0)
+                        fail("epoll_ctl MOD set 3");
+                    armed = 1;
+                }
                 for (;;) {
                     int c = accept4(ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                     if (c < 0) {
@@ -243,7 +265,7 @@ int main(int argc, char **argv) {
         }
     }
     pthread_join(th, NULL);
-    printf("OK conns=%d bytes=%ld pipe=%ld timer=%ld udp=%ld second_set=%d\n", closed, bytes, pipes,
-           timers, udps, second_set);
+    printf("OK conns=%d bytes=%ld pipe=%ld timer=%ld udp=%ld second_set=%d oneshot=%d\n", closed, bytes,
+           pipes, timers, udps, second_set, oneshot);
     return 0;
 }
