@@ -84,7 +84,9 @@ pub fn plan(
         let Some(a) = args.get(i) else {
             return Err("missing `-- CMD`".into());
         };
-        let s = a.to_str().ok_or_else(|| format!("option {a:?} is not UTF-8"))?;
+        let s = a
+            .to_str()
+            .ok_or_else(|| format!("option {a:?} is not UTF-8"))?;
         if s == "--" {
             break i + 1;
         }
@@ -213,8 +215,16 @@ mod tests {
     fn options_become_variables_and_the_shim_is_found_next_to_xwarp() {
         let p = plan(
             &os(&[
-                "--iface", "veth-a", "--addr=10.88.1.10/24", "--strict", "--log", "info", "--",
-                "redis-server", "--port", "6379",
+                "--iface",
+                "veth-a",
+                "--addr=10.88.1.10/24",
+                "--strict",
+                "--log",
+                "info",
+                "--",
+                "redis-server",
+                "--port",
+                "6379",
             ]),
             env_of(&[("LD_PRELOAD", "/other.so")]),
             Path::new("/opt/xwarp/bin"),
@@ -259,9 +269,6 @@ mod tests {
             any,
         )
         .unwrap();
-        assert!(p
-            .env
-            .iter()
-            .any(|(k, v)| k == "LD_PRELOAD" && v == "/s.so"));
+        assert!(p.env.iter().any(|(k, v)| k == "LD_PRELOAD" && v == "/s.so"));
     }
 }

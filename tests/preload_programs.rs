@@ -573,7 +573,10 @@ print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
     );
     assert!(field("timer") >= 1, "timerfd events");
     assert_eq!(field("udp"), 1, "UDP datagrams (kernel fallback)");
-    assert!(field("oneshot") >= 1, "EPOLLONESHOT set never reported the listener");
+    assert!(
+        field("oneshot") >= 1,
+        "EPOLLONESHOT set never reported the listener"
+    );
     assert!(
         field("second_set") >= 1,
         "listener not reported by the second epoll set"
