@@ -46,8 +46,12 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode
 #[path = "support/endpoint.rs"]
 #[allow(dead_code)]
 mod endpoint;
+#[path = "support/transport.rs"]
+#[allow(dead_code)]
+mod transport;
 
-use endpoint::{send_op, sge, Endpoint, KernelTcp, RW};
+use endpoint::{send_op, sge, Endpoint, RW};
+use transport::{Net, Stream};
 
 /// perftest's default port.
 const DEFAULT_PORT: u16 = 18515;
@@ -157,7 +161,7 @@ impl Dest {
 
 /// The comm connection: one 56-byte receive always posted, Sends of control messages.
 struct Comm {
-    ep: Endpoint<KernelTcp>,
+    ep: Endpoint<Stream>,
     send: Stag,
     send_va: u64,
     recv: Stag,
@@ -216,8 +220,8 @@ fn conn_config(pd: xwarp::rdmap::PdId, ird: u32, ord: u32, crc: bool) -> ConnCon
     cfg
 }
 
-fn connect(o: &Opts, ird: u32, ord: u32) -> Result<Endpoint<KernelTcp>, String> {
-    let t = KernelTcp::connect(&o.addr, o.port, Duration::from_secs(60))?;
+fn connect(o: &Opts, net: &Net, ird: u32, ord: u32) -> Result<Endpoint<Stream>, String> {
+    let t = net.connect(&o.addr, o.port, Duration::from_secs(60))?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     let conn = Connection::initiator(conn_config(pd, ird, ord, o.crc), Instant::now())
@@ -229,13 +233,13 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + 3) as u8).collect()
 }
 
-fn run(o: &Opts) -> Result<(), String> {
+fn run(o: &Opts, net: &Net) -> Result<(), String> {
     if o.iters < 5 {
         return Err("perftest needs at least 5 iterations".into());
     }
     let size = o.size as usize;
     // ---- comm connection (perftest: conn_param 0/0; we advertise 1/1, siw relaxes)
-    let mut ep = connect(o, 1, 1)?;
+    let mut ep = connect(o, net, 1, 1)?;
     let (send, send_va) = ep.reg(DEST_LEN, Access::LOCAL_WRITE)?;
     let (recv, recv_va) = ep.reg(DEST_LEN, Access::LOCAL_WRITE)?;
     ep.post_recv(2, sge(recv, recv_va, DEST_LEN))?;
@@ -269,7 +273,7 @@ fn run(o: &Opts) -> Result<(), String> {
         Test::Write | Test::Send => (1, 1),
         Test::Read => (WINDOW as u32, WINDOW as u32),
     };
-    let mut test = connect(o, ird, ord)?;
+    let mut test = connect(o, net, ird, ord)?;
     let window = WINDOW.max(1);
     let (buf, buf_va) = test.reg(size * window, RW)?;
     test.run_until(|e| e.established)?;
@@ -332,7 +336,7 @@ fn run(o: &Opts) -> Result<(), String> {
 
 /// Closes the test connection, lingers, closes the comm connection (as perftest's client
 /// tears the test QP down first).
-fn teardown(mut comm: Comm, mut test: Endpoint<KernelTcp>) -> Result<(), String> {
+fn teardown(mut comm: Comm, mut test: Endpoint<Stream>) -> Result<(), String> {
     test.disconnect();
     // siw quirk (iwarp-wire.md §4.7 teardown; not in the doc yet, see interop/README.md
     // "siw completes a Send after its TX path returns"): a FIN that arrives before siw
@@ -361,7 +365,7 @@ fn teardown(mut comm: Comm, mut test: Endpoint<KernelTcp>) -> Result<(), String>
 fn send_test(
     o: &Opts,
     mut comm: Comm,
-    mut test: Endpoint<KernelTcp>,
+    mut test: Endpoint<Stream>,
     mut my: Dest,
     buf: Stag,
     buf_va: u64,
@@ -437,7 +441,7 @@ fn send_test(
 
 /// `iters` RDMA Writes of `size` bytes to the server's buffer, at most [`WINDOW`] in flight.
 fn write_test(
-    ep: &mut Endpoint<KernelTcp>,
+    ep: &mut Endpoint<Stream>,
     iters: u64,
     size: usize,
     buf: Stag,
@@ -468,7 +472,7 @@ fn write_test(
 /// (reads done, reads verified).
 #[allow(clippy::too_many_arguments)]
 fn read_test(
-    ep: &mut Endpoint<KernelTcp>,
+    ep: &mut Endpoint<Stream>,
     iters: u64,
     size: usize,
     buf: Stag,
@@ -528,7 +532,12 @@ fn read_test(
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    match run(&o) {
+    let r = Net::from_env().and_then(|net| {
+        let r = run(&o, &net);
+        net.finish();
+        r
+    });
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("perftest_peer: {e}");

@@ -20,7 +20,6 @@
 //! a capture shows which side's payload is which, and print what we received as
 //! `XWARP-RECV len=N data=<hex>` for the interop case to verify.
 
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -32,8 +31,12 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, WcOpcode};
 #[path = "support/endpoint.rs"]
 #[allow(dead_code)]
 mod endpoint;
+#[path = "support/transport.rs"]
+#[allow(dead_code)]
+mod transport;
 
-use endpoint::{send_op, sge, Endpoint, KernelTcp};
+use endpoint::{send_op, sge, Endpoint};
+use transport::Net;
 
 /// librdmacm examples' default port.
 const DEFAULT_PORT: u16 = 7471;
@@ -108,16 +111,14 @@ fn negotiated<T: endpoint::Transport>(ep: &Endpoint<T>) {
     }
 }
 
-fn server(o: &Opts) -> Result<(), String> {
+fn server(o: &Opts, net: &Net) -> Result<(), String> {
     let bind = o.addr.clone().unwrap_or_else(|| "0.0.0.0".into());
-    let listener =
-        TcpListener::bind((bind.as_str(), o.port)).map_err(|e| format!("bind {bind}: {e}"))?;
+    let listener = net.listen(&bind, o.port)?;
     println!("rdma_cm_echo: listening on {bind}:{}", o.port);
-    let (stream, peer) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+    let (t, peer) = listener.accept()?;
     if o.debug {
         eprintln!("xwarp: connection from {peer}");
     }
-    let t = KernelTcp::new(stream).map_err(|e| e.to_string())?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     let conn = Connection::responder(ConnConfig::new(qp(pd, 1, 1)), Instant::now())
@@ -144,9 +145,9 @@ fn server(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-fn client(o: &Opts) -> Result<(), String> {
+fn client(o: &Opts, net: &Net) -> Result<(), String> {
     let addr = o.addr.as_deref().ok_or("client needs -a address")?;
-    let t = KernelTcp::connect(addr, o.port, Duration::from_secs(60))?;
+    let t = net.connect(addr, o.port, Duration::from_secs(60))?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     let mut cfg = ConnConfig::new(qp(pd, 1, 1));
@@ -168,11 +169,15 @@ fn client(o: &Opts) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let r = match (o.server, o.client) {
-        (true, false) => server(&o),
-        (false, true) => client(&o),
-        _ => Err("choose -s or -c".into()),
-    };
+    let r = Net::from_env().and_then(|net| {
+        let r = match (o.server, o.client) {
+            (true, false) => server(&o, &net),
+            (false, true) => client(&o, &net),
+            _ => Err("choose -s or -c".into()),
+        };
+        net.finish();
+        r
+    });
     println!("rdma_cm_echo: end {}", if r.is_ok() { 0 } else { 1 });
     match r {
         Ok(()) => ExitCode::SUCCESS,

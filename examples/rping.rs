@@ -14,9 +14,10 @@
 //! buffer into the client's and Sends again. `-V` compares the client's two buffers.
 //!
 //! Layering: the protocol runs in the sans-IO [`Connection`]; the bytes move through a
-//! [`Transport`] — here a kernel TCP socket ([`KernelTcp`], std::net). Swapping in the xwarp
-//! TCP engine means implementing [`Transport`] for it; [`Endpoint`] and the rping logic
-//! do not change.
+//! [`Transport`] (`support/transport.rs`): a kernel TCP socket by default, or with
+//! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX` a TCP stream of an xwarp engine bound to `IFACE` with
+//! AF_XDP and owning `ADDR` (capture with `XWARP_PCAP=/path`). [`Endpoint`] and the rping
+//! logic are the same on both.
 //!
 //! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`] is
 //! implemented for `Vec<u8>`). Its tagged offset (TO) is the address of the Vec's heap
@@ -31,8 +32,6 @@
 //! `ConnConfig::new`). FPDUs are sized for an EMSS of 1448 bytes.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -98,54 +97,11 @@ struct Opts {
 
 // ---------------------------------------------------------------------- transport
 
-/// A reliable byte stream the [`Endpoint`] runs the iWARP connection over.
-pub trait Transport {
-    /// Sends all of `data`.
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()>;
-    /// Receives into `buf`, waiting at most `timeout`: `Ok(None)` on timeout, `Ok(Some(0))`
-    /// when the peer closed.
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
-    /// Closes our direction (FIN).
-    fn shutdown(&mut self);
-}
+#[path = "support/transport.rs"]
+#[allow(dead_code)]
+mod transport;
 
-/// A kernel TCP socket (std::net), with `TCP_NODELAY` like siw's sockets.
-pub struct KernelTcp(TcpStream);
-
-impl KernelTcp {
-    fn new(s: TcpStream) -> io::Result<KernelTcp> {
-        s.set_nodelay(true)?;
-        Ok(KernelTcp(s))
-    }
-}
-
-impl Transport for KernelTcp {
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.write_all(data)
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        self.0
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        match self.0.read(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(Some(0)),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.0.shutdown(Shutdown::Write);
-    }
-}
+use transport::{Net, Stream, Transport};
 
 // ------------------------------------------------------------------------ endpoint
 
@@ -477,15 +433,10 @@ fn qp_config(pd: PdId, ird: u32, ord: u32) -> QpConfig {
 
 const RW: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
-fn client(o: &Opts) -> Result<(), String> {
+fn client(o: &Opts, net: &Net) -> Result<(), String> {
     let addr = o.addr.as_deref().ok_or("client needs -a address")?;
-    let target = (addr, o.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr}: {e}"))?
-        .next()
-        .ok_or("no address")?;
-    let stream = TcpStream::connect(target).map_err(|e| format!("connect {target}: {e}"))?;
-    let t = KernelTcp::new(stream).map_err(|e| e.to_string())?;
+    // One attempt, like rping (the interop case retries while the guest is not listening).
+    let t = net.connect(addr, o.port, Duration::ZERO)?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     // rping client: responder_resources = initiator_depth = 1 (iwarp-wire.md §5.2).
@@ -574,8 +525,7 @@ fn send_op() -> SendOp {
     }
 }
 
-fn serve(o: &Opts, stream: TcpStream) -> Result<(), String> {
-    let t = KernelTcp::new(stream).map_err(|e| e.to_string())?;
+fn serve(o: &Opts, t: Stream) -> Result<(), String> {
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     let cfg = ConnConfig::new(qp_config(pd, 1, 1));
@@ -687,12 +637,11 @@ fn serve(o: &Opts, stream: TcpStream) -> Result<(), String> {
     }
 }
 
-fn server(o: &Opts) -> Result<(), String> {
+fn server(o: &Opts, net: &Net) -> Result<(), String> {
     let bind = o.addr.clone().unwrap_or_else(|| "0.0.0.0".into());
-    let listener =
-        TcpListener::bind((bind.as_str(), o.port)).map_err(|e| format!("bind {bind}: {e}"))?;
+    let listener = net.listen(&bind, o.port)?;
     loop {
-        let (stream, peer) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        let (stream, peer) = listener.accept()?;
         if o.debug {
             eprintln!("xwarp: connection from {peer}");
         }
@@ -708,11 +657,15 @@ fn server(o: &Opts) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let r = match (o.server, o.client) {
-        (true, false) => server(&o),
-        (false, true) => client(&o),
-        _ => Err("choose -s or -c".into()),
-    };
+    let r = Net::from_env().and_then(|net| {
+        let r = match (o.server, o.client) {
+            (true, false) => server(&o, &net),
+            (false, true) => client(&o, &net),
+            _ => Err("choose -s or -c".into()),
+        };
+        net.finish();
+        r
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

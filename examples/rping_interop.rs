@@ -31,8 +31,12 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode
 #[path = "support/endpoint.rs"]
 #[allow(dead_code)]
 mod endpoint;
+#[path = "support/transport.rs"]
+#[allow(dead_code)]
+mod transport;
 
-use endpoint::{send_op, sge, Endpoint, KernelTcp, WaitError, RW};
+use endpoint::{send_op, sge, Endpoint, WaitError, RW};
+use transport::Net;
 
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
@@ -119,8 +123,8 @@ fn c_string(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-fn run(o: &Opts) -> Result<(), String> {
-    let t = KernelTcp::connect(&o.addr, o.port, Duration::from_secs(60))?;
+fn run(o: &Opts, net: &Net) -> Result<(), String> {
+    let t = net.connect(&o.addr, o.port, Duration::from_secs(60))?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     // rping client: responder_resources = initiator_depth = 1, SQ 16, RQ 2 (§5.2).
@@ -298,7 +302,16 @@ fn bad_stag<T: endpoint::Transport>(
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    match run(&o) {
+    let net = match Net::from_env() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("rping_interop: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = run(&o, &net);
+    net.finish();
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rping_interop: {e}");

@@ -47,8 +47,19 @@ INITRD = BUILD / "initramfs.cpio.gz"
 
 HOST_IP = "10.77.0.1"
 GUEST_IP = "10.77.0.2"
+#: The xwarp engine's own address on tap0 (not configured on the kernel's tap0).
+ENGINE_IP = "10.77.0.3"
 PREFIX = 24
 TAP = "tap0"
+#: XWARP_INTEROP_NET=engine (default): xwarp peers run on an xwarp engine bound to tap0 with
+#: AF_XDP, owning ENGINE_IP; =kernel: on kernel TCP sockets at HOST_IP (the old variant).
+NET_MODE = os.environ.get("XWARP_INTEROP_NET", "engine")
+if NET_MODE not in ("engine", "kernel"):
+    raise SystemExit(f"XWARP_INTEROP_NET must be 'engine' or 'kernel', not {NET_MODE!r}")
+#: Where the guest reaches xwarp peers.
+XWARP_IP = ENGINE_IP if NET_MODE == "engine" else HOST_IP
+#: The examples' XWARP_ENGINE value (examples/support/transport.rs).
+ENGINE_SPEC = f"xdp:{TAP}:{ENGINE_IP}/{PREFIX}"
 NS_PREFIX = "xwi-"
 #: TCP port a guest command may `nc -l -p` on to wait for the host side ("host done").
 DONE_PORT = 7999
@@ -159,6 +170,7 @@ class Guest:
         echo: bool = False,
         mem_mb: int = 512,
         offload: bool = True,
+        xwarp: bool = False,
     ):
         if siw not in ("default", "crc"):
             raise ValueError(f"siw variant must be 'default' or 'crc', not {siw!r}")
@@ -173,6 +185,14 @@ class Guest:
         # the tap carry full checksums and are <= MTU (what an AF_XDP engine on tap0 wants;
         # with offload the guest leaves partial checksums, afxdp-notes.md).
         self.offload = offload
+        # xwarp=True: the case runs xwarp peers. In engine mode they get XWARP_ENGINE (an
+        # engine on tap0 owning ENGINE_IP) and XWARP_PCAP (the engine's own capture: tcpdump
+        # on tap0 does not see AF_XDP-redirected RX nor copy-mode TX, afxdp-notes.md), the
+        # guest runs without offload (full checksums, frames <= MTU), and on close the
+        # engine captures are merged into `pcap` (tcpdump's view stays in <stem>.tap.pcap).
+        self.engine = xwarp and NET_MODE == "engine"
+        if self.engine:
+            self.offload = False
         self.ns = f"{NS_PREFIX}{os.getpid()}-{next(_counter)}"
         self._tmp = tempfile.TemporaryDirectory(prefix="xwi-vm-")
         self.pidfile = Path(self._tmp.name) / "qemu.pid"
@@ -197,6 +217,9 @@ class Guest:
         try:
             self._setup_net()
             if self.pcap:
+                stale = self._engine_pcaps() + ([self.pcap] if self.engine else [])
+                for old in stale:
+                    old.unlink(missing_ok=True)
                 self._start_tcpdump()
         except BaseException:
             self.close()
@@ -218,11 +241,43 @@ class Guest:
         _run(n + ["addr", "add", f"{HOST_IP}/{PREFIX}", "dev", TAP])
         _run(n + ["link", "set", TAP, "up"])
 
+    def _tap_pcap(self) -> Path:
+        """Where tcpdump on tap0 writes: `pcap`, or <stem>.tap.pcap in engine mode."""
+        assert self.pcap is not None
+        return self.pcap.with_suffix(".tap.pcap") if self.engine else self.pcap
+
+    def _engine_pcaps(self) -> list[Path]:
+        """Engine captures of this Guest's pcap (one per xwarp process), oldest first."""
+        if not self.pcap:
+            return []
+        found = self.pcap.parent.glob(f"{self.pcap.stem}.xwarp-*.pcap")
+        return sorted(found, key=lambda f: f.stat().st_mtime)
+
+    def engine_env(self) -> dict[str, str]:
+        """Environment that puts an xwarp program on the engine (empty on kernel TCP)."""
+        if not self.engine:
+            return {}
+        env = {"XWARP_ENGINE": ENGINE_SPEC}
+        if self.pcap:
+            # %p: the process id (examples/support/transport.rs), one file per process.
+            env["XWARP_PCAP"] = str(self.pcap.parent / f"{self.pcap.stem}.xwarp-%p.pcap")
+        return env
+
+    def _merge_engine_pcaps(self) -> None:
+        """mergecap the engine captures into `pcap` (chronologically)."""
+        assert self.pcap is not None
+        parts = [p for p in self._engine_pcaps() if p.stat().st_size > 0]
+        if not parts:
+            print(f"  [vm] no engine capture for {self.pcap.name}", flush=True)
+            return
+        _run(["mergecap", "-F", "pcap", "-w", str(self.pcap)] + [str(p) for p in parts],
+             check=False)
+
     def _start_tcpdump(self) -> None:
         assert self.pcap is not None
         self.pcap.parent.mkdir(parents=True, exist_ok=True)
         argv = ["ip", "netns", "exec", self.ns, "tcpdump", "-i", TAP, "-n", "-s", "0",
-                "--immediate-mode", "-U", "-Z", "root", "-w", str(self.pcap)]
+                "--immediate-mode", "-U", "-Z", "root", "-w", str(self._tap_pcap())]
         self._tcpdump = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                          text=True)
         # wait for "listening on tap0" so no early frame is missed
@@ -241,13 +296,15 @@ class Guest:
 
         It is killed (SIGTERM, then SIGKILL) when the Guest closes, if still running.
         """
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns] + list(argv), **kw)
+        p = subprocess.Popen(self.netns_argv(argv), **kw)
         self._peers.append(p)
         return p
 
     def netns_argv(self, argv: list[str]) -> list[str]:
-        """argv prefixed so it runs inside the run's namespace (for subprocess.run)."""
-        return ["ip", "netns", "exec", self.ns] + list(argv)
+        """argv prefixed so it runs inside the run's namespace (for subprocess.run), with
+        engine_env() set."""
+        env = [f"{k}={v}" for k, v in self.engine_env().items()]
+        return ["ip", "netns", "exec", self.ns] + (["env"] + env if env else []) + list(argv)
 
     # ------------------------------------------------------------------ qemu
     def qemu_argv(self) -> list[str]:
@@ -385,6 +442,8 @@ class Guest:
             if self._tcpdump is not None:
                 _terminate(self._tcpdump, grace=5.0)  # SIGTERM flushes the pcap
                 self._tcpdump = None
+            if self.engine and self.pcap:
+                self._merge_engine_pcaps()
         finally:
             if self._ns_created:
                 # anything still inside the namespace is ours: kill it before deleting

@@ -2,16 +2,14 @@
 //! `perftest_peer`): a sans-IO [`Connection`] plus its memory, run over a [`Transport`].
 //!
 //! The protocol logic of each example only talks to [`Endpoint`] (register, post, wait
-//! for completions); the bytes move through a [`Transport`] — today a kernel TCP socket
-//! ([`KernelTcp`]). Moving an example onto the xwarp engine means implementing
-//! [`Transport`] for an engine stream; nothing else changes. Same structure as
-//! `examples/rping.rs` (which stays self-contained).
+//! for completions); the bytes move through a [`Transport`] (`support/transport.rs`): a
+//! kernel TCP socket or a stream of an xwarp engine on AF_XDP, chosen by `XWARP_ENGINE`.
+//! Same structure as `examples/rping.rs`.
 //!
-//! Include with `#[path = "support/endpoint.rs"] mod endpoint;`.
+//! Include with `#[path = "support/transport.rs"] mod transport;` and
+//! `#[path = "support/endpoint.rs"] mod endpoint;`.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use xwarp::ddp::mpa::ConnectRequest;
@@ -29,76 +27,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const RW: Access =
     Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
-/// A reliable byte stream the [`Endpoint`] runs the iWARP connection over.
-pub trait Transport {
-    /// Sends all of `data`.
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()>;
-    /// Receives into `buf`, waiting at most `timeout`: `Ok(None)` on timeout, `Ok(Some(0))`
-    /// when the peer closed.
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
-    /// Closes our direction (FIN).
-    fn shutdown(&mut self);
-}
-
-/// A kernel TCP socket (std::net), with `TCP_NODELAY` like siw's sockets.
-pub struct KernelTcp(TcpStream);
-
-impl KernelTcp {
-    /// Wraps an accepted or connected stream.
-    pub fn new(s: TcpStream) -> io::Result<KernelTcp> {
-        s.set_nodelay(true)?;
-        Ok(KernelTcp(s))
-    }
-
-    /// Connects to `addr:port`, retrying refused attempts for up to `retry` (the guest's
-    /// server may not listen yet).
-    pub fn connect(addr: &str, port: u16, retry: Duration) -> Result<KernelTcp, String> {
-        let target = (addr, port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{addr}: {e}"))?
-            .next()
-            .ok_or("no address")?;
-        let deadline = Instant::now() + retry;
-        loop {
-            match TcpStream::connect_timeout(&target, Duration::from_secs(3)) {
-                Ok(s) => return KernelTcp::new(s).map_err(|e| e.to_string()),
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(300));
-                }
-                Err(e) => return Err(format!("connect {target}: {e}")),
-            }
-        }
-    }
-}
-
-impl Transport for KernelTcp {
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.write_all(data)
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        self.0
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        match self.0.read(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(Some(0)),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.0.shutdown(Shutdown::Write);
-    }
-}
+pub use crate::transport::Transport;
 
 /// Why waiting for a completion ended without one.
 #[derive(Debug)]

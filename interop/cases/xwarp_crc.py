@@ -55,7 +55,7 @@ def main() -> int:
         f"echo \"XW-SERVER {i} rc=$?\"" for i in range(len(RUNS)))
     results = []
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
-                  console_log=out / f"{NAME}.console") as g:
+                  console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, flags, _ in RUNS:

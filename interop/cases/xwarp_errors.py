@@ -77,7 +77,7 @@ def main() -> int:
         f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S 4096 -C 0 & P=$!; "
         f"sleep {KILL_AFTER_S}; kill -9 $P; wait $P; echo \"XW-SERVER B rc=$?\"; sleep 2")
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
-                  console_log=out / f"{NAME}.console") as g:
+                  console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         base = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT)]

@@ -69,7 +69,7 @@ def main() -> int:
                     f"echo \"XW-SERVER 2 rc=$?\"")
     results = []
     with vm.Guest("; ".join(cmds), siw="default", timeout=a.timeout, pcap=pcap,
-                  console_log=out / f"{NAME}.console") as g:
+                  console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, types, _, _ in runs:

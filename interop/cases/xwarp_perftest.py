@@ -68,7 +68,7 @@ def main() -> int:
         for t in TESTS)
     results = []
     with vm.Guest(guest_cmd, siw=a.siw, timeout=a.timeout, pcap=pcap,
-                  console_log=out / f"{NAME}.console") as g:
+                  console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for t in TESTS:

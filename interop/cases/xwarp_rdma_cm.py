@@ -8,7 +8,7 @@ client's Send and answers. rdma-core's programs send their never-written static 
 (16 zero bytes, inline when the device allows 16 inline bytes); ours send
 "xwarp-server-msg" / "xwarp-client-msg".
 
-One guest (siw default): `rdma_client -s 10.77.0.1` (against our server, started before the
+One guest (siw default): `rdma_client -s 10.77.0.3` (the engine; 10.77.0.1 with XWARP_INTEROP_NET=kernel) (against our server, started before the
 guest boots), then `rdma_server` (our client connects, retrying until it listens).
 Checks: both rdma-core programs print `end 0` and exit 0; our programs exit 0 and received
 exactly 16 zero bytes; tshark: per connection exactly one Send each way (opcode 3, MSN 1,
@@ -69,11 +69,11 @@ def main() -> int:
         print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
         return 1
     pcap = out / f"{NAME}.pcap"
-    guest_cmd = (f"rdma_client -s {vm.HOST_IP} -p {PORT}; echo \"XW-CLIENT rc=$?\"; "
+    guest_cmd = (f"rdma_client -s {vm.XWARP_IP} -p {PORT}; echo \"XW-CLIENT rc=$?\"; "
                  f"rdma_server -p {PORT}; echo \"XW-SERVER rc=$?\"")
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
-                  console_log=out / f"{NAME}.console") as g:
-        srv = g.netns_popen([str(binary), "-s", "-a", vm.HOST_IP, "-p", str(PORT)],
+                  console_log=out / f"{NAME}.console", xwarp=True) as g:
+        srv = g.netns_popen([str(binary), "-s", "-a", vm.XWARP_IP, "-p", str(PORT)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         g.start()
         deadline = time.monotonic() + a.timeout - 10

@@ -162,7 +162,7 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
         f"echo \"XW-SERVER S={s} rc=$?\"" for s in SIZES)
     t0 = time.monotonic()
     with vm.Guest(guest_cmd, siw=siw, timeout=timeout, pcap=pcap,
-                  console_log=out / f"{NAME}_{siw}.console") as g:
+                  console_log=out / f"{NAME}_{siw}.console", xwarp=True) as g:
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer",
                            "--bin", str(binary), "--count", str(count),
                            "--deadline", str(timeout - 10)] + (["--crc"] if crc else []))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Case: rdma-core `rping -c` on siw -> xwarp's rping SERVER (examples/rping.rs, kernel TCP).
 
-Host (netns): `rping -s -a 10.77.0.1 -S <size>` built from examples/rping.rs, one run per
+Host (netns): `rping -s -a 10.77.0.3 -S <size>` (vm.XWARP_IP) built from examples/rping.rs, one run per
 size (64, 4096, 65535; rping's -S maximum is 65535), each serving one connection.
-Guest: `rping -c -a 10.77.0.1 -S <size> -C <count> -V` (+ `-v` for 64 bytes), once with
+Guest: `rping -c -a 10.77.0.3 -S <size> -C <count> -V` (+ `-v` for 64 bytes), once with
 the default siw (CRC off) and once with siw-crc.ko, whose Request carries C=1 so our
 Responder answers C=1 (RFC 5044; iwarp-wire.md §1.3).
 Our server Reads the client's buffer, Sends, Writes it back and Sends (iwarp-wire.md §5.2);
@@ -35,7 +35,7 @@ def peer(binary: str, deadline_s: float) -> int:
     c = Checks("host")
     deadline = time.monotonic() + deadline_s
     for size in SIZES:
-        argv = [binary, "-s", "-a", vm.HOST_IP, "-p", str(RPING_PORT), "-S", str(size)]
+        argv = [binary, "-s", "-a", vm.XWARP_IP, "-p", str(RPING_PORT), "-S", str(size)]
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -55,11 +55,11 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
     pcap = out / f"{NAME}_{siw}.pcap"
     # The sleep lets our next server bind after the previous one exited.
     guest_cmd = "; ".join(
-        f"sleep 2; rping -c -a {vm.HOST_IP} -p {RPING_PORT} -S {s} -C {count} -V"
+        f"sleep 2; rping -c -a {vm.XWARP_IP} -p {RPING_PORT} -S {s} -C {count} -V"
         f"{' -v' if s == 64 else ''}; echo \"XW-CLIENT S={s} rc=$?\"" for s in SIZES)
     t0 = time.monotonic()
     with vm.Guest(guest_cmd, siw=siw, timeout=timeout, pcap=pcap,
-                  console_log=out / f"{NAME}_{siw}.console") as g:
+                  console_log=out / f"{NAME}_{siw}.console", xwarp=True) as g:
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer",
                            "--bin", str(binary), "--deadline", str(timeout - 10)])
         g.start()
