@@ -237,7 +237,7 @@ fn run(mut c: Command, what: &str) -> Output {
 
 /// Wait until something listens on `ip:port` as seen from namespace B.
 fn wait_port(net: &Net, ip: Ipv4Addr, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let script =
         format!("import socket\ns=socket.create_connection(('{ip}',{port}),timeout=1)\ns.close()");
     while Instant::now() < deadline {
