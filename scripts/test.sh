@@ -38,7 +38,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "cargo test (workspace)"
 # Root tests create namespaces and attach XDP programs: run test binaries one test at a time
 # only where they ask for it (they serialise themselves); everything else runs in parallel.
-cargo test --workspace --release
+cargo test --workspace --release --no-fail-fast
 
 log "fuzz harness (short pass over every target)"
 cargo run --release -q -p xwarp-fuzz -- --all --seconds "${XWARP_FUZZ_SECONDS:-10}"
