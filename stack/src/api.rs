@@ -18,9 +18,6 @@ use crate::config::StackConfig;
 use crate::service::{StackStats, StatsCell};
 use crate::shared::{ListenerShared, Phase, SocketError, SocketShared, WANT_READ, WANT_WRITE};
 
-/// How often a blocked [`Stream::wait`] checks whether its engine stopped.
-pub(crate) const ENGINE_CHECK: Duration = Duration::from_millis(50);
-
 /// Wakes the engine after an application queued work (the engine's doorbell).
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
 
@@ -99,12 +96,13 @@ impl StackHandle {
         local_port: Option<u16>,
         timeout: Option<Duration>,
     ) -> io::Result<Stream> {
-        let shared = Arc::new(SocketShared::new(self.id())?);
+        let engine_shared = SocketShared::new(self.id())?;
+        let shared = Arc::new(engine_shared.app_handle());
         let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let deadline = Instant::now() + timeout.unwrap_or(self.config.connect_timeout);
         self.send(Command::Connect {
-            shared: shared.clone(),
+            shared: Arc::new(engine_shared),
             rx: rx_prod,
             tx: tx_cons,
             remote,
@@ -172,9 +170,11 @@ pub struct Stream {
 
 impl Stream {
     pub(crate) fn from_accepted(handle: StackHandle, c: AcceptedConn) -> Stream {
+        // Hold an application handle: the engine's (dropped here; the engine keeps its
+        // clone) signals the readiness descriptor when the engine lets go of it.
         Stream {
             handle,
-            shared: c.shared,
+            shared: Arc::new(c.shared.app_handle()),
             rx: c.rx,
             tx: c.tx,
             write_shut: false,
@@ -193,7 +193,7 @@ impl Stream {
         }
         match self.shared.phase() {
             Phase::Connecting => {
-                if self.rx.is_abandoned() {
+                if self.rx.is_abandoned() || self.shared.engine_dropped() {
                     return Err(SocketError::EngineGone.to_io());
                 }
                 Ok(false)
@@ -203,25 +203,11 @@ impl Stream {
         }
     }
 
-    /// Sleep until the readiness descriptor fires, the engine stops (`true`: the next
-    /// operation reports it) or `deadline` passes (`false`).
-    ///
-    /// A stopped engine signals nothing, so the sleep is cut into slices of
-    /// 50 ms after which the rings are checked for an engine that went away.
+    /// Sleep until the readiness descriptor fires or `deadline` passes (`false`). It also
+    /// fires when the engine lets go of the connection (e.g. the engine stopped): the
+    /// next operation then reports why.
     pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        loop {
-            let slice = Instant::now() + ENGINE_CHECK;
-            let until = deadline.map_or(slice, |d| d.min(slice));
-            if self.shared.readiness.wait(Some(until))? {
-                return Ok(true);
-            }
-            if self.rx.is_abandoned() || self.tx.is_abandoned() {
-                return Ok(true);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(false);
-            }
-        }
+        self.shared.readiness.wait(deadline)
     }
 
     fn mark_dirty(&self) {
@@ -263,7 +249,7 @@ impl Stream {
             if self.shared.phase() == Phase::Closed {
                 return Ok(0);
             }
-            if self.rx.is_abandoned() {
+            if self.rx.is_abandoned() || self.shared.engine_dropped() {
                 return Err(SocketError::EngineGone.to_io());
             }
             if attempt == 0 {
@@ -297,7 +283,7 @@ impl Stream {
         if buf.is_empty() {
             return Ok(0);
         }
-        if self.tx.is_abandoned() {
+        if self.tx.is_abandoned() || self.shared.engine_dropped() {
             return Err(SocketError::EngineGone.to_io());
         }
         for attempt in 0..2 {

@@ -154,9 +154,40 @@ impl AsFd for Readiness {
     }
 }
 
-/// Engine ↔ application state of one connection.
+/// Engine ↔ application state of one connection: a handle on [`SocketState`].
+///
+/// [`SocketShared::new`] makes the engine's handle: when the engine drops it (connection
+/// forgotten, or the engine stopped and its service dropped) it signals the readiness
+/// descriptor, so an application sleeping on it wakes up and finds the connection's fate
+/// (error, EOF or `EngineGone` through its abandoned rings). The application holds its
+/// own handle ([`SocketShared::app_handle`]) on the same state, which signals nothing.
 #[derive(Debug)]
 pub struct SocketShared {
+    state: std::sync::Arc<SocketState>,
+    engine_side: bool,
+}
+
+impl std::ops::Deref for SocketShared {
+    type Target = SocketState;
+
+    fn deref(&self) -> &SocketState {
+        &self.state
+    }
+}
+
+impl Drop for SocketShared {
+    fn drop(&mut self) {
+        if self.engine_side {
+            // Flag first: the wakeup may run before the engine drops the rings.
+            self.state.engine_dropped.store(true, Ordering::Release);
+            self.state.readiness.signal();
+        }
+    }
+}
+
+/// The state behind a [`SocketShared`].
+#[derive(Debug)]
+pub struct SocketState {
     /// Engine-wide connection id.
     pub(crate) id: u64,
     pub(crate) readiness: Readiness,
@@ -168,12 +199,32 @@ pub struct SocketShared {
     pub(crate) dirty: AtomicBool,
     /// Set by the engine when smoltcp holds data the rx ring had no room for.
     pub(crate) rx_stalled: AtomicBool,
+    /// Set when the engine dropped its handle (it forgot the connection or stopped).
+    engine_dropped: AtomicBool,
     addrs: OnceLock<(SocketAddr, SocketAddr)>,
 }
 
 impl SocketShared {
+    /// The engine's handle on fresh state (see the type docs).
     pub(crate) fn new(id: u64) -> io::Result<SocketShared> {
         Ok(SocketShared {
+            state: std::sync::Arc::new(SocketState::new(id)?),
+            engine_side: true,
+        })
+    }
+
+    /// An application handle on the same state: dropping it signals nothing.
+    pub(crate) fn app_handle(&self) -> SocketShared {
+        SocketShared {
+            state: self.state.clone(),
+            engine_side: false,
+        }
+    }
+}
+
+impl SocketState {
+    fn new(id: u64) -> io::Result<SocketState> {
+        Ok(SocketState {
             id,
             readiness: Readiness::new()?,
             phase: AtomicU8::new(Phase::Connecting as u8),
@@ -182,6 +233,7 @@ impl SocketShared {
             want: AtomicU8::new(0),
             dirty: AtomicBool::new(false),
             rx_stalled: AtomicBool::new(false),
+            engine_dropped: AtomicBool::new(false),
             addrs: OnceLock::new(),
         })
     }
@@ -198,6 +250,11 @@ impl SocketShared {
     /// The failure, if the connection failed.
     pub fn error(&self) -> Option<SocketError> {
         SocketError::from_u8(self.error.load(Ordering::Acquire))
+    }
+
+    /// `true` once the engine let go of the connection (it forgot it, or it stopped).
+    pub fn engine_dropped(&self) -> bool {
+        self.engine_dropped.load(Ordering::Acquire)
     }
 
     /// `true` once the peer's FIN was seen and every byte before it is in the rx ring.
@@ -356,6 +413,25 @@ mod tests {
             .readiness
             .wait(Some(Instant::now() + Duration::from_millis(5)))
             .unwrap());
+    }
+
+    #[test]
+    fn dropping_the_engine_handle_signals_the_application() {
+        let engine = SocketShared::new(9).unwrap();
+        let app = engine.app_handle();
+        assert_eq!(app.id, 9);
+        let soon = || Some(Instant::now() + Duration::from_millis(5));
+        // Application handles signal nothing when dropped.
+        drop(app.app_handle());
+        assert!(!app.readiness.wait(soon()).unwrap());
+        // State is shared: the engine's updates are the application's.
+        engine.set_rx_eof();
+        assert!(app.rx_eof());
+        assert!(app.readiness.wait(soon()).unwrap());
+        assert!(!app.engine_dropped());
+        drop(engine);
+        assert!(app.engine_dropped());
+        assert!(app.readiness.wait(soon()).unwrap());
     }
 
     #[test]
