@@ -41,7 +41,7 @@ mod ring;
 mod socket;
 
 pub use bpf::BpfInsn;
-pub use nic::{AfXdpConfig, AfXdpNic, RxToken, TxToken, ZeroCopy};
+pub use nic::{AfXdpConfig, AfXdpNic, RxToken, TxToken, ZeroCopy, MAX_CHAIN};
 pub use program::{
     steering_program, SteeringFilter, XdpLink, XdpMode, XdpProgram, PROGRAM_NAME_PREFIX,
 };
