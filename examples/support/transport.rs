@@ -210,6 +210,14 @@ pub fn pcap_path_from_env() -> Option<String> {
         .map(|p| p.replace("%p", &std::process::id().to_string()))
 }
 
+/// First local port of a process's engine: spread over 49152..=65532 by process id, so
+/// consecutive example processes in one capture use different 4-tuples (each engine starts
+/// its ephemeral ports at the range's start; identical 4-tuples from sequential processes
+/// make tshark fold connections together, and could meet the peer's TIME_WAIT).
+pub fn ephemeral_start(pid: u32) -> u16 {
+    49152 + ((pid % 4096) * 4) as u16
+}
+
 /// The engine type: AF_XDP NIC wrapped by the pcap recorder.
 type Engine = NetEngine<PcapTap<AfXdpNic>>;
 
@@ -233,6 +241,7 @@ fn start_engine(spec: &EngineSpec, pcap: Option<&str>) -> io::Result<Engine> {
         mac: nic.mac_address(),
         ipv4: Some((spec.ipv4, spec.prefix)),
         mtu,
+        ephemeral_ports: ephemeral_start(std::process::id())..=65535,
         ..StackConfig::default()
     };
     let sink = match pcap {
@@ -413,6 +422,15 @@ mod tests {
         let v = EngineSpec::parse("xdp:veth1:192.168.5.9/30,verify").unwrap();
         assert_eq!(v.rx_checksum, RxChecksum::Verify);
         assert_eq!(v.prefix, 30);
+    }
+
+    #[test]
+    fn ephemeral_ports_differ_between_consecutive_processes_and_stay_in_range() {
+        for pid in [0u32, 1, 4095, 4096, 123_456, u32::MAX] {
+            let p = ephemeral_start(pid);
+            assert!((49152..=65532).contains(&p), "pid {pid}: {p}");
+            assert_ne!(p, ephemeral_start(pid.wrapping_add(1)), "pid {pid}");
+        }
     }
 
     #[test]

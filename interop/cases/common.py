@@ -377,3 +377,60 @@ def crc_verdicts(pcap: Path) -> dict[int, dict[int, list[bool]]]:
                 goods.append("Good CRC" in f.get("showname", ""))
         out.setdefault(stream, {}).setdefault(port, []).extend(goods)
     return out
+
+
+# ------------------------------------------- FPDU walk over the reassembled TCP byte stream
+def stream_bytes(pcap: Path, stream: int) -> dict[int, tuple[bytes, bool]]:
+    """Each direction of TCP stream `stream` reassembled from the capture by sequence number
+    (retransmissions and overlaps folded): {srcport: (bytes from the first payload byte,
+    whether a hole was found — the bytes stop there)}."""
+    argv = TSHARK_BASE + ["-r", str(pcap), "-Y", f"tcp.stream=={stream} && tcp.len>0",
+                          "-T", "fields", "-E", "separator=|", "-e", "tcp.srcport",
+                          "-e", "tcp.seq_raw", "-e", "tcp.payload"]
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"tshark failed: {p.stderr.strip()}")
+    segs: dict[int, list[tuple[int, bytes]]] = {}
+    for line in p.stdout.splitlines():
+        f = line.split("|")
+        if len(f) < 3 or not f[0] or not f[2]:
+            continue
+        segs.setdefault(int(f[0]), []).append((int(f[1]), bytes.fromhex(f[2].replace(":", ""))))
+    out: dict[int, tuple[bytes, bool]] = {}
+    for port, ss in segs.items():
+        ss.sort(key=lambda s: s[0])
+        base = ss[0][0]
+        buf = bytearray()
+        hole = False
+        for seq, data in ss:
+            off = (seq - base) % (1 << 32)
+            if off > len(buf):
+                hole = True
+                break
+            if off + len(data) > len(buf):
+                buf += data[len(buf) - off:]
+        out[port] = (bytes(buf), hole)
+    return out
+
+
+def walk_fpdus(data: bytes, crc: bool) -> dict:
+    """Walk one direction's bytes: the MPA Request/Reply frame (20 bytes + private data),
+    then FPDUs by ULPDU_Length (no markers): {"fpdus", "bad_crc", "opcodes", "rest"} where
+    `rest` is the number of trailing bytes that do not make a whole FPDU."""
+    r = {"fpdus": 0, "bad_crc": 0, "opcodes": set(), "rest": len(data)}
+    if len(data) < 20:
+        return r
+    pos = 20 + struct.unpack(">H", data[18:20])[0]
+    while pos + 2 <= len(data):
+        ulpdu = struct.unpack(">H", data[pos:pos + 2])[0]
+        body = 2 + ulpdu
+        end = pos + body + (-body % 4) + (4 if crc else 0)
+        if ulpdu < 2 or end > len(data):
+            break
+        r["fpdus"] += 1
+        r["opcodes"].add(data[pos + 3] & 0x0F)
+        if crc and mpa_crc_trailer(data[pos:end - 4]) != data[end - 4:end]:
+            r["bad_crc"] += 1
+        pos = end
+    r["rest"] = len(data) - pos
+    return r
