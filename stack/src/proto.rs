@@ -11,8 +11,8 @@
 //!
 //! Order per engine iteration: application commands, `poll` (plus the requests it queued
 //! in [`ProtoCtl`]), ingress, then every hosted connection is served (connect outcome,
-//! receive, send, close), then egress. Hosted sockets have Nagle off (the protocol frames
-//! its own messages). `XWARP_PROTO_TRACE` set: hosted connection states go to stderr once
+//! receive, send, close), then egress. Hosted sockets use Nagle only while a backlog of at
+//! least [`NAGLE_BACKLOG`] bytes is queued. `XWARP_PROTO_TRACE` set: hosted connection states go to stderr once
 //! a second.
 
 use std::collections::HashMap;
@@ -27,6 +27,13 @@ use smoltcp::wire::{IpAddress, IpListenEndpoint};
 
 use crate::service::TcpService;
 use crate::shared::SocketError;
+
+/// Up to this many hosted connections, received bytes are handed to the host after
+/// every ingress packet (see `TcpService::proto_rearm`).
+pub const DRAIN_PER_PACKET_MAX_CONNS: usize = 64;
+
+/// Hosted sockets use Nagle's algorithm only while at least this many bytes are queued.
+pub const NAGLE_BACKLOG: usize = 16 * 1024;
 
 /// Identifies a hosted connection (unique per engine, shares the id space of sockets).
 pub type ProtoConnId = u64;
@@ -172,6 +179,9 @@ pub(crate) struct ProtoSide {
     listeners: HashMap<u64, ProtoListener>,
     deadline: Option<Instant>,
     last_rescue_scan: Option<Instant>,
+    trace_at: Option<Instant>,
+    /// `XWARP_PROTO_TRACE` is set.
+    trace: bool,
 }
 
 impl ProtoSide {
@@ -182,6 +192,8 @@ impl ProtoSide {
             listeners: HashMap::new(),
             deadline: None,
             last_rescue_scan: None,
+            trace_at: None,
+            trace: std::env::var_os("XWARP_PROTO_TRACE").is_some(),
         }
     }
 }
@@ -290,8 +302,6 @@ impl TcpService {
             },
         };
         let mut sock = self.new_socket(&self.config.tcp);
-        // Message protocols frame their own units: no Nagle delay on them.
-        sock.set_nagle_enabled(false);
         if sock.connect(iface.context(), remote, port).is_err() {
             self.ports.release(port);
             p.host
@@ -379,7 +389,6 @@ impl TcpService {
         let want = l.backlog.min(self.config.armed_listeners.max(1));
         for _ in armed..want {
             let mut s = self.new_socket(&self.config.tcp);
-            s.set_nagle_enabled(false);
             if s.listen(l.endpoint).is_err() {
                 break;
             }
@@ -388,12 +397,38 @@ impl TcpService {
         promoted
     }
 
-    /// Re-arm hosted listeners between ingress packets (a burst of SYNs must not find
-    /// the pool empty) and hand established handshakes to the host.
+    /// Between ingress packets: re-arm hosted listeners (a burst of SYNs must not find
+    /// the pool empty), hand established handshakes to the host and, for up to
+    /// [`DRAIN_PER_PACKET_MAX_CONNS`] connections, hand received bytes to the host at
+    /// once. Draining per packet keeps the receive window open through a long ingress
+    /// batch: a batch larger than the receive buffer would otherwise advertise a zero
+    /// window, and a lost window update then stalls the sender until smoltcp's
+    /// zero-window probe (backing off to seconds) gets through.
     pub(crate) fn proto_rearm(&mut self, now: Instant) {
         if let Some(mut p) = self.proto.take() {
             if !p.listeners.is_empty() {
                 self.proto_listeners(&mut p, now);
+            }
+            if p.conns.len() <= DRAIN_PER_PACKET_MAX_CONNS {
+                for (&id, c) in p.conns.iter() {
+                    if c.connecting.is_some() || c.finished {
+                        continue;
+                    }
+                    let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+                    while s.can_recv() {
+                        let host = &mut p.host;
+                        let n = s
+                            .recv(|d| {
+                                let n = host.on_recv(id, now, d).min(d.len());
+                                (n, n)
+                            })
+                            .unwrap_or(0);
+                        if n == 0 {
+                            break;
+                        }
+                        self.counters.rx_bytes += n as u64;
+                    }
+                }
             }
             self.proto = Some(p);
         }
@@ -441,24 +476,21 @@ impl TcpService {
             return false;
         };
         let mut moved = self.proto_listeners(&mut p, now);
-        if std::env::var_os("XWARP_PROTO_TRACE").is_some() {
-            static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
-            let mut l = LAST.lock().unwrap_or_else(|e| e.into_inner());
-            if l.is_none_or(|t| now >= t + Duration::from_secs(1)) {
-                *l = Some(now);
-                for (id, c) in &p.conns {
-                    let s = self.sockets.get::<tcp::Socket>(c.handle);
-                    eprintln!(
-                        "proto {:?} conn {id}: {} send_q {} recv_q {} can_send {} can_recv {} win {:?}",
-                        self.config.ipv4.map(|a| a.0),
-                        s.state(),
-                        s.send_queue(),
-                        s.recv_queue(),
-                        s.can_send(),
-                        s.can_recv(),
-                        s.remote_endpoint(),
-                    );
-                }
+        if p.trace && p.trace_at.is_none_or(|t| now >= t + Duration::from_secs(1)) {
+            p.trace_at = Some(now);
+            for (id, c) in &p.conns {
+                let s = self.sockets.get::<tcp::Socket>(c.handle);
+                eprintln!(
+                    "proto {:?} {:?} conn {id}: {} send_q {} recv_q {} can_send {} can_recv {} peer {:?}",
+                    now,
+                    self.config.ipv4.map(|a| a.0),
+                    s.state(),
+                    s.send_queue(),
+                    s.recv_queue(),
+                    s.can_send(),
+                    s.can_recv(),
+                    s.remote_endpoint(),
+                );
             }
         }
         let ids: Vec<ProtoConnId> = p.conns.keys().copied().collect();
@@ -596,6 +628,10 @@ fn serve_one(
                 moved = true;
             }
         }
+        // Nagle only while a bulk backlog is queued: a lone small message (latency
+        // ping-pong) leaves at once, while the small window openings of a bulk stream
+        // do not turn into tiny segments (silly-window sends at per-packet egress).
+        s.set_nagle_enabled(s.send_queue() >= NAGLE_BACKLOG);
         match host.close_request(id) {
             CloseRequest::None => {}
             CloseRequest::Graceful => {
