@@ -469,18 +469,19 @@ fn send_bw(o: &Opts, c: &Side, s: &Side) -> Result<String, String> {
     let abort = Arc::new(AtomicBool::new(false));
     // In duration mode the last Send is not known in advance: signal every one.
     let cq_mod = if o.duration.is_some() { 1 } else { 16u64 };
+    // Before the client may send (no RNR retry in iWARP).
+    // Receives: RX per QP, re-posted as they complete; a credit Send per GRANT.
+    for (i, qp) in s.qps.iter().enumerate() {
+        for k in 0..RX {
+            let off = ((i as u64 * RX + k) as usize % slots) * o.size;
+            qp.post_recv(wr_id(i, k), &[s.buf.sge(off, o.size).ok_or("sge")?])
+                .map_err(|e| format!("{e:?}"))?;
+        }
+    }
     std::thread::scope(|sc| -> Result<String, String> {
         let pubs = published.clone();
         let ab = abort.clone();
         let server = sc.spawn(move || -> Result<(), String> {
-            // Receives: RX per QP, re-posted as they complete; a credit Send per GRANT.
-            for (i, qp) in s.qps.iter().enumerate() {
-                for k in 0..RX {
-                    let off = ((i as u64 * RX + k) as usize % slots) * o.size;
-                    qp.post_recv(wr_id(i, k), &[s.buf.sge(off, o.size).ok_or("sge")?])
-                        .map_err(|e| format!("{e:?}"))?;
-                }
-            }
             let mut got = vec![0u64; nq];
             let mut granted = vec![0u64; nq];
             let mut sends = 0u64;
@@ -656,10 +657,12 @@ fn send_lat(o: &Opts, c: &Side, s: &Side) -> Result<String, String> {
     let inline = o.size <= 256;
     let done = AtomicBool::new(false);
     let mut lat = Lat::new()?;
+    // The server's first receive is posted before the client may send (a Send without
+    // a posted receive is a protocol error in iWARP: there is no RNR retry).
+    sq.post_recv(0, &[s.buf.sge(0, o.size).ok_or("sge")?])
+        .map_err(|e| format!("{e:?}"))?;
     std::thread::scope(|sc| -> Result<(), String> {
         let server = sc.spawn(|| -> Result<(), String> {
-            sq.post_recv(0, &[s.buf.sge(0, o.size).ok_or("sge")?])
-                .map_err(|e| format!("{e:?}"))?;
             let mut n = 0u64;
             let mut payload = vec![0u8; o.size];
             loop {
