@@ -58,8 +58,9 @@ if NET_MODE not in ("engine", "kernel"):
     raise SystemExit(f"XWARP_INTEROP_NET must be 'engine' or 'kernel', not {NET_MODE!r}")
 #: Where the guest reaches xwarp peers.
 XWARP_IP = ENGINE_IP if NET_MODE == "engine" else HOST_IP
-#: The examples' XWARP_ENGINE value (examples/support/transport.rs).
-ENGINE_SPEC = f"xdp:{TAP}:{ENGINE_IP}/{PREFIX}"
+#: The examples' XWARP_ENGINE value (examples/support/transport.rs). `,verify`: the engine
+#: verifies every received checksum (the guest runs without offload, so they are complete).
+ENGINE_SPEC = f"xdp:{TAP}:{ENGINE_IP}/{PREFIX},verify"
 NS_PREFIX = "xwi-"
 #: TCP port a guest command may `nc -l -p` on to wait for the host side ("host done").
 DONE_PORT = 7999
