@@ -135,6 +135,19 @@ pub type XdpEngine = NetEngine<AfXdpNic>;
 /// `None`) and start a TCP engine on it. The stack's MAC is the interface's, its MTU the
 /// NIC's (see the module docs). Root is needed.
 pub fn start_xdp_engine(ns: Option<&NetNs>, cfg: XdpEngineConfig) -> io::Result<XdpEngine> {
+    let (nic, stack, engine) = open_xdp_nic(ns, cfg)?;
+    NetEngine::start(nic, stack, engine)
+}
+
+/// The first half of [`start_xdp_engine`]: open the AF_XDP NIC on `cfg.ifname` inside
+/// namespace `ns` and derive the stack settings (MAC, address, MTU) from it, without
+/// starting an engine. Returns the NIC, the filled-in stack settings and the engine
+/// settings, so a caller can install a protocol host (e.g. the verbs engine,
+/// `xwarp::verbs::Context::start_xdp`) before spawning the engine on the NIC.
+pub fn open_xdp_nic(
+    ns: Option<&NetNs>,
+    cfg: XdpEngineConfig,
+) -> io::Result<(AfXdpNic, StackConfig, EngineConfig)> {
     if cfg.prefix > 32 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -167,7 +180,7 @@ pub fn start_xdp_engine(ns: Option<&NetNs>, cfg: XdpEngineConfig) -> io::Result<
         mtu,
         ..cfg.stack
     };
-    NetEngine::start(nic, stack, cfg.engine)
+    Ok((nic, stack, cfg.engine))
 }
 
 #[cfg(test)]

@@ -182,6 +182,23 @@ pub fn vwire_pair(
     Ok((a, b))
 }
 
+/// A verbs engine on a real interface through AF_XDP (see [`crate::toe`]).
+pub type XdpContext = Context<xwarp_poll_driver::afxdp::AfXdpNic>;
+
+impl Context<xwarp_poll_driver::afxdp::AfXdpNic> {
+    /// Open an AF_XDP NIC on `cfg.ifname` in namespace `ns` (the caller's own when `None`)
+    /// and start a verbs engine on it: [`crate::toe::open_xdp_nic`] followed by
+    /// [`Context::start`], so the verbs host is installed before the engine spawns.
+    /// Root is needed.
+    pub fn start_xdp(
+        ns: Option<&xwarp_poll_driver::netns::NetNs>,
+        cfg: crate::toe::XdpEngineConfig,
+    ) -> io::Result<Self> {
+        let (nic, stack, engine) = crate::toe::open_xdp_nic(ns, cfg)?;
+        Context::start(nic, stack, engine)
+    }
+}
+
 /// [`vwire_pair`] with default addresses and engines over `wire`.
 pub fn vwire_pair_simple(
     wire: WireConfig,
