@@ -173,6 +173,14 @@ struct Net {
 
 impl Net {
     fn new(net: u8) -> Net {
+        // Build the shim now, before a test starts peers or clocks: the first `shimmed`
+        // call otherwise runs `cargo build --release -p xwarp-preload` (tens of seconds
+        // on a loaded machine, e.g. a clean-clone CI run) while kernel peers started
+        // under `timeout 30` are already running. The eintr test's peer died of its
+        // timeout that way before the program connected ("FAIL connect: Connection
+        // refused" with "engine started" in its stderr), or the build landed inside the
+        // test's 4 s promptness window (reproduced: 31 s run, `secs < 4.0` failed).
+        shim();
         let pair = VethPair::new(net).expect("veth pair");
         // Peers send complete checksums (afxdp-notes.md: veth hands over partial ones).
         let if_b = pair.if_b.clone();
