@@ -3,17 +3,21 @@
 //! * `xwarp bench tcp`: kernel↔kernel, xwarp↔kernel and xwarp↔xwarp over one veth pair
 //!   between two namespaces it creates (root): bulk throughput, 64-byte ping-pong half
 //!   round trip, CPU time per GB. See [`tcp`].
+//! * `xwarp bench rdma`: xwarp RDMA (Write/Read bandwidth, Write/Send latency) against
+//!   kernel TCP bulk and ping-pong over one veth pair (root). See [`rdma`].
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub mod rdma;
 pub mod tcp;
 
 const USAGE: &str = "\
 usage: xwarp bench <benchmark> [options]
 
 benchmarks:
-  tcp     kernel vs xwarp TCP over a veth pair (root); `xwarp bench tcp --help`";
+  tcp     kernel vs xwarp TCP over a veth pair (root); `xwarp bench tcp --help`
+  rdma    xwarp RDMA vs kernel TCP over a veth pair (root); `xwarp bench rdma --help`";
 
 /// Entry point of `xwarp bench ARGS...` (ARGS excludes `xwarp bench`).
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -23,6 +27,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     match which.to_str() {
         Some("tcp") => tcp::main(args[1..].to_vec()),
+        Some("rdma") => rdma::main(args[1..].to_vec()),
         Some("help") | Some("--help") | Some("-h") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

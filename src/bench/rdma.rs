@@ -1,0 +1,591 @@
+//! `xwarp bench rdma`: xwarp RDMA (iWARP over the xwarp TCP engine on AF_XDP) against
+//! kernel TCP moving the same bytes in the same sizes, over one veth pair between two
+//! namespaces it creates (root).
+//!
+//! * xwarp↔xwarp: two verbs engines ([`crate::verbs::Context::start_xdp`]) at
+//!   `10.88.<net>.10` (veth-a) and `.20` (veth-b), MPA CRC on both sides:
+//!   write_bw and read_bw (64 KiB messages, 16 outstanding), write_lat and send_lat
+//!   (small messages, ping-pong, one-way = half the round trip).
+//! * kernel↔kernel on the same veth (`.1` ↔ `.2`): bulk (64 KiB writes) and ping-pong
+//!   (small messages, half round trip), `TCP_NODELAY`.
+//!
+//! Prints a table with ratios and one JSON object.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use xwarp_poll_driver::afxdp::AfXdpNic;
+use xwarp_poll_driver::netns::VethPair;
+
+use crate::toe::{RxChecksum, XdpEngineConfig};
+use crate::verbs::{
+    Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
+    QpInitAttr, QueuePair, SendRequest, WorkCompletion,
+};
+
+const USAGE: &str = "\
+usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N]
+
+  --duration SECS   seconds per measurement (default 2)
+  --small BYTES     message size of the latency tests (default 64)
+  --net N           veth /24 to use: 10.88.N.0/24 (default 90)";
+
+/// Bulk message size (bandwidth tests and kernel bulk).
+const BULK: usize = 64 << 10;
+/// Outstanding RDMA requests in the bandwidth tests.
+const DEPTH: usize = 16;
+/// Time limit for any single wait.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Options of `xwarp bench rdma`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Length of each measurement.
+    pub duration: Duration,
+    /// Message size of the latency tests.
+    pub small: usize,
+    /// The veth pair's /24 (`10.88.<net>.0/24`).
+    pub net: u8,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration: Duration::from_secs(2),
+            small: 64,
+            net: 90,
+        }
+    }
+}
+
+/// Results of one run (bandwidth in Gbit/s, latency one-way p50 in µs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Results {
+    /// RDMA Write bandwidth, 64 KiB messages.
+    pub write_bw_gbps: f64,
+    /// RDMA Read bandwidth, 64 KiB messages.
+    pub read_bw_gbps: f64,
+    /// RDMA Write ping-pong, half round trip p50.
+    pub write_lat_us: f64,
+    /// Send ping-pong, half round trip p50.
+    pub send_lat_us: f64,
+    /// Kernel TCP bulk, 64 KiB writes.
+    pub tcp_bulk_gbps: f64,
+    /// Kernel TCP ping-pong, half round trip p50.
+    pub tcp_lat_us: f64,
+}
+
+fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.to_str().ok_or("non-UTF-8 argument")?;
+        if a == "-h" || a == "--help" {
+            return Ok(None);
+        }
+        let v = it
+            .next()
+            .and_then(|v| v.to_str())
+            .ok_or(format!("{a} needs a value"))?;
+        match a {
+            "--duration" => {
+                let s: f64 = v.parse().map_err(|_| format!("bad --duration {v}"))?;
+                if !(0.05..=600.0).contains(&s) {
+                    return Err(format!("--duration {v} out of range"));
+                }
+                o.duration = Duration::from_secs_f64(s);
+            }
+            "--small" => {
+                o.small = v.parse().map_err(|_| format!("bad --small {v}"))?;
+                if !(1..=65536).contains(&o.small) {
+                    return Err(format!("--small {v} out of range (1..=65536)"));
+                }
+            }
+            "--net" => o.net = v.parse().map_err(|_| format!("bad --net {v}"))?,
+            _ => return Err(format!("unknown option {a}")),
+        }
+    }
+    Ok(Some(o))
+}
+
+/// Entry point of `xwarp bench rdma ARGS...`.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let o = match parse(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("xwarp bench rdma: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(r) => {
+            print!("{}", table(&o, &r));
+            println!("{}", json(&o, &r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xwarp bench rdma: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// One connected end.
+struct End {
+    qp: QueuePair,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    buf: MemoryRegion,
+}
+
+fn ok(wc: WorkCompletion) -> io::Result<WorkCompletion> {
+    if wc.status == CompletionStatus::Success {
+        Ok(wc)
+    } else {
+        Err(err(format!("completion failed: {wc:?}")))
+    }
+}
+
+fn end(ctx: &Context<AfXdpNic>, len: usize) -> io::Result<End> {
+    let dev = ctx.device();
+    let pd = dev.alloc_pd();
+    let scq = dev.create_cq(1024)?;
+    let rcq = dev.create_cq(1024)?;
+    let acc = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let buf = pd.alloc_mr(len, acc, false)?;
+    let mut at = QpInitAttr::new(&scq, &rcq);
+    at.max_send_wr = DEPTH * 4;
+    at.max_recv_wr = 64;
+    at.max_inline_data = 256;
+    at.mpa.crc = true;
+    let qp = pd.create_qp(&at)?;
+    Ok(End { qp, scq, rcq, buf })
+}
+
+fn connect(
+    a: &Context<AfXdpNic>,
+    b: &Context<AfXdpNic>,
+    addr: SocketAddr,
+) -> io::Result<(End, End)> {
+    let listener = b.device().listen(addr, 4)?;
+    let len = BULK * DEPTH * 2;
+    let c = end(a, len)?;
+    let s = end(b, len)?;
+    c.qp.connect(
+        addr,
+        ConnectParams {
+            private_data: Vec::new(),
+            timeout: WAIT,
+        },
+    )?;
+    let req = listener.get_request(WAIT)?;
+    req.accept(&s.qp, &[])?;
+    for q in [&c.qp, &s.qp] {
+        match q.next_event(WAIT)? {
+            CmEvent::Established { .. } => {}
+            e => return Err(err(format!("connect: {e:?}"))),
+        }
+    }
+    Ok((c, s))
+}
+
+/// Write or Read bandwidth, `BULK`-byte messages, `DEPTH` outstanding, Gbit/s.
+fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<f64> {
+    let slots = DEPTH * 2;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let t0 = Instant::now();
+    loop {
+        while posted - done < DEPTH as u64 && t0.elapsed() < dur {
+            let off = (posted as usize % slots) * BULK;
+            let sge = c.buf.sge(off, BULK).ok_or_else(|| err("sge"))?;
+            let (rkey, raddr) = (s.buf.rkey(), s.buf.addr() + off as u64);
+            let wr = if read {
+                SendRequest::read(posted, sge, rkey, raddr)
+            } else {
+                SendRequest::write(posted, vec![sge], rkey, raddr)
+            };
+            c.qp.post_send(wr)
+                .map_err(|e| err(format!("post: {e:?}")))?;
+            posted += 1;
+        }
+        if done == posted {
+            break;
+        }
+        ok(c.scq.next(WAIT)?)?;
+        done += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(done as f64 * BULK as f64 * 8.0 / secs / 1e9)
+}
+
+fn p50_half_us(mut v: Vec<Duration>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    v[v.len() / 2].as_secs_f64() * 1e6 / 2.0
+}
+
+/// Spin until `f` is true, `stop` is set (Ok(false)) or `WAIT` passes.
+fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Ok(true);
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        if t.elapsed() > WAIT {
+            return Err(err("ping-pong peer did not answer"));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Write ping-pong: each side Writes `size` bytes into the peer's buffer; the last byte
+/// carries the iteration mark the peer polls for. Half round trip p50, µs.
+fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+    let last = size - 1;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|sc| -> io::Result<f64> {
+        let server = sc.spawn(|| -> io::Result<()> {
+            let mut n = 0u64;
+            loop {
+                let mark = (n % 255 + 1) as u8;
+                if !spin(&stop, || s.buf.poll_byte(last) == Some(mark))? {
+                    return Ok(());
+                }
+                s.buf.write(size + last, &[mark])?;
+                n += 1;
+                let sge = s.buf.sge(size, size).ok_or_else(|| err("sge"))?;
+                let mut wr = SendRequest::write(n, vec![sge], c.buf.rkey(), c.buf.addr());
+                wr.signaled = n % 16 == 0;
+                s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                while let Some(w) = s.scq.poll_one() {
+                    ok(w)?;
+                }
+            }
+        });
+        let r = (|| -> io::Result<Vec<Duration>> {
+            let mut lat = Vec::new();
+            let t0 = Instant::now();
+            let mut i = 0u64;
+            while t0.elapsed() < dur {
+                let mark = (i % 255 + 1) as u8;
+                c.buf.write(size + last, &[mark])?;
+                let t = Instant::now();
+                let sge = c.buf.sge(size, size).ok_or_else(|| err("sge"))?;
+                let mut wr = SendRequest::write(i, vec![sge], s.buf.rkey(), s.buf.addr());
+                wr.signaled = (i + 1) % 16 == 0;
+                c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                spin(&AtomicBool::new(false), || {
+                    c.buf.poll_byte(last) == Some(mark)
+                })?;
+                lat.push(t.elapsed());
+                while let Some(w) = c.scq.poll_one() {
+                    ok(w)?;
+                }
+                i += 1;
+            }
+            Ok(lat)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let srv = server.join().map_err(|_| err("server panicked"))?;
+        let lat = r?;
+        srv?;
+        Ok(p50_half_us(lat))
+    })
+}
+
+/// Send ping-pong with `size`-byte inline Sends; the echoed payload is verified.
+/// Half round trip p50, µs.
+fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+    let stop = AtomicBool::new(false);
+    let rsge = |e: &End| e.buf.sge(0, size).ok_or_else(|| err("sge"));
+    s.qp.post_recv(0, &[rsge(s)?])
+        .map_err(|e| err(format!("{e:?}")))?;
+    std::thread::scope(|sc| -> io::Result<f64> {
+        let server = sc.spawn(|| -> io::Result<()> {
+            let mut n = 0u64;
+            let mut payload = vec![0u8; size];
+            loop {
+                let mut got = None;
+                if !spin(&stop, || {
+                    got = s.rcq.poll_one();
+                    got.is_some()
+                })? {
+                    return Ok(());
+                }
+                got.map(ok).transpose()?;
+                s.buf.read(0, &mut payload)?;
+                s.qp.post_recv(0, &[rsge(s)?])
+                    .map_err(|e| err(format!("{e:?}")))?;
+                n += 1;
+                let mut wr = SendRequest {
+                    inline: Some(payload.clone()),
+                    ..SendRequest::send(n, vec![])
+                };
+                wr.signaled = n % 16 == 0;
+                s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                while let Some(w) = s.scq.poll_one() {
+                    ok(w)?;
+                }
+            }
+        });
+        let r = (|| -> io::Result<Vec<Duration>> {
+            let mut lat = Vec::new();
+            let t0 = Instant::now();
+            let mut i = 0u64;
+            let mut echo = vec![0u8; size];
+            while t0.elapsed() < dur {
+                let data = vec![(i % 251) as u8; size];
+                c.qp.post_recv(0, &[rsge(c)?])
+                    .map_err(|e| err(format!("{e:?}")))?;
+                let t = Instant::now();
+                let mut wr = SendRequest {
+                    inline: Some(data.clone()),
+                    ..SendRequest::send(i, vec![])
+                };
+                wr.signaled = (i + 1) % 16 == 0;
+                c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                let mut got = None;
+                spin(&AtomicBool::new(false), || {
+                    got = c.rcq.poll_one();
+                    got.is_some()
+                })?;
+                lat.push(t.elapsed());
+                got.map(ok).transpose()?;
+                c.buf.read(0, &mut echo)?;
+                if echo != data {
+                    return Err(err(format!("send_lat: echo {i} differs")));
+                }
+                while let Some(w) = c.scq.poll_one() {
+                    ok(w)?;
+                }
+                i += 1;
+            }
+            Ok(lat)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let srv = server.join().map_err(|_| err("server panicked"))?;
+        let lat = r?;
+        srv?;
+        Ok(p50_half_us(lat))
+    })
+}
+
+/// Kernel TCP bulk from namespace A to B: `BULK`-byte writes for `dur`, Gbit/s at the
+/// receiver (which checks the byte count).
+fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<f64> {
+    let addr = SocketAddr::from((net.addr_b, port));
+    let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
+    let rx = std::thread::spawn(move || -> io::Result<(u64, Duration)> {
+        let (mut s, _) = l.accept()?;
+        let mut buf = vec![0u8; BULK];
+        let mut n = 0u64;
+        let t0 = Instant::now();
+        loop {
+            let k = s.read(&mut buf)?;
+            if k == 0 {
+                return Ok((n, t0.elapsed()));
+            }
+            n += k as u64;
+        }
+    });
+    let mut c = net
+        .a
+        .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
+    c.set_nodelay(true)?;
+    let buf = vec![0x5au8; BULK];
+    let mut sent = 0u64;
+    let t0 = Instant::now();
+    while t0.elapsed() < dur {
+        c.write_all(&buf)?;
+        sent += BULK as u64;
+    }
+    c.shutdown(std::net::Shutdown::Write)?;
+    let (n, el) = rx.join().map_err(|_| err("receiver panicked"))??;
+    if n != sent {
+        return Err(err(format!("kernel bulk: sent {sent}, received {n}")));
+    }
+    Ok(n as f64 * 8.0 / el.as_secs_f64() / 1e9)
+}
+
+/// Kernel TCP ping-pong of `size`-byte messages (echo verified). Half round trip p50, µs.
+fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Result<f64> {
+    let addr = SocketAddr::from((net.addr_b, port));
+    let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
+    let echo = std::thread::spawn(move || -> io::Result<()> {
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; size];
+        loop {
+            match s.read_exact(&mut buf) {
+                Ok(()) => s.write_all(&buf)?,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut c = net
+        .a
+        .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(WAIT))?;
+    let mut lat = Vec::new();
+    let mut back = vec![0u8; size];
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    while t0.elapsed() < dur {
+        let data = vec![(i % 251) as u8; size];
+        let t = Instant::now();
+        c.write_all(&data)?;
+        c.read_exact(&mut back)?;
+        lat.push(t.elapsed());
+        if back != data {
+            return Err(err(format!("kernel ping-pong: echo {i} differs")));
+        }
+        i += 1;
+    }
+    c.shutdown(std::net::Shutdown::Write)?;
+    echo.join().map_err(|_| err("echo panicked"))??;
+    Ok(p50_half_us(lat))
+}
+
+/// Run every measurement on a fresh veth pair (root needed).
+pub fn run(o: &Options) -> io::Result<Results> {
+    let net = VethPair::new(o.net)?;
+    let a_ip = Ipv4Addr::new(10, 88, o.net, 10);
+    let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
+    let mut r = Results {
+        tcp_bulk_gbps: tcp_bulk(&net, 5201, o.duration)?,
+        tcp_lat_us: tcp_pingpong(&net, 5202, o.small, o.duration)?,
+        ..Results::default()
+    };
+    let cfg = |ifname: &str, ip, name: &str| {
+        let mut c = XdpEngineConfig::new(ifname, ip, 24);
+        // Both ends are xwarp engines with full checksums.
+        c.rx_checksum = RxChecksum::Verify;
+        c.engine.name = name.into();
+        c.stack.rx_buffer = 256 << 10;
+        c.stack.tx_buffer = 256 << 10;
+        c.stack.tcp.nodelay = true;
+        c
+    };
+    let a = Context::start_xdp(Some(&net.a), cfg(&net.if_a, a_ip, "rdma-a"))?;
+    let b = Context::start_xdp(Some(&net.b), cfg(&net.if_b, b_ip, "rdma-b"))?;
+    let stage = |what: &str, c: &End, s: &End, e: io::Error| {
+        // The CM events say why a connection failed (Terminate, disconnect).
+        let ev = |q: &QueuePair| {
+            std::iter::from_fn(|| q.next_event(Duration::from_millis(100)).ok())
+                .take(8)
+                .collect::<Vec<_>>()
+        };
+        err(format!(
+            "{what}: {e}; client events {:?}, server events {:?}",
+            ev(&c.qp),
+            ev(&s.qp)
+        ))
+    };
+    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
+    r.write_bw_gbps =
+        rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
+    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
+    r.read_bw_gbps = rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
+    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)))?;
+    r.write_lat_us =
+        write_lat(&c, &s, o.small, o.duration).map_err(|e| stage("write_lat", &c, &s, e))?;
+    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)))?;
+    r.send_lat_us =
+        send_lat(&c, &s, o.small, o.duration).map_err(|e| stage("send_lat", &c, &s, e))?;
+    Ok(r)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// The human-readable table.
+pub fn table(o: &Options, r: &Results) -> String {
+    format!(
+        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B\n\
+         test                     xwarp RDMA     kernel TCP     ratio   target\n\
+         write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
+         read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
+         write_lat p50 (µs, 1/2)  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
+         send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n",
+        o.duration.as_secs_f64(),
+        o.small,
+        r.write_bw_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
+        r.read_bw_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.read_bw_gbps, r.tcp_bulk_gbps),
+        r.write_lat_us,
+        r.tcp_lat_us,
+        ratio(r.write_lat_us, r.tcp_lat_us),
+        r.send_lat_us,
+        r.tcp_lat_us,
+        ratio(r.send_lat_us, r.tcp_lat_us),
+    )
+}
+
+/// One JSON object with every number and the ratios.
+pub fn json(o: &Options, r: &Results) -> String {
+    format!(
+        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"bulk\":{BULK},\"crc\":true,\
+         \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
+         \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
+         \"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3}}}",
+        o.duration.as_secs_f64(),
+        o.small,
+        r.write_bw_gbps,
+        r.read_bw_gbps,
+        r.write_lat_us,
+        r.send_lat_us,
+        r.tcp_bulk_gbps,
+        r.tcp_lat_us,
+        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
+        ratio(r.write_lat_us, r.tcp_lat_us),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_rejects_bad_values_and_accepts_good_ones() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(parse(&a(&["--duration", "0"])).is_err());
+        assert!(parse(&a(&["--small", "0"])).is_err());
+        assert!(parse(&a(&["--bogus", "1"])).is_err());
+        assert!(parse(&a(&["--small"])).is_err());
+        assert!(parse(&a(&["--help"])).unwrap().is_none());
+        let o = parse(&a(&["--duration", "0.5", "--small", "8", "--net", "91"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (o.duration, o.small, o.net),
+            (Duration::from_millis(500), 8, 91)
+        );
+    }
+}
