@@ -9,6 +9,10 @@
 //! * kernel↔kernel on the same veth (`.1` ↔ `.2`): bulk (64 KiB writes) and ping-pong
 //!   (small messages, half round trip), `TCP_NODELAY`.
 //!
+//! Placement: side A (client thread, engine A) on the first core, side B (server
+//! thread, engine B) on the second, for the kernel pair as well; ping-pong waiters yield
+//! their core while they poll (the engine of their side shares it).
+//!
 //! Prints a table with ratios and one JSON object.
 
 use std::ffi::OsString;
@@ -28,11 +32,13 @@ use crate::verbs::{
 };
 
 const USAGE: &str = "\
-usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N]
+usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides|none]
 
   --duration SECS   seconds per measurement (default 2)
   --small BYTES     message size of the latency tests (default 64)
-  --net N           veth /24 to use: 10.88.N.0/24 (default 90)";
+  --net N           veth /24 to use: 10.88.N.0/24 (default 90)
+  --pin MODE        sides: client + engine A on the first core, server + engine B on the
+                    second, waiters yield; none: no pinning, waiters spin (default sides)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 const BULK: usize = 64 << 10;
@@ -50,6 +56,9 @@ pub struct Options {
     pub small: usize,
     /// The veth pair's /24 (`10.88.<net>.0/24`).
     pub net: u8,
+    /// Pin side A to the first core and side B to the second (`--pin sides`), or leave
+    /// placement to the scheduler (`--pin none`).
+    pub pin: bool,
 }
 
 impl Default for Options {
@@ -58,6 +67,7 @@ impl Default for Options {
             duration: Duration::from_secs(2),
             small: 64,
             net: 90,
+            pin: true,
         }
     }
 }
@@ -106,6 +116,13 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                 }
             }
             "--net" => o.net = v.parse().map_err(|_| format!("bad --net {v}"))?,
+            "--pin" => {
+                o.pin = match v {
+                    "sides" => true,
+                    "none" => false,
+                    _ => return Err(format!("--pin: unknown mode {v:?}")),
+                }
+            }
             _ => return Err(format!("unknown option {a}")),
         }
     }
@@ -238,6 +255,31 @@ fn p50_half_us(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1e6 / 2.0
 }
 
+/// Set by [`run`]: threads are pinned (waiters yield) or not (waiters spin).
+static PINNED: AtomicBool = AtomicBool::new(false);
+
+/// Pin the calling thread to side `side`'s core (0: A, 1: B) when there are two or more
+/// cores: side A (client, engine A) on the first core, side B (server, engine B) on the
+/// second, as `xwarp bench tcp --pin sides`.
+fn pin(side: usize) {
+    if !PINNED.load(Ordering::Relaxed) {
+        return;
+    }
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    if ids.len() >= 2 {
+        core_affinity::set_for_current(ids[side]);
+    }
+}
+
+/// The core id of side `side` (see [`pin`]).
+fn core_of(side: usize) -> Option<usize> {
+    if !PINNED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    (ids.len() >= 2).then(|| ids[side].id)
+}
+
 /// Spin until `f` is true, `stop` is set (Ok(false)) or `WAIT` passes.
 fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
     let t = Instant::now();
@@ -251,7 +293,12 @@ fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
         if t.elapsed() > WAIT {
             return Err(err("ping-pong peer did not answer"));
         }
-        std::hint::spin_loop();
+        if PINNED.load(Ordering::Relaxed) {
+            // The engine of this side shares the core: let it run.
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -262,6 +309,7 @@ fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| -> io::Result<f64> {
         let server = sc.spawn(|| -> io::Result<()> {
+            pin(1);
             let mut n = 0u64;
             loop {
                 let mark = (n % 255 + 1) as u8;
@@ -319,6 +367,7 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
         .map_err(|e| err(format!("{e:?}")))?;
     std::thread::scope(|sc| -> io::Result<f64> {
         let server = sc.spawn(|| -> io::Result<()> {
+            pin(1);
             let mut n = 0u64;
             let mut payload = vec![0u8; size];
             loop {
@@ -393,6 +442,7 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<f64> {
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
     let rx = std::thread::spawn(move || -> io::Result<(u64, Duration)> {
+        pin(1);
         let (mut s, _) = l.accept()?;
         let mut buf = vec![0u8; BULK];
         let mut n = 0u64;
@@ -429,6 +479,7 @@ fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Re
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
     let echo = std::thread::spawn(move || -> io::Result<()> {
+        pin(1);
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
         let mut buf = vec![0u8; size];
@@ -467,6 +518,9 @@ fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Re
 
 /// Run every measurement on a fresh veth pair (root needed).
 pub fn run(o: &Options) -> io::Result<Results> {
+    PINNED.store(o.pin, Ordering::Relaxed);
+    // This thread is the client of every test.
+    pin(0);
     let net = VethPair::new(o.net)?;
     let a_ip = Ipv4Addr::new(10, 88, o.net, 10);
     let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
@@ -475,18 +529,19 @@ pub fn run(o: &Options) -> io::Result<Results> {
         tcp_lat_us: tcp_pingpong(&net, 5202, o.small, o.duration)?,
         ..Results::default()
     };
-    let cfg = |ifname: &str, ip, name: &str| {
+    let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
         // Both ends are xwarp engines with full checksums.
         c.rx_checksum = RxChecksum::Verify;
         c.engine.name = name.into();
+        c.engine.core = core;
         c.stack.rx_buffer = 256 << 10;
         c.stack.tx_buffer = 256 << 10;
         c.stack.tcp.nodelay = true;
         c
     };
-    let a = Context::start_xdp(Some(&net.a), cfg(&net.if_a, a_ip, "rdma-a"))?;
-    let b = Context::start_xdp(Some(&net.b), cfg(&net.if_b, b_ip, "rdma-b"))?;
+    let a = Context::start_xdp(Some(&net.a), cfg(&net.if_a, a_ip, "rdma-a", core_of(0)))?;
+    let b = Context::start_xdp(Some(&net.b), cfg(&net.if_b, b_ip, "rdma-b", core_of(1)))?;
     let stage = |what: &str, c: &End, s: &End, e: io::Error| {
         // The CM events say why a connection failed (Terminate, disconnect).
         let ev = |q: &QueuePair| {
@@ -522,10 +577,18 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+fn pin_name(o: &Options) -> &'static str {
+    if o.pin {
+        "sides"
+    } else {
+        "none"
+    }
+}
+
 /// The human-readable table.
 pub fn table(o: &Options, r: &Results) -> String {
     format!(
-        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B\n\
+        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B, pin {}\n\
          test                     xwarp RDMA     kernel TCP     ratio   target\n\
          write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
          read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
@@ -533,6 +596,7 @@ pub fn table(o: &Options, r: &Results) -> String {
          send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n",
         o.duration.as_secs_f64(),
         o.small,
+        pin_name(o),
         r.write_bw_gbps,
         r.tcp_bulk_gbps,
         ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
@@ -551,12 +615,13 @@ pub fn table(o: &Options, r: &Results) -> String {
 /// One JSON object with every number and the ratios.
 pub fn json(o: &Options, r: &Results) -> String {
     format!(
-        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"bulk\":{BULK},\"crc\":true,\
+        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
          \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
          \"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3}}}",
         o.duration.as_secs_f64(),
         o.small,
+        pin_name(o),
         r.write_bw_gbps,
         r.read_bw_gbps,
         r.write_lat_us,
@@ -579,13 +644,23 @@ mod tests {
         assert!(parse(&a(&["--small", "0"])).is_err());
         assert!(parse(&a(&["--bogus", "1"])).is_err());
         assert!(parse(&a(&["--small"])).is_err());
+        assert!(parse(&a(&["--pin", "split"])).is_err());
         assert!(parse(&a(&["--help"])).unwrap().is_none());
-        let o = parse(&a(&["--duration", "0.5", "--small", "8", "--net", "91"]))
-            .unwrap()
-            .unwrap();
+        let o = parse(&a(&[
+            "--duration",
+            "0.5",
+            "--small",
+            "8",
+            "--net",
+            "91",
+            "--pin",
+            "none",
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!(
-            (o.duration, o.small, o.net),
-            (Duration::from_millis(500), 8, 91)
+            (o.duration, o.small, o.net, o.pin),
+            (Duration::from_millis(500), 8, 91, false)
         );
     }
 }
