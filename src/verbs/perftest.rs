@@ -3,20 +3,23 @@
 //!
 //! Options follow perftest: `-s SIZE`, `-n ITERATIONS`, `-D SECONDS`, `-q QPS`,
 //! `-t TX_DEPTH`, `-p PORT`, `[host]` for the client. `--vwire` runs both ends in one
-//! process over the virtual wire (`--loss P` adds loss, reordering and duplication).
+//! process over the virtual wire (`--loss P` adds loss, reordering and duplication);
+//! `--veth` runs both ends in one process on two AF_XDP verbs engines over a veth pair
+//! between two network namespaces it creates (root; [`run_veth`]).
 //! Send tests use a credit scheme (iWARP has no RNR retry): the receiver grants credits
 //! for the receives it re-posted, the sender never has more Sends in flight than
 //! credits.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use xwarp_poll_driver::vwire::{LinkConfig, VirtualNic, WireConfig};
+use xwarp_poll_driver::backend::Backend;
+use xwarp_poll_driver::vwire::{LinkConfig, WireConfig};
 
 use super::{
     vwire_pair, Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context,
@@ -79,9 +82,11 @@ pub struct Opts {
     pub vwire: bool,
     /// Virtual wire loss/reorder/duplicate probability.
     pub loss: f64,
+    /// Both ends in-process on AF_XDP engines over a veth pair (root).
+    pub veth: bool,
 }
 
-const USAGE: &str = "usage: TEST [-s SIZE] [-n ITERS] [-D SECONDS] [-q QPS] [-t TX_DEPTH] [-p PORT] [--vwire [--loss P]] [host]
+const USAGE: &str = "usage: TEST [-s SIZE] [-n ITERS] [-D SECONDS] [-q QPS] [-t TX_DEPTH] [-p PORT] [--vwire [--loss P] | --veth] [host]
 
   -s SIZE      message size in bytes (default 65536 for bandwidth, 2 for latency)
   -n ITERS     iterations per QP (default 5000 for bandwidth, 1000 for latency)
@@ -90,7 +95,9 @@ const USAGE: &str = "usage: TEST [-s SIZE] [-n ITERS] [-D SECONDS] [-q QPS] [-t 
   -t DEPTH     send queue depth (default 128)
   -p PORT      TCP port (default 18515)
   --vwire      both ends in this process over the in-process virtual wire
-  --loss P     with --vwire: drop/reorder/duplicate probability per frame";
+  --loss P     with --vwire: drop/reorder/duplicate probability per frame
+  --veth       both ends in this process on AF_XDP engines over a veth pair between two
+               network namespaces (root; MPA CRC off as with --vwire)";
 
 /// Parse perftest-style arguments (without the program name).
 pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
@@ -104,6 +111,7 @@ pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
         host: None,
         vwire: false,
         loss: 0.0,
+        veth: false,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -129,6 +137,7 @@ pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
                 o.port = u16::try_from(num(val("-p")?, "-p")?).map_err(|_| "-p: bad port")?
             }
             "--vwire" => o.vwire = true,
+            "--veth" => o.veth = true,
             "--loss" => {
                 o.loss = val("--loss")?
                     .parse::<f64>()
@@ -147,6 +156,9 @@ pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
     if !test.is_bw() {
         o.qps = 1;
     }
+    if o.vwire && o.veth {
+        return Err("--vwire and --veth exclude each other".into());
+    }
     Ok(o)
 }
 
@@ -163,14 +175,19 @@ pub fn main(test: Test) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !o.vwire {
+    if !o.vwire && !o.veth {
         eprintln!(
-            "only --vwire (both ends in this process) is available: running the verbs host \
-             on an AF_XDP engine needs xwarp::toe to accept a protocol host"
+            "only --vwire or --veth (both ends in this process) are available; a separate \
+             client and server process are not implemented"
         );
         return ExitCode::from(2);
     }
-    match run_vwire(test, &o) {
+    let r = if o.veth {
+        run_veth(test, &o)
+    } else {
+        run_vwire(test, &o)
+    };
+    match r {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS
@@ -198,15 +215,16 @@ const SLOT: usize = 64;
 
 /// Connect `qps` QPs between the two engines; returns (client, server, remote buf
 /// (addr, rkey) of each side as seen by the other).
-fn setup(
-    a: &Context<VirtualNic>,
-    b: &Context<VirtualNic>,
+fn setup<B: Backend + Send + 'static>(
+    a: &Context<B>,
+    b: &Context<B>,
+    server: Ipv4Addr,
     o: &Opts,
     buf_len: usize,
 ) -> Result<(Side, Side), String> {
-    let addr: SocketAddr = SocketAddr::from(([10, 77, 0, 2], o.port));
+    let addr: SocketAddr = SocketAddr::from((server, o.port));
     let listener = b.device().listen(addr, o.qps.max(1)).map_err(e2s)?;
-    let mk = |ctx: &Context<VirtualNic>| -> Result<Side, String> {
+    let mk = |ctx: &Context<B>| -> Result<Side, String> {
         let dev = ctx.device();
         let pd = dev.alloc_pd();
         let scq = dev.create_cq(4096).map_err(e2s)?;
@@ -271,15 +289,17 @@ fn check(wc: &WorkCompletion) -> Result<(), String> {
 
 fn header(test: Test, o: &Opts, extra: &str) -> String {
     let line = "-".repeat(87);
+    let transport = if o.veth {
+        "AF_XDP on a veth pair".to_string()
+    } else if o.loss > 0.0 {
+        format!("in-process virtual wire, loss {}", o.loss)
+    } else {
+        "in-process virtual wire".to_string()
+    };
     format!(
-        "{line}\n                    {}\n Number of qps   : {}\t\tTransport type : IW (xwarp, in-process virtual wire{})\n TX depth        : {}\n Mtu             : 1500[B]\n{extra}{line}\n",
+        "{line}\n                    {}\n Number of qps   : {}\t\tTransport type : IW (xwarp, {transport})\n TX depth        : {}\n Mtu             : 1500[B]\n{extra}{line}\n",
         test.title(),
         o.qps,
-        if o.loss > 0.0 {
-            format!(", loss {}", o.loss)
-        } else {
-            String::new()
-        },
         o.tx_depth
     )
 }
@@ -347,13 +367,46 @@ pub fn run_vwire(test: Test, o: &Opts) -> Result<String, String> {
         ..PairConfig::default()
     })
     .map_err(e2s)?;
+    run_pair(test, o, &a, &b, Ipv4Addr::new(10, 77, 0, 2))
+}
+
+/// Run the test with both ends in this process on two AF_XDP verbs engines over a veth
+/// pair between two network namespaces (`10.88.<net>.10` and `.20`, `net` 95; root).
+pub fn run_veth(test: Test, o: &Opts) -> Result<String, String> {
+    let net = xwarp_poll_driver::netns::VethPair::new(95).map_err(e2s)?;
+    let a_ip = Ipv4Addr::new(10, 88, 95, 10);
+    let b_ip = Ipv4Addr::new(10, 88, 95, 20);
+    let cfg = |ifname: &str, ip, name: &str| {
+        let mut c = crate::toe::XdpEngineConfig::new(ifname, ip, 24);
+        // Both ends are xwarp engines: every checksum is complete.
+        c.rx_checksum = crate::toe::RxChecksum::Verify;
+        c.engine.name = name.into();
+        c
+    };
+    let a = Context::start_xdp(Some(&net.a), cfg(&net.if_a, a_ip, "perftest-a")).map_err(e2s)?;
+    let b = Context::start_xdp(Some(&net.b), cfg(&net.if_b, b_ip, "perftest-b")).map_err(e2s)?;
+    let r = run_pair(test, o, &a, &b, b_ip);
+    // The engines stop before the namespaces go away.
+    drop((a, b));
+    drop(net);
+    r
+}
+
+/// Run the test between engine `a` (client) and engine `b` (server at `server`).
+fn run_pair<B: Backend + Send + 'static>(
+    test: Test,
+    o: &Opts,
+    a: &Context<B>,
+    b: &Context<B>,
+    server: Ipv4Addr,
+) -> Result<String, String> {
     let ring = if test.is_bw() {
         (o.size * o.tx_depth.min(64)).clamp(o.size, 64 << 20)
     } else {
         // Latency tests: the sink at [0, size), a separate source at [size, 2 size).
         2 * o.size
     };
-    let (c, s) = setup(&a, &b, o, ring.max(o.size))?;
+    let (c, s) = setup(a, b, server, o, ring.max(o.size))?;
     let out = match test {
         Test::WriteBw | Test::ReadBw => rdma_bw(test, o, &c, &s)?,
         Test::SendBw => send_bw(o, &c, &s)?,
