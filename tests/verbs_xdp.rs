@@ -136,6 +136,15 @@ fn mr(e: &End, len: usize) -> MemoryRegion {
     .unwrap()
 }
 
+/// Wait until `e`'s engine applied every work request posted so far (a synchronous
+/// registration queues behind them). A receive posted just before the peer sends can
+/// otherwise still sit in the command queue when the engine hands the arriving Send to
+/// the verbs host (received bytes go to the host after every ingress packet, commands
+/// only at the start of an engine iteration): DDP Terminate "no buffer".
+fn applied(e: &End) {
+    drop(e.pd.alloc_mr(64, Access::LOCAL_WRITE, false).unwrap());
+}
+
 fn wc(cq: &CompletionQueue) -> WorkCompletion {
     cq.next(T).expect("completion")
 }
@@ -170,6 +179,7 @@ fn xdp_send_send_se_send_inv() {
     let data = pattern(100_000, 1);
     cbuf.write(0, &data).unwrap();
     s.qp.post_recv(7, &[sbuf.sge(0, 200_000).unwrap()]).unwrap();
+    applied(&s);
     c.qp.post_send(SendRequest::send(
         1,
         vec![
@@ -285,6 +295,7 @@ fn xdp_write_and_read() {
     // A Send after the Write makes the Write visible (ordering), then check the data.
     s.qp.post_recv(8, &[sbuf.sge(900_000, 16).unwrap()])
         .unwrap();
+    applied(&s);
     c.qp.post_send(SendRequest {
         inline: Some(b"done".to_vec()),
         ..SendRequest::send(3, vec![])
@@ -330,6 +341,7 @@ fn xdp_local_invalidate() {
     ))
     .unwrap();
     s.qp.post_recv(1, &[dst.sge(100, 8).unwrap()]).unwrap();
+    applied(&s);
     c.qp.post_send(SendRequest::send(2, vec![src.sge(0, 1).unwrap()]))
         .unwrap();
     wc(&s.rcq);

@@ -28,7 +28,7 @@ use xwarp_poll_driver::netns::VethPair;
 use crate::toe::{RxChecksum, XdpEngineConfig};
 use crate::verbs::{
     Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
-    QpInitAttr, QueuePair, SendRequest, WorkCompletion,
+    ProtectionDomain, QpInitAttr, QueuePair, SendRequest, WorkCompletion,
 };
 
 const USAGE: &str = "\
@@ -161,6 +161,7 @@ fn err(e: impl std::fmt::Display) -> io::Error {
 
 /// One connected end.
 struct End {
+    pd: ProtectionDomain,
     qp: QueuePair,
     scq: CompletionQueue,
     rcq: CompletionQueue,
@@ -188,7 +189,13 @@ fn end(ctx: &Context<AfXdpNic>, len: usize) -> io::Result<End> {
     at.max_inline_data = 256;
     at.mpa.crc = true;
     let qp = pd.create_qp(&at)?;
-    Ok(End { qp, scq, rcq, buf })
+    Ok(End {
+        pd,
+        qp,
+        scq,
+        rcq,
+        buf,
+    })
 }
 
 fn connect(
@@ -365,6 +372,12 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
     let rsge = |e: &End| e.buf.sge(0, size).ok_or_else(|| err("sge"));
     s.qp.post_recv(0, &[rsge(s)?])
         .map_err(|e| err(format!("{e:?}")))?;
+    // Wait until the server's engine applied that receive before the client may send: a
+    // synchronous registration queues behind it. Received bytes reach the verbs host after
+    // every ingress packet, queued commands only at the start of an engine iteration, so
+    // a receive posted just before the peer's Send arrives can otherwise miss it (DDP
+    // Terminate, untagged buffer, no buffer available).
+    drop(s.pd.alloc_mr(64, Access::LOCAL_WRITE, false)?);
     std::thread::scope(|sc| -> io::Result<f64> {
         let server = sc.spawn(|| -> io::Result<()> {
             pin(1);
