@@ -315,6 +315,9 @@ pub(crate) struct VerbsHost {
     /// Keeps registered buffers alive while the engine may use them.
     bufs: HashMap<Stag, Arc<RawBuf>>,
     emss: usize,
+    /// Commands taken off the queue by [`VerbsHost::apply_queued`] that need the engine's
+    /// `ProtoCtl` (connect, listen, unlisten); `poll` runs them first, so command order holds.
+    stashed: std::collections::VecDeque<Cmd>,
 }
 
 // SAFETY: `Resources` holds `Box<dyn RegionMemory>` (no `Send` bound in its type). Every
@@ -359,6 +362,7 @@ impl VerbsHost {
             listeners: HashMap::new(),
             bufs: HashMap::new(),
             emss,
+            stashed: std::collections::VecDeque::new(),
         }
     }
 
@@ -536,8 +540,60 @@ impl VerbsHost {
         self.post_to_conn(qpn, Early::Send(swr));
     }
 
+    /// Apply one application command; connect, listen and unlisten need the engine.
     fn handle(&mut self, cmd: Cmd, now: Instant, ctl: &mut ProtoCtl) {
         match cmd {
+            Cmd::Connect {
+                qpn,
+                remote,
+                params,
+            } => {
+                let Some(slot) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                if slot.conn_id.is_some() || slot.finished {
+                    slot.event(CmEvent::ConnectError("QP already used".into()));
+                    return;
+                }
+                let deadline = now + params.timeout;
+                let id = ctl.connect(remote, None, deadline);
+                slot.conn_id = Some(id);
+                slot.connecting = Some((params.private_data, deadline));
+                self.owners.insert(id, Owner::Qp(qpn));
+            }
+            Cmd::Listen {
+                token,
+                addr,
+                backlog,
+                requests,
+                ready,
+                reply,
+            } => {
+                self.listeners.insert(
+                    token,
+                    ListenSlot {
+                        requests,
+                        ready,
+                        reply: Some(reply),
+                    },
+                );
+                ctl.listen(token, addr, backlog);
+            }
+            Cmd::Unlisten { token } => {
+                self.listeners.remove(&token);
+                ctl.unlisten(token);
+            }
+            other => self.handle_local(other, now),
+        }
+    }
+
+    /// Apply one command that needs nothing from the engine (memory, QPs, work requests).
+    fn handle_local(&mut self, cmd: Cmd, now: Instant) {
+        match cmd {
+            c @ (Cmd::Connect { .. } | Cmd::Listen { .. } | Cmd::Unlisten { .. }) => {
+                // Never reached through `apply_queued`; kept in order for `poll` if it were.
+                self.stashed.push_back(c);
+            }
             Cmd::RegMr {
                 pd,
                 access,
@@ -623,24 +679,6 @@ impl VerbsHost {
             }
             Cmd::PostSend { qpn, wr } => self.post_send(qpn, wr),
             Cmd::PostRecv { qpn, wr } => self.post_to_conn(qpn, Early::Recv(wr)),
-            Cmd::Connect {
-                qpn,
-                remote,
-                params,
-            } => {
-                let Some(slot) = self.qps.get_mut(&qpn) else {
-                    return;
-                };
-                if slot.conn_id.is_some() || slot.finished {
-                    slot.event(CmEvent::ConnectError("QP already used".into()));
-                    return;
-                }
-                let deadline = now + params.timeout;
-                let id = ctl.connect(remote, None, deadline);
-                slot.conn_id = Some(id);
-                slot.connecting = Some((params.private_data, deadline));
-                self.owners.insert(id, Owner::Qp(qpn));
-            }
             Cmd::Disconnect { qpn } => {
                 if let Some(slot) = self.qps.get_mut(&qpn) {
                     slot.disconnect_requested = true;
@@ -653,28 +691,6 @@ impl VerbsHost {
                         None => {}
                     }
                 }
-            }
-            Cmd::Listen {
-                token,
-                addr,
-                backlog,
-                requests,
-                ready,
-                reply,
-            } => {
-                self.listeners.insert(
-                    token,
-                    ListenSlot {
-                        requests,
-                        ready,
-                        reply: Some(reply),
-                    },
-                );
-                ctl.listen(token, addr, backlog);
-            }
-            Cmd::Unlisten { token } => {
-                self.listeners.remove(&token);
-                ctl.unlisten(token);
             }
             Cmd::Accept {
                 conn,
@@ -780,8 +796,31 @@ impl VerbsHost {
     }
 }
 
+impl VerbsHost {
+    /// Apply queued application commands in order, up to the first one that needs the
+    /// engine's `ProtoCtl`; that one and everything after it wait for `poll`.
+    fn apply_queued(&mut self, now: Instant) {
+        if !self.stashed.is_empty() {
+            return;
+        }
+        while let Ok(cmd) = self.cmds.try_recv() {
+            if matches!(
+                cmd,
+                Cmd::Connect { .. } | Cmd::Listen { .. } | Cmd::Unlisten { .. }
+            ) {
+                self.stashed.push_back(cmd);
+                return;
+            }
+            self.handle_local(cmd, now);
+        }
+    }
+}
+
 impl ProtocolHost for VerbsHost {
     fn poll(&mut self, now: Instant, ctl: &mut ProtoCtl) -> Option<Instant> {
+        while let Some(cmd) = self.stashed.pop_front() {
+            self.handle(cmd, now, ctl);
+        }
         while let Ok(cmd) = self.cmds.try_recv() {
             self.handle(cmd, now, ctl);
         }
@@ -905,6 +944,11 @@ impl ProtocolHost for VerbsHost {
     }
 
     fn on_recv(&mut self, conn: ProtoConnId, now: Instant, data: &[u8]) -> usize {
+        // The engine may hand over bytes right after an ingress packet, before `poll` has
+        // drained the command queue: a receive the application posted before the peer's
+        // Send arrived must be in place first (iWARP has no RNR; a missing receive is a
+        // Terminate).
+        self.apply_queued(now);
         match self.owners.get_mut(&conn) {
             Some(Owner::Qp(qpn)) => {
                 if let Some(slot) = self.qps.get_mut(qpn) {
