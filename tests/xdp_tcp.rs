@@ -41,8 +41,16 @@ fn skip_reason() -> Option<String> {
     None
 }
 
+/// Tests in this file run in parallel and hold this lock shared; the multi-buffer test
+/// holds it exclusively. Known issue (found in CI): while the multi-buffer (MTU 9000,
+/// XDP frags) engines run, the checksum-verifying echo test's `nc` stalls until its 30 s
+/// timeout; each passes alone and the whole file passes serially. Until the interaction is
+/// understood the multi-buffer test runs alone.
+static EXCLUSIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 macro_rules! require_root_and_afxdp {
     () => {
+        let _shared = EXCLUSIVE.read().unwrap_or_else(|e| e.into_inner());
         if let Some(reason) = skip_reason() {
             // Straight to fd 2: libtest's capture only swallows the print macros.
             let _ = writeln!(
@@ -723,7 +731,16 @@ fn rx_checksum_verify_drops_partial_checksums_from_a_veth_peer() {
 #[test]
 fn multi_buffer_jumbo_frames_both_ways_verified() {
     use xwarp::poll_driver::backend::Backend;
-    require_root_and_afxdp!();
+    let _alone = EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(reason) = skip_reason() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {reason} ({}:{})",
+            file!(),
+            line!()
+        );
+        return;
+    }
     ensure_tool("nc", "netcat-openbsd");
     let n = 29;
     let net = VethPair::new(n).expect("veth pair");
