@@ -10,14 +10,17 @@
 //! [`serve_until`] / [`echo`].
 #![allow(dead_code)]
 
+// Each example is its own crate; tests/xdp_tcp.rs includes both, hence two copies there.
+#[allow(clippy::duplicate_mod)]
+#[path = "support/xdp_server.rs"]
+mod xdp_server;
+
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use xwarp::net::{Shutdown, TcpListener, TcpStream};
-use xwarp::toe::{start_xdp_engine, XdpEngineConfig};
 
 /// Echo one connection until the peer's FIN; returns the bytes echoed.
 pub fn echo(mut s: TcpStream) -> io::Result<u64> {
@@ -70,54 +73,11 @@ pub fn serve_until(mut listener: TcpListener, stop: &AtomicBool) -> u64 {
     accepted
 }
 
-fn usage() -> ExitCode {
-    eprintln!("usage: tcp_echo --ifname IFACE --ip ADDR/PREFIX [--port PORT]");
-    ExitCode::from(2)
-}
-
-fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
-    let (a, p) = s.split_once('/')?;
-    let p: u8 = p.parse().ok()?;
-    (p <= 32).then_some(())?;
-    Some((a.parse().ok()?, p))
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut ifname, mut ip, mut port) = (None, None, 7u16);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match (a.as_str(), it.next()) {
-            ("--ifname", Some(v)) => ifname = Some(v.clone()),
-            ("--ip", Some(v)) => match parse_cidr(v) {
-                Some(c) => ip = Some(c),
-                None => return usage(),
-            },
-            ("--port", Some(v)) => match v.parse() {
-                Ok(p) if p != 0 => port = p,
-                _ => return usage(),
-            },
-            _ => return usage(),
-        }
-    }
-    let (Some(ifname), Some((addr, prefix))) = (ifname, ip) else {
-        return usage();
-    };
-    let engine = match start_xdp_engine(None, XdpEngineConfig::new(&ifname, addr, prefix)) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("tcp_echo: starting the engine on {ifname}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let listener = match TcpListener::bind(engine.stack(), SocketAddr::from((addr, port))) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("tcp_echo: listen on {addr}:{port}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    eprintln!("tcp_echo: echoing on {addr}:{port} ({ifname})");
-    serve_until(listener, &AtomicBool::new(false));
-    ExitCode::FAILURE
+    xdp_server::run(
+        "tcp_echo",
+        7,
+        |a, p, i| format!("echoing on {a}:{p} ({i})"),
+        serve_until,
+    )
 }

@@ -1,0 +1,70 @@
+//! The command line and start-up shared by the AF_XDP server examples (`http_server`,
+//! `tcp_echo`): `--ifname IFACE --ip ADDR/PREFIX [--port PORT]`, an engine on that
+//! interface, one listener, then the example's accept loop.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+use xwarp::net::TcpListener;
+use xwarp::toe::{start_xdp_engine, XdpEngineConfig};
+
+/// Parse `ADDR/PREFIX`.
+pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, p) = s.split_once('/')?;
+    let p: u8 = p.parse().ok()?;
+    (p <= 32).then_some(())?;
+    Some((a.parse().ok()?, p))
+}
+
+/// Run example `name`: parse the command line (port `default_port` unless given), start
+/// the engine, listen, print `banner(addr, port, ifname)` and hand the listener to `serve`
+/// (which runs until the process ends, so this returns only on failure).
+pub fn run(
+    name: &str,
+    default_port: u16,
+    banner: impl Fn(Ipv4Addr, u16, &str) -> String,
+    serve: fn(TcpListener, &AtomicBool) -> u64,
+) -> ExitCode {
+    let usage = || {
+        eprintln!("usage: {name} --ifname IFACE --ip ADDR/PREFIX [--port PORT]");
+        ExitCode::from(2)
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut ifname, mut ip, mut port) = (None, None, default_port);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.next()) {
+            ("--ifname", Some(v)) => ifname = Some(v.clone()),
+            ("--ip", Some(v)) => match parse_cidr(v) {
+                Some(c) => ip = Some(c),
+                None => return usage(),
+            },
+            ("--port", Some(v)) => match v.parse() {
+                Ok(p) if p != 0 => port = p,
+                _ => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
+    let (Some(ifname), Some((addr, prefix))) = (ifname, ip) else {
+        return usage();
+    };
+    let engine = match start_xdp_engine(None, XdpEngineConfig::new(&ifname, addr, prefix)) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("{name}: starting the engine on {ifname}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(engine.stack(), SocketAddr::from((addr, port))) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{name}: listen on {addr}:{port}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("{name}: {}", banner(addr, port, &ifname));
+    serve(listener, &AtomicBool::new(false));
+    ExitCode::FAILURE
+}
