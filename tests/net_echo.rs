@@ -99,3 +99,37 @@ fn bulk_throughput_both_directions() {
         );
     }
 }
+
+/// The peer half-closes first; we then queue more than its receive buffer and ring hold
+/// and shut down while its window is zero, and only later does it start reading. The
+/// window update must still get the rest through (smoltcp 0.14 ignores window updates in
+/// LAST-ACK, so the engine holds the FIN until the data before it is acknowledged).
+#[test]
+fn fin_after_peer_fin_behind_a_zero_window_still_delivers_everything() {
+    let (a, b) = vwire_pair(WireConfig::default()).unwrap();
+    let listener = TcpListener::bind(b.stack(), addr(2, 5002)).unwrap();
+    let mut c = TcpStream::connect(a.stack(), addr(2, 5002)).unwrap();
+    let (mut s, _) = listener.accept().unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut none = [0u8; 1];
+    assert_eq!(
+        s.read(&mut none).unwrap(),
+        0,
+        "server sees the client's FIN"
+    );
+    // Client side holds 1 MiB socket buffer + 256 KiB ring; the server side as much
+    // again: 2 MiB fills the client's window and still fits on the server's side.
+    let total = 2u64 << 20;
+    let w = std::thread::spawn(move || {
+        let h = send_stream(&mut s, 7, total, 64 << 10).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        (h, s)
+    });
+    // Let the writer finish and the client's window close before reading anything.
+    let (sent, _s) = w.join().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let got = recv_stream(&mut c, 7, true).expect("download after the zero window");
+    assert_eq!(got, sent);
+}

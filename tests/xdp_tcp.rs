@@ -41,16 +41,8 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-/// Tests in this file run in parallel and hold this lock shared; the multi-buffer test
-/// holds it exclusively. Known issue (found in CI): while the multi-buffer (MTU 9000,
-/// XDP frags) engines run, the checksum-verifying echo test's `nc` stalls until its 30 s
-/// timeout; each passes alone and the whole file passes serially. Until the interaction is
-/// understood the multi-buffer test runs alone.
-static EXCLUSIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
 macro_rules! require_root_and_afxdp {
     () => {
-        let _shared = EXCLUSIVE.read().unwrap_or_else(|e| e.into_inner());
         if let Some(reason) = skip_reason() {
             // Straight to fd 2: libtest's capture only swallows the print macros.
             let _ = writeln!(
@@ -731,7 +723,6 @@ fn rx_checksum_verify_drops_partial_checksums_from_a_veth_peer() {
 #[test]
 fn multi_buffer_jumbo_frames_both_ways_verified() {
     use xwarp::poll_driver::backend::Backend;
-    let _alone = EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner());
     if let Some(reason) = skip_reason() {
         let _ = writeln!(
             std::io::stderr(),
@@ -808,7 +799,32 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
     }
     s.shutdown(Shutdown::Write).unwrap();
     let mut back = Vec::new();
-    s.read_to_end(&mut back).unwrap();
+    if let Err(e) = s.read_to_end(&mut back) {
+        drop(s);
+        let mut xa = ea.stop().expect("stop a");
+        let mut xb = eb.stop().expect("stop b");
+        let sa = (
+            xa.backend.stats(),
+            xa.backend.xdp_statistics(),
+            xa.backend.ring_snapshot(),
+        );
+        let sb = (
+            xb.backend.stats(),
+            xb.backend.xdp_statistics(),
+            xb.backend.ring_snapshot(),
+        );
+        let la = net.a.ip(&["-s", "-s", "link", "show", &net.if_a]);
+        let lb = net.b.ip(&["-s", "-s", "link", "show", &net.if_b]);
+        let ea2 = net
+            .a
+            .command("ethtool")
+            .map(|mut c| c.args(["-S", &net.if_a]).output());
+        let eb2 = net
+            .b
+            .command("ethtool")
+            .map(|mut c| c.args(["-S", &net.if_b]).output());
+        panic!("download failed after {} bytes: {e}\nA {sa:?}\nB {sb:?}\n{la:?}\n{lb:?}\n{ea2:?}\n{eb2:?}", back.len());
+    }
     let (got, digest) = receiver.join().expect("receiver");
     assert_eq!(got, up, "bytes received by B");
     let want: [u8; 32] = h.finalize().into();

@@ -699,7 +699,18 @@ impl TcpService {
                     c.shared.notify(WANT_WRITE);
                     step.moved = true;
                 }
-                if (c.shutdown || c.app_closed) && c.tx.slots() == 0 && s.may_send() {
+                // smoltcp 0.14 in LAST-ACK answers an ACK that acknowledges nothing with a
+                // challenge ACK and drops it before reading its window field. Entering
+                // LAST-ACK with data still queued behind a zero window would then deadlock:
+                // the peer's window update is ignored forever (seen in CI: bulk download
+                // after the peer's FIN). So in CLOSE-WAIT the FIN waits until every byte
+                // queued before it is acknowledged; it costs at most one round trip.
+                let fin_must_wait = state == State::CloseWait && s.send_queue() > 0;
+                if (c.shutdown || c.app_closed)
+                    && c.tx.slots() == 0
+                    && s.may_send()
+                    && !fin_must_wait
+                {
                     s.close();
                     c.fin_queued = true;
                     step.moved = true;

@@ -420,6 +420,23 @@ impl AfXdpNic {
         &self.steering
     }
 
+    /// A one-line snapshot of the rings and free lists, for diagnosing stalls.
+    pub fn ring_snapshot(&mut self) -> String {
+        format!(
+            "tx_free_chunks {} tx_ring_free {} tx_unpublished {} tx_kernel_pending {} tx_needs_wakeup {} completion_avail {} rx_free_chunks {} rx_pending {} rx_avail {} chain {:?}",
+            self.txs.free.len(),
+            self.sock.tx.free(u32::MAX),
+            self.sock.tx.unpublished(),
+            self.sock.tx.kernel_pending(),
+            self.sock.tx.needs_wakeup(),
+            self.sock.completion.available(u32::MAX),
+            self.rxs.free.len(),
+            self.rxs.pending.len(),
+            self.sock.rx.available(u32::MAX),
+            self.rxs.chain.as_ref().map(|c| c.len()),
+        )
+    }
+
     /// The kernel's counters for this socket.
     pub fn xdp_statistics(&self) -> io::Result<XdpStatistics> {
         self.sock.statistics()
