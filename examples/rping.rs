@@ -31,17 +31,13 @@
 //! the client waits after the MPA Reply before its first FPDU (a siw race, see
 //! `ConnConfig::new`). FPDUs are sized for an EMSS of 1448 bytes.
 
-use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use xwarp::ddp::mpa::{AcceptParams, ConnectRequest};
-use xwarp::rdmap::conn::{ConnConfig, ConnEvent, Connection};
-use xwarp::rdmap::{
-    Access, Completion, CompletionStatus, PdId, QpConfig, RecvWr, Resources, RqConfig, SendOp,
-    SendWr, Sge, Stag, WcOpcode,
-};
+use xwarp::ddp::mpa::AcceptParams;
+use xwarp::rdmap::conn::{ConnConfig, Connection};
+use xwarp::rdmap::{Access, PdId, QpConfig, Resources, RqConfig, SendOp, Sge, Stag, WcOpcode};
 
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
@@ -49,8 +45,6 @@ const DEFAULT_PORT: u16 = 7174;
 const INFO_LEN: usize = 16;
 /// Client: pause between siw's MPA Reply and our first FPDU (XWARP_FIRST_FPDU_DELAY_MS).
 const DEFAULT_FIRST_FPDU_DELAY_MS: u64 = 100;
-/// Give up when nothing at all happens for this long.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -95,284 +89,17 @@ struct Opts {
     explicit_ird_ord: bool,
 }
 
-// ---------------------------------------------------------------------- transport
+// ---------------------------------------------------------- transport and endpoint
 
+#[path = "support/endpoint.rs"]
+#[allow(dead_code)]
+mod endpoint;
 #[path = "support/transport.rs"]
 #[allow(dead_code)]
 mod transport;
 
-use transport::{Net, Stream, Transport};
-
-// ------------------------------------------------------------------------ endpoint
-
-/// Why waiting for a completion ended without one.
-#[derive(Debug)]
-enum WaitError {
-    /// The stream was closed (by the peer or after an error).
-    Disconnected(String),
-    /// A work request failed or nothing happened for too long.
-    Failed(String),
-}
-
-impl std::fmt::Display for WaitError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WaitError::Disconnected(s) => write!(f, "disconnected: {s}"),
-            WaitError::Failed(s) => f.write_str(s),
-        }
-    }
-}
-
-/// A [`Connection`], its memory, and the transport it runs over.
-struct Endpoint<T: Transport> {
-    conn: Connection,
-    res: Resources,
-    pd: PdId,
-    t: T,
-    rx: Vec<u8>,
-    tx: Vec<u8>,
-    cqes: VecDeque<Completion>,
-    request: Option<ConnectRequest>,
-    established: bool,
-    closed: bool,
-    tcp_closed: bool,
-    eof: bool,
-    problem: Option<String>,
-    debug: bool,
-}
-
-impl<T: Transport> Endpoint<T> {
-    fn new(conn: Connection, res: Resources, pd: PdId, t: T, debug: bool) -> Self {
-        Endpoint {
-            conn,
-            res,
-            pd,
-            t,
-            rx: vec![0; 256 * 1024],
-            tx: Vec::new(),
-            cqes: VecDeque::new(),
-            request: None,
-            established: false,
-            closed: false,
-            tcp_closed: false,
-            eof: false,
-            problem: None,
-            debug,
-        }
-    }
-
-    /// Registers a zeroed buffer of `len` bytes; returns its STag and TO (the heap address).
-    fn reg(&mut self, len: usize, access: Access) -> Result<(Stag, u64), String> {
-        let v = vec![0u8; len];
-        let va = v.as_ptr() as u64;
-        let stag = self
-            .res
-            .stags
-            .register(self.pd, access, va, Box::new(v))
-            .map_err(|e| format!("register: {e:?}"))?;
-        Ok((stag, va))
-    }
-
-    fn write_mem(&mut self, stag: Stag, data: &[u8]) -> Result<(), String> {
-        self.res
-            .stags
-            .write(stag, 0, data)
-            .map_err(|e| format!("buffer write: {e:?}"))
-    }
-
-    fn mem(&self, stag: Stag, len: usize) -> Vec<u8> {
-        self.res
-            .stags
-            .read(stag, 0, len)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
-    }
-
-    fn post_send(&mut self, wr_id: u64, op: SendOp, sge: Sge) -> Result<(), String> {
-        self.conn
-            .post_send(SendWr {
-                wr_id,
-                op,
-                sgl: vec![sge],
-                signaled: true,
-                fence: false,
-            })
-            .map_err(|e| format!("post_send: {e:?}"))
-    }
-
-    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), String> {
-        self.conn
-            .post_recv(RecvWr {
-                wr_id,
-                sgl: vec![sge],
-            })
-            .map_err(|e| format!("post_recv: {e:?}"))
-    }
-
-    /// One round: send what is pending, wait up to `wait` for input, process it, time and
-    /// events. Returns whether anything happened.
-    fn step(&mut self, wait: Duration) -> Result<bool, String> {
-        let mut progress = false;
-        loop {
-            self.tx.clear();
-            if self.conn.poll_transmit(&self.res, &mut self.tx) == 0 {
-                break;
-            }
-            progress = true;
-            if self.debug {
-                eprintln!("xwarp: send {} bytes", self.tx.len());
-            }
-            if let Err(e) = self.t.send_all(&self.tx) {
-                self.conn.handle_peer_closed();
-                self.eof = true;
-                if self.debug {
-                    eprintln!("xwarp: send failed: {e}");
-                }
-                break;
-            }
-        }
-        if self.conn.wants_close() && !self.tcp_closed {
-            self.tcp_closed = true;
-            self.t.shutdown();
-        }
-        if !self.eof {
-            let now = Instant::now();
-            let wait = match self.conn.poll_timeout() {
-                Some(t) => wait.min(t.saturating_duration_since(now)),
-                None => wait,
-            };
-            match self.t.recv(&mut self.rx, wait) {
-                Ok(None) => {}
-                Ok(Some(0)) | Err(_) => {
-                    self.eof = true;
-                    progress = true;
-                    if self.debug {
-                        eprintln!("xwarp: TCP closed by peer");
-                    }
-                    self.conn.handle_peer_closed();
-                }
-                Ok(Some(n)) => {
-                    progress = true;
-                    if let Err(e) =
-                        self.conn
-                            .handle_input(Instant::now(), &self.rx[..n], &mut self.res)
-                    {
-                        if self.debug {
-                            eprintln!("xwarp: input error: {e}");
-                        }
-                    }
-                }
-            }
-        } else if !wait.is_zero() {
-            std::thread::sleep(wait.min(Duration::from_millis(10)));
-        }
-        self.conn.handle_timeout(Instant::now());
-        while let Some(ev) = self.conn.poll_event() {
-            progress = true;
-            if self.debug {
-                eprintln!("xwarp: event {ev:?}");
-            }
-            match ev {
-                ConnEvent::ConnectRequest(r) => self.request = Some(r),
-                ConnEvent::Established(_) => self.established = true,
-                ConnEvent::Rejected { .. } => {
-                    self.problem.get_or_insert("connection rejected".into());
-                }
-                ConnEvent::TerminateReceived(t) => {
-                    self.problem
-                        .get_or_insert(format!("peer sent a Terminate: {:?}", t.best()));
-                }
-                ConnEvent::TerminateSent(t) => {
-                    self.problem.get_or_insert(format!(
-                        "we sent a Terminate: layer {} etype {} code {:#04x}",
-                        t.layer, t.etype, t.code
-                    ));
-                }
-                ConnEvent::Error(e) => {
-                    self.problem.get_or_insert(e.to_string());
-                }
-                ConnEvent::Closed => self.closed = true,
-            }
-        }
-        while let Some(c) = self.conn.poll_completion() {
-            progress = true;
-            self.cqes.push_back(c);
-        }
-        Ok(progress)
-    }
-
-    /// Runs until `done` says so, the stream closes, or nothing happens for too long.
-    fn run_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> Result<(), String> {
-        let mut idle_since = Instant::now();
-        loop {
-            if done(self) {
-                return Ok(());
-            }
-            if self.closed {
-                return Err(self
-                    .problem
-                    .clone()
-                    .unwrap_or_else(|| "connection closed".into()));
-            }
-            if self.step(Duration::from_millis(50))? {
-                idle_since = Instant::now();
-            } else if idle_since.elapsed() > IDLE_TIMEOUT {
-                return Err("timed out: no progress".into());
-            }
-        }
-    }
-
-    /// Waits for the next completion of `opcode`; any failed completion is an error.
-    fn wait_cqe(&mut self, opcode: WcOpcode) -> Result<Completion, WaitError> {
-        let mut idle_since = Instant::now();
-        loop {
-            // The first completion of `opcode`, unless a failed one comes before it.
-            let hit = self
-                .cqes
-                .iter()
-                .position(|c| c.opcode == opcode || c.status != CompletionStatus::Success);
-            if let Some(c) = hit.and_then(|i| self.cqes.remove(i)) {
-                if c.status == CompletionStatus::Success {
-                    return Ok(c);
-                }
-                let msg = format!("{:?} completion failed: {:?}", c.opcode, c.status);
-                return Err(if c.status == CompletionStatus::WrFlushError {
-                    WaitError::Disconnected(self.problem.clone().unwrap_or(msg))
-                } else {
-                    WaitError::Failed(msg)
-                });
-            }
-            if self.closed {
-                return Err(WaitError::Disconnected(
-                    self.problem
-                        .clone()
-                        .unwrap_or_else(|| "connection closed".into()),
-                ));
-            }
-            match self.step(Duration::from_millis(50)) {
-                Ok(true) => idle_since = Instant::now(),
-                Ok(false) if idle_since.elapsed() > IDLE_TIMEOUT => {
-                    return Err(WaitError::Failed(format!(
-                        "timed out waiting for {opcode:?}"
-                    )))
-                }
-                Ok(false) => {}
-                Err(e) => return Err(WaitError::Failed(e)),
-            }
-        }
-    }
-
-    /// Graceful disconnect: drain, FIN, then wait a little for the peer's FIN.
-    fn disconnect(&mut self) {
-        self.conn.close();
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while !(self.tcp_closed && self.eof) && Instant::now() < deadline {
-            if self.step(Duration::from_millis(20)).is_err() {
-                break;
-            }
-        }
-    }
-}
+use endpoint::{send_op, Endpoint, WaitError, RW};
+use transport::{Net, Stream};
 
 // --------------------------------------------------------------------------- rping
 
@@ -430,8 +157,6 @@ fn qp_config(pd: PdId, ird: u32, ord: u32) -> QpConfig {
         rq: RqConfig::Own(2),
     }
 }
-
-const RW: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
 fn client(o: &Opts, net: &Net) -> Result<(), String> {
     let addr = o.addr.as_deref().ok_or("client needs -a address")?;
@@ -516,13 +241,6 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn send_op() -> SendOp {
-    SendOp::Send {
-        solicited: false,
-        invalidate: None,
-    }
 }
 
 fn serve(o: &Opts, t: Stream) -> Result<(), String> {
