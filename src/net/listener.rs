@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
-use xwarp_stack::{ListenSocket, StackHandle};
+use xwarp_stack::{ListenSocket, SocketOptions, StackHandle};
 
 use super::{block_on, TcpStream, DEFAULT_SPIN};
 
@@ -48,6 +48,31 @@ impl TcpListener {
         })
     }
 
+    /// Listen with socket options that every accepted connection inherits (buffer
+    /// sizes, keep-alive, nodelay), like options set on a Linux listener before `listen`.
+    pub fn bind_with(
+        stack: &StackHandle,
+        addr: SocketAddr,
+        backlog: usize,
+        options: &SocketOptions,
+    ) -> io::Result<TcpListener> {
+        if addr.port() == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "port 0 is not supported",
+            ));
+        }
+        Ok(TcpListener {
+            inner: stack.listen_with(addr, backlog, BIND_WAIT, options)?,
+            nonblocking: false,
+        })
+    }
+
+    /// The options accepted connections inherit.
+    pub fn options(&self) -> SocketOptions {
+        self.inner.options()
+    }
+
     /// Take the next established connection, blocking unless non-blocking mode is on.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let s = if self.nonblocking {
@@ -60,7 +85,11 @@ impl TcpListener {
                 |d| self.inner.wait(d),
             )?
         };
-        let stream = TcpStream::from_stream(s);
+        let nodelay = self.inner.options().nodelay;
+        let mut stream = TcpStream::from_stream(s);
+        if let Some(nd) = nodelay {
+            stream.nodelay = nd;
+        }
         let peer = stream.peer_addr()?;
         Ok((stream, peer))
     }

@@ -27,7 +27,10 @@ mod stream;
 pub use engine::{vwire_pair, vwire_pair_with, NetEngine, PairConfig};
 pub use listener::TcpListener;
 pub use stream::{Shutdown, TcpStream};
-pub use xwarp_stack::{Congestion, StackConfig, StackHandle, StackStats, TcpOptions};
+pub use xwarp_stack::{
+    socket_buffer_size, Congestion, KeepAlive, SocketOptions, StackConfig, StackHandle, StackStats,
+    TcpInfo, TcpOptions,
+};
 
 use std::io;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use xwarp_stack::{StackHandle, Stream};
+use xwarp_stack::{KeepAlive, Phase, SocketOptions, StackHandle, Stream, TcpInfo};
 
 use super::{block_on, DEFAULT_SPIN};
 
@@ -24,9 +24,17 @@ pub struct TcpStream {
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
     read_shut: bool,
-    nodelay: bool,
+    pub(super) nodelay: bool,
     spin: Duration,
+    /// `SO_LINGER`: `None` off; `Some(ZERO)` reset on close; `Some(t)` close waits up
+    /// to `t` for every byte to be acknowledged.
+    linger: Option<Duration>,
+    /// `true` once closed (by [`TcpStream::close`]; `Drop` then does nothing more).
+    closed: bool,
 }
+
+/// How long [`TcpStream::tcp_info`] waits for the engine's answer.
+const INFO_WAIT: Duration = Duration::from_secs(1);
 
 fn check_timeout(t: Option<Duration>) -> io::Result<()> {
     if t == Some(Duration::ZERO) {
@@ -45,6 +53,8 @@ impl TcpStream {
             write_timeout: None,
             read_shut: false,
             spin: DEFAULT_SPIN,
+            linger: None,
+            closed: false,
         }
     }
 
@@ -63,12 +73,33 @@ impl TcpStream {
         Self::connect_inner(stack, addr, Some(timeout))
     }
 
+    /// Connect with socket options chosen before the handshake (buffer sizes: see
+    /// [`SocketOptions`] and [`super::socket_buffer_size`]; keep-alive; nodelay).
+    pub fn connect_with(
+        stack: &StackHandle,
+        addr: SocketAddr,
+        options: &SocketOptions,
+    ) -> io::Result<TcpStream> {
+        let mut s = Self::connect_inner_with(stack, addr, None, options)?;
+        s.nodelay = options.nodelay.unwrap_or(stack.config().tcp.nodelay);
+        Ok(s)
+    }
+
     fn connect_inner(
         stack: &StackHandle,
         addr: SocketAddr,
         timeout: Option<Duration>,
     ) -> io::Result<TcpStream> {
-        let s = stack.connect(addr, None, timeout)?;
+        Self::connect_inner_with(stack, addr, timeout, &SocketOptions::default())
+    }
+
+    fn connect_inner_with(
+        stack: &StackHandle,
+        addr: SocketAddr,
+        timeout: Option<Duration>,
+        options: &SocketOptions,
+    ) -> io::Result<TcpStream> {
+        let s = stack.connect_with(addr, None, timeout, options)?;
         let limit = timeout.unwrap_or(stack.config().connect_timeout) + CONNECT_GRACE;
         let deadline = Instant::now() + limit;
         block_on(
@@ -146,6 +177,101 @@ impl TcpStream {
         Ok(self.nodelay)
     }
 
+    /// `SO_KEEPALIVE` (+ `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT`): when the peer has
+    /// been silent for [`KeepAlive::dead_after`], reads and writes fail with `TimedOut`
+    /// (Linux: `ETIMEDOUT`). `None` switches it off. Differs from Linux in one point:
+    /// smoltcp has a single probe period, so probes go out every
+    /// [`KeepAlive::probe_interval`] of silence, the first one possibly before `idle`.
+    pub fn set_keepalive(&mut self, keepalive: Option<KeepAlive>) -> io::Result<()> {
+        self.inner.set_keepalive(keepalive)
+    }
+
+    /// The keep-alive settings (`None`: off).
+    pub fn keepalive(&self) -> io::Result<Option<KeepAlive>> {
+        Ok(self.inner.options().keepalive)
+    }
+
+    /// `SO_LINGER`. `None` (default): dropping or closing the stream returns at once and
+    /// the engine delivers queued data, then FIN, in the background. `Some(ZERO)`: close
+    /// resets the connection (RST; the peer sees `ConnectionReset`; queued data is
+    /// discarded). `Some(t)`: close (and drop) waits up to `t` until every byte and the
+    /// FIN are acknowledged; after `t` the close continues in the background.
+    pub fn set_linger(&mut self, linger: Option<Duration>) -> io::Result<()> {
+        self.linger = linger;
+        Ok(())
+    }
+
+    /// The `SO_LINGER` setting.
+    pub fn linger(&self) -> io::Result<Option<Duration>> {
+        Ok(self.linger)
+    }
+
+    /// Close the stream honouring [`TcpStream::set_linger`]. With a linger time it
+    /// returns `Ok` once everything was acknowledged and `TimedOut` if the time ran out
+    /// first (Linux's `close` returns 0 in both cases; the close then goes on in the
+    /// background either way). A failed connection reports its error.
+    pub fn close(mut self) -> io::Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        match self.linger {
+            Some(t) if t.is_zero() => self.inner.abort(),
+            Some(t) => {
+                if self.inner.phase() == Phase::Connecting {
+                    return Ok(());
+                }
+                self.inner.shutdown_write()?;
+                let deadline = Instant::now() + t;
+                loop {
+                    if self.inner.fin_acked() {
+                        return Ok(());
+                    }
+                    if let Some(e) = self.inner.error() {
+                        return Err(e.to_io());
+                    }
+                    if self.inner.phase() == Phase::Closed {
+                        return Ok(());
+                    }
+                    // Discard input so the peer's data cannot hold our FIN back.
+                    let mut scratch = [0u8; 4096];
+                    while let Ok(n) = self.inner.try_read(&mut scratch) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    if !self.inner.wait(Some(deadline))? && Instant::now() >= deadline {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "linger time expired before the data was acknowledged",
+                        ));
+                    }
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// What the engine knows about the connection (`TCP_INFO`): state, RTT estimate,
+    /// MSS, queues, byte counters, buffer sizes.
+    pub fn tcp_info(&self) -> io::Result<TcpInfo> {
+        self.inner.tcp_info(INFO_WAIT)
+    }
+
+    /// `SO_RCVBUF` as Linux reports it: the connection's TCP receive buffer.
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        Ok(self.tcp_info()?.recv_buffer as usize)
+    }
+
+    /// `SO_SNDBUF` as Linux reports it: the connection's TCP send buffer.
+    pub fn send_buffer_size(&self) -> io::Result<usize> {
+        Ok(self.tcp_info()?.send_buffer as usize)
+    }
+
     /// Close one or both halves. `Write` sends FIN after the queued data (the peer reads
     /// end of stream); `Read` makes further reads return `Ok(0)`.
     pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
@@ -160,6 +286,7 @@ impl TcpStream {
 
     /// Reset the connection (RST); the peer sees `ConnectionReset`.
     pub fn abort(mut self) -> io::Result<()> {
+        self.closed = true;
         self.inner.abort()
     }
 
@@ -186,6 +313,13 @@ impl TcpStream {
     /// Bytes written but not yet taken by the engine.
     pub fn unsent(&self) -> usize {
         self.inner.tx_queued()
+    }
+}
+
+impl Drop for TcpStream {
+    /// Closes like [`TcpStream::close`] (with a linger time, dropping blocks up to it).
+    fn drop(&mut self) {
+        let _ = self.close_inner();
     }
 }
 

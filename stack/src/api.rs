@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::command::{AcceptedConn, Command};
-use crate::config::StackConfig;
+use crate::config::{KeepAlive, SocketOptions, StackConfig};
 use crate::service::{StackStats, StatsCell};
-use crate::shared::{ListenerShared, Phase, SocketError, SocketShared, WANT_READ, WANT_WRITE};
+use crate::shared::{
+    ListenerShared, Phase, SocketError, SocketShared, TcpInfo, WANT_READ, WANT_WRITE,
+};
 
 /// Wakes the engine after an application queued work (the engine's doorbell).
 pub type Kick = Arc<dyn Fn() + Send + Sync>;
@@ -96,7 +98,21 @@ impl StackHandle {
         local_port: Option<u16>,
         timeout: Option<Duration>,
     ) -> io::Result<Stream> {
+        self.connect_with(remote, local_port, timeout, &SocketOptions::default())
+    }
+
+    /// [`StackHandle::connect`] with per-socket options (buffer sizes take effect only
+    /// here, before the handshake: the window scale is fixed by the SYN).
+    pub fn connect_with(
+        &self,
+        remote: SocketAddr,
+        local_port: Option<u16>,
+        timeout: Option<Duration>,
+        options: &SocketOptions,
+    ) -> io::Result<Stream> {
         let engine_shared = SocketShared::new(self.id())?;
+        let options = *options;
+        engine_shared.update_options(|o| *o = options);
         let shared = Arc::new(engine_shared.app_handle());
         let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
@@ -126,7 +142,19 @@ impl StackHandle {
         backlog: usize,
         wait: Duration,
     ) -> io::Result<ListenSocket> {
-        let shared = Arc::new(ListenerShared::new(self.id())?);
+        self.listen_with(local, backlog, wait, &SocketOptions::default())
+    }
+
+    /// [`StackHandle::listen`] with options for the listener and every connection it
+    /// accepts (like Linux, accepted sockets inherit the listener's options).
+    pub fn listen_with(
+        &self,
+        local: SocketAddr,
+        backlog: usize,
+        wait: Duration,
+        options: &SocketOptions,
+    ) -> io::Result<ListenSocket> {
+        let shared = Arc::new(ListenerShared::new(self.id(), *options)?);
         let (tx, rx) = crossbeam_channel::unbounded();
         self.send(Command::Listen {
             shared: shared.clone(),
@@ -328,6 +356,62 @@ impl Stream {
         })
     }
 
+    /// The options as last set on this connection (inherited from the listener for
+    /// accepted connections).
+    pub fn options(&self) -> SocketOptions {
+        self.shared.options()
+    }
+
+    fn update_options(&self, f: impl FnOnce(&mut SocketOptions)) -> io::Result<()> {
+        if self.shared.update_options(f) {
+            self.handle.send(Command::Dirty { id: self.shared.id })?;
+        }
+        Ok(())
+    }
+
+    /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT`: once the peer
+    /// has been silent for [`KeepAlive::dead_after`], the connection fails with
+    /// `TimedOut` (`ETIMEDOUT`). `None` switches keep-alive off (the engine default).
+    pub fn set_keepalive(&self, keepalive: Option<KeepAlive>) -> io::Result<()> {
+        self.update_options(|o| o.keepalive = keepalive)
+    }
+
+    /// `true` once the peer acknowledged our FIN, i.e. every byte written was delivered
+    /// (what a lingering close waits for).
+    pub fn fin_acked(&self) -> bool {
+        self.shared.fin_acked()
+    }
+
+    /// Ask the engine what it knows about the connection ([`TcpInfo`]); waits up to
+    /// `timeout` for the answer (`TimedOut` if the engine no longer serves the
+    /// connection, e.g. after it closed).
+    pub fn tcp_info(&self, timeout: Duration) -> io::Result<TcpInfo> {
+        let n = self.shared.request_info();
+        self.handle.send(Command::Dirty { id: self.shared.id })?;
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(info) = self.shared.info_if_answered(n) {
+                return Ok(info);
+            }
+            if self.shared.engine_dropped() {
+                return Err(SocketError::EngineGone.to_io());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "engine did not answer the TCP_INFO request",
+                ));
+            }
+            spins = spins.saturating_add(1);
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
     /// Local address, once established.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.shared.addrs().map(|a| a.0)
@@ -421,6 +505,11 @@ impl ListenSocket {
     /// The bound address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.shared.local_addr()
+    }
+
+    /// The options this listener and its accepted connections were given.
+    pub fn options(&self) -> SocketOptions {
+        self.shared.options
     }
 
     /// A clone of the engine handle this listener belongs to.

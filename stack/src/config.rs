@@ -42,6 +42,78 @@ impl Default for TcpOptions {
     }
 }
 
+/// Keep-alive of one connection with Linux's three knobs (`TCP_KEEPIDLE`,
+/// `TCP_KEEPINTVL`, `TCP_KEEPCNT`): the connection fails with `TimedOut` once the peer has
+/// been silent for `idle + interval * count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// Silence before the peer is probed (`TCP_KEEPIDLE`; Linux default 7200 s).
+    pub idle: Duration,
+    /// Time between probes (`TCP_KEEPINTVL`; Linux default 75 s).
+    pub interval: Duration,
+    /// Unanswered probes before the connection is declared dead (`TCP_KEEPCNT`; Linux 9).
+    pub count: u32,
+}
+
+impl Default for KeepAlive {
+    fn default() -> Self {
+        KeepAlive {
+            idle: Duration::from_secs(7200),
+            interval: Duration::from_secs(75),
+            count: 9,
+        }
+    }
+}
+
+impl KeepAlive {
+    /// How long the peer may stay silent before the connection fails: `idle + interval *
+    /// count` (saturating).
+    pub fn dead_after(&self) -> Duration {
+        self.idle
+            .saturating_add(self.interval.saturating_mul(self.count))
+    }
+
+    /// The smoltcp probe interval: smoltcp has one keep-alive period, re-armed by every
+    /// transmission, so probes go out every `min(idle, interval)` of silence (at least
+    /// 1 ms). Linux waits `idle` before the first probe; here the first probe may come
+    /// earlier. The failure time (`dead_after`) is Linux's.
+    pub fn probe_interval(&self) -> Duration {
+        self.idle.min(self.interval).max(Duration::from_millis(1))
+    }
+}
+
+/// Smallest socket buffer the engine accepts (after doubling), like Linux's
+/// `SOCK_MIN_RCVBUF`/`SOCK_MIN_SNDBUF` order of magnitude.
+pub const MIN_SOCKET_BUFFER: usize = 4608;
+
+/// Largest socket buffer the engine accepts (after doubling).
+pub const MAX_SOCKET_BUFFER: usize = 64 << 20;
+
+/// The buffer a `SO_RCVBUF`/`SO_SNDBUF` request of `requested` bytes yields: Linux
+/// doubles the value (room for bookkeeping) and reports the doubled value back; the
+/// engine does the same and clamps it to [`MIN_SOCKET_BUFFER`]..=[`MAX_SOCKET_BUFFER`].
+pub fn socket_buffer_size(requested: usize) -> usize {
+    requested
+        .saturating_mul(2)
+        .clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER)
+}
+
+/// Options of one socket chosen by the application before `connect`/`listen`
+/// (`None`: the engine default from [`StackConfig`]). Connections accepted from a
+/// listener inherit the listener's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SocketOptions {
+    /// `TCP_NODELAY`.
+    pub nodelay: Option<bool>,
+    /// `SO_KEEPALIVE` with its parameters; `None` keeps the engine default.
+    pub keepalive: Option<KeepAlive>,
+    /// smoltcp receive buffer in bytes (the advertised window follows); see
+    /// [`socket_buffer_size`] for turning a `SO_RCVBUF` value into this.
+    pub recv_buffer: Option<usize>,
+    /// smoltcp send buffer in bytes.
+    pub send_buffer: Option<usize>,
+}
+
 /// Configuration of one TCP engine (one interface).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackConfig {
@@ -206,6 +278,28 @@ mod tests {
     fn default_with_address_is_valid() {
         assert_eq!(good().validate(), Ok(()));
         assert_eq!(good().ipv4_mss(), 1460);
+    }
+
+    #[test]
+    fn socket_buffers_double_and_clamp_like_linux() {
+        assert_eq!(socket_buffer_size(65536), 131072);
+        assert_eq!(socket_buffer_size(1), MIN_SOCKET_BUFFER);
+        assert_eq!(socket_buffer_size(usize::MAX), MAX_SOCKET_BUFFER);
+    }
+
+    #[test]
+    fn keepalive_fails_after_idle_plus_interval_times_count() {
+        let k = KeepAlive {
+            idle: Duration::from_secs(2),
+            interval: Duration::from_secs(1),
+            count: 3,
+        };
+        assert_eq!(k.dead_after(), Duration::from_secs(5));
+        assert_eq!(k.probe_interval(), Duration::from_secs(1));
+        assert_eq!(
+            KeepAlive::default().dead_after(),
+            Duration::from_secs(7200 + 675)
+        );
     }
 
     #[test]

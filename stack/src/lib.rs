@@ -22,9 +22,12 @@ mod shared;
 
 pub use api::{Kick, ListenSocket, StackHandle, Stream};
 pub use command::AcceptedConn;
-pub use config::{ConfigError, Congestion, StackConfig, TcpOptions};
+pub use config::{
+    socket_buffer_size, ConfigError, Congestion, KeepAlive, SocketOptions, StackConfig, TcpOptions,
+    MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER,
+};
 pub use service::{StackStats, TcpService};
-pub use shared::{Phase, Readiness, SocketError};
+pub use shared::{Phase, Readiness, SocketError, TcpInfo};
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;

@@ -15,11 +15,11 @@ use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::{PollOutcome, Service};
 
 use crate::command::{AcceptedConn, Command};
-use crate::config::{Congestion, StackConfig, TcpOptions};
+use crate::config::{Congestion, SocketOptions, StackConfig, TcpOptions};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::ports::Ports;
 use crate::rescue::{AckWatch, FlowKey, ReplayDevice, WatchedDevice};
-use crate::shared::{ListenerShared, SocketError, SocketShared, WANT_READ, WANT_WRITE};
+use crate::shared::{ListenerShared, SocketError, SocketShared, TcpInfo, WANT_READ, WANT_WRITE};
 
 /// Counters of the TCP engine.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,73 @@ struct Conn {
     fin_queued: bool,
     close_deadline: Option<Instant>,
     finished: bool,
+    /// Counters, RTT estimate and option state (`TCP_INFO`, keep-alive).
+    extra: ConnExtra,
+}
+
+/// Per-connection bookkeeping beyond the data path: byte counters, the engine's RTT
+/// estimate and whether smoltcp may abort the connection on its own (keep-alive).
+#[derive(Debug, Default)]
+struct ConnExtra {
+    /// Bytes handed to smoltcp for sending.
+    tx_total: u64,
+    /// Bytes taken from smoltcp's receive buffer.
+    rx_total: u64,
+    /// RFC 6298 `SRTT` and `RTTVAR`.
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// RTT sample in flight: when bytes were handed to an idle connection and the
+    /// `tx_total` whose acknowledgement ends the sample.
+    probe: Option<(Instant, u64)>,
+    /// smoltcp has a timeout set (keep-alive or user timeout): a close in egress is a
+    /// timeout, reported as `TimedOut` rather than `Reset`.
+    timeout_armed: bool,
+    /// Loss rescues (rescue.rs) triggered for this connection.
+    rescues: u32,
+    /// Receive and send buffer sizes of the smoltcp socket.
+    buffers: (usize, usize),
+}
+
+impl ConnExtra {
+    fn new(buffers: (usize, usize), timeout_armed: bool) -> ConnExtra {
+        ConnExtra {
+            buffers,
+            timeout_armed,
+            ..ConnExtra::default()
+        }
+    }
+
+    /// RFC 6298 §2: fold one RTT measurement into `SRTT`/`RTTVAR`.
+    fn sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                let delta = srtt.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + delta) / 4;
+                self.srtt = Some((srtt * 7 + r) / 8);
+            }
+        }
+    }
+}
+
+/// Linux's `TCP_*` state numbers (`include/net/tcp_states.h`).
+fn linux_state(s: State) -> u8 {
+    match s {
+        State::Established => 1,
+        State::SynSent => 2,
+        State::SynReceived => 3,
+        State::FinWait1 => 4,
+        State::FinWait2 => 5,
+        State::TimeWait => 6,
+        State::Closed => 7,
+        State::CloseWait => 8,
+        State::LastAck => 9,
+        State::Listen => 10,
+        State::Closing => 11,
+    }
 }
 
 /// One listening port: a pool of smoltcp listening sockets (smoltcp has no backlog).
@@ -260,6 +327,84 @@ impl TcpService {
         s
     }
 
+    /// A socket with the application's options on top of the engine defaults; also
+    /// returns its (receive, send) buffer sizes and whether smoltcp may time it out.
+    fn new_socket_with(&self, o: &SocketOptions) -> (tcp::Socket<'static>, (usize, usize), bool) {
+        let rx = o.recv_buffer.unwrap_or(self.config.rx_buffer);
+        let tx = o.send_buffer.unwrap_or(self.config.tx_buffer);
+        let mut s = if (rx, tx) == (self.config.rx_buffer, self.config.tx_buffer) {
+            self.new_socket(&self.config.tcp)
+        } else {
+            let mut s = tcp::Socket::new(
+                tcp::SocketBuffer::new(vec![0u8; rx]),
+                tcp::SocketBuffer::new(vec![0u8; tx]),
+            );
+            let defaults = self.new_socket(&self.config.tcp);
+            s.set_nagle_enabled(defaults.nagle_enabled());
+            s.set_ack_delay(defaults.ack_delay());
+            s.set_congestion_control(defaults.congestion_control());
+            if self.config.timestamps {
+                s.set_tsval_generator(Some(tsval));
+            }
+            s
+        };
+        let armed = Self::apply_options(&self.config.tcp, &mut s, o);
+        (s, (rx, tx), armed)
+    }
+
+    /// Apply the options that can change at any time (nodelay, keep-alive); returns
+    /// whether smoltcp now has a timeout (keep-alive death or user timeout).
+    fn apply_options(d: &TcpOptions, s: &mut tcp::Socket<'static>, o: &SocketOptions) -> bool {
+        s.set_nagle_enabled(!o.nodelay.unwrap_or(d.nodelay));
+        match o.keepalive {
+            Some(k) => {
+                s.set_keep_alive(Some(smol_duration(k.probe_interval())));
+                // A silent peer is dead after idle + interval * count (Linux's rule);
+                // smoltcp's timeout counts from the last segment heard from the peer.
+                s.set_timeout(Some(smol_duration(k.dead_after())));
+            }
+            None => {
+                s.set_keep_alive(d.keepalive.map(smol_duration));
+                s.set_timeout(d.user_timeout.map(smol_duration));
+            }
+        }
+        s.timeout().is_some()
+    }
+
+    /// What the engine knows about connection `c` (`TCP_INFO`).
+    fn tcp_info(&self, c: &Conn) -> TcpInfo {
+        let s = self.sockets.get::<tcp::Socket>(c.handle);
+        let v6 = matches!(c.shared.addrs(), Some((SocketAddr::V6(_), _)));
+        let mss = self.config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u32;
+        let x = &c.extra;
+        // smoltcp's own minimum RTO is 1 s; the rescue floor (rescue.rs) lowers it.
+        let floor = self.config.rto_floor.unwrap_or(Duration::from_secs(1));
+        let rto = match x.srtt {
+            None => Duration::from_secs(1).max(floor),
+            Some(srtt) => (srtt + (x.rttvar * 4).max(Duration::from_millis(1))).max(floor),
+        }
+        .min(Duration::from_secs(60));
+        let send_queue = s.send_queue();
+        let u32c = |v: usize| v.min(u32::MAX as usize) as u32;
+        TcpInfo {
+            state: linux_state(s.state()),
+            rto,
+            rtt: x.srtt,
+            rttvar: x.rttvar,
+            snd_mss: mss,
+            rcv_mss: mss,
+            send_queue: u32c(send_queue),
+            recv_queue: u32c(s.recv_queue()),
+            rcv_wnd: u32c(s.recv_capacity().saturating_sub(s.recv_queue())),
+            bytes_sent: x.tx_total,
+            bytes_acked: x.tx_total.saturating_sub(send_queue as u64),
+            bytes_received: x.rx_total + s.recv_queue() as u64,
+            retransmits: x.rescues,
+            recv_buffer: u32c(x.buffers.0),
+            send_buffer: u32c(x.buffers.1),
+        }
+    }
+
     fn address_usable(&self, ip: IpAddr) -> bool {
         if ip.is_unspecified() || ip.is_multicast() {
             return false;
@@ -354,7 +499,7 @@ impl TcpService {
                 }
             },
         };
-        let mut sock = self.new_socket(&self.config.tcp);
+        let (mut sock, buffers, timeout_armed) = self.new_socket_with(&shared.options());
         if sock.connect(iface.context(), remote, port).is_err() {
             self.ports.release(port);
             shared.set_error(SocketError::AddrNotAvailable);
@@ -377,6 +522,7 @@ impl TcpService {
                 fin_queued: false,
                 close_deadline: None,
                 finished: false,
+                extra: ConnExtra::new(buffers, timeout_armed),
             },
         );
         self.dirty.push(id);
@@ -449,6 +595,7 @@ impl TcpService {
                             fin_queued: true,
                             close_deadline: None,
                             finished: true,
+                            extra: ConnExtra::default(),
                         },
                     );
                 }
@@ -514,10 +661,11 @@ impl TcpService {
             }
         } else {
             let endpoint = l.endpoint;
+            let options = l.shared.options;
             let mut need = target - armed;
             let mut new = Vec::new();
             while need > 0 {
-                let mut s = self.new_socket(&self.config.tcp);
+                let (mut s, _, _) = self.new_socket_with(&options);
                 if s.listen(endpoint).is_err() {
                     break;
                 }
@@ -547,6 +695,16 @@ impl TcpService {
             return;
         };
         let state = s.state();
+        // Accepted connections inherit the listener's options (applied to the pool
+        // socket when it was armed).
+        let options = self
+            .listeners
+            .get(&listener)
+            .map(|l| l.shared.options)
+            .unwrap_or_default();
+        shared.init_options(options);
+        let buffers = (s.recv_capacity(), s.send_capacity());
+        let timeout_armed = s.timeout().is_some();
         shared.set_established(local.into(), remote.into());
         let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
@@ -565,6 +723,7 @@ impl TcpService {
                 fin_queued: false,
                 close_deadline: None,
                 finished: false,
+                extra: ConnExtra::new(buffers, timeout_armed),
             },
         );
         self.dirty.push(cid);
@@ -661,6 +820,7 @@ impl TcpService {
                 pushed += n;
             }
             if pushed > 0 {
+                c.extra.rx_total += pushed as u64;
                 stats.rx_bytes += pushed as u64;
                 c.shared.notify(WANT_READ);
                 step.moved = true;
@@ -668,6 +828,7 @@ impl TcpService {
 
             // Transmit: tx ring -> TCP buffer.
             if !c.fin_queued {
+                let idle = s.send_queue() == 0;
                 let mut moved = 0usize;
                 while s.can_send() {
                     let avail = c.tx.slots();
@@ -695,6 +856,10 @@ impl TcpService {
                     moved += n;
                 }
                 if moved > 0 {
+                    c.extra.tx_total += moved as u64;
+                    if idle && c.extra.probe.is_none() {
+                        c.extra.probe = Some((now, c.extra.tx_total));
+                    }
                     stats.tx_bytes += moved as u64;
                     c.shared.notify(WANT_WRITE);
                     step.moved = true;
@@ -717,13 +882,29 @@ impl TcpService {
                 }
             }
 
+            if let Some((start, until)) = c.extra.probe {
+                if c.extra.tx_total.saturating_sub(s.send_queue() as u64) >= until {
+                    c.extra.probe = None;
+                    c.extra.sample(now.saturating_duration_since(start));
+                }
+            }
+
             let state = s.state();
+            if c.fin_queued
+                && matches!(state, State::FinWait2 | State::TimeWait)
+                && s.send_queue() == 0
+            {
+                c.shared.set_fin_acked();
+            }
             if state == State::Closed {
                 let graceful = matches!(
                     c.last_state,
                     State::LastAck | State::TimeWait | State::Closing
                 ) || (c.last_state == State::Closed);
                 if graceful {
+                    if c.fin_queued {
+                        c.shared.set_fin_acked();
+                    }
                     c.shared.set_rx_eof();
                     c.shared.set_closed();
                 } else {
@@ -765,6 +946,12 @@ impl TcpService {
         // A swap (not a store) so that reading the app's `true` synchronizes with its
         // ring pushes made before it set the flag.
         c.shared.dirty.swap(false, Ordering::SeqCst);
+        if c.shared.control.load(Ordering::Relaxed) {
+            self.control(id);
+        }
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
         let stats = &mut self.counters;
         let step = Self::serve_conn(&mut self.sockets, c, now, stats);
         if step.remove {
@@ -780,6 +967,28 @@ impl TcpService {
             }
         }
         step.moved
+    }
+
+    /// Apply changed options and answer `TCP_INFO` requests of connection `id`.
+    fn control(&mut self, id: u64) {
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        c.shared.control.store(false, Ordering::SeqCst);
+        if let Some(o) = c.shared.take_changed_options() {
+            let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            let armed = Self::apply_options(&self.config.tcp, s, &o);
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.extra.timeout_armed = armed;
+            }
+        }
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        if c.shared.info_pending() {
+            let info = self.tcp_info(c);
+            c.shared.answer_info(info);
+        }
     }
 
     fn dump(&self, now: Instant) {
@@ -802,6 +1011,30 @@ impl TcpService {
             );
         }
         let _ = now;
+    }
+
+    /// smoltcp aborts a connection whose timeout expired (keep-alive: the peer stayed
+    /// silent for idle + interval * count) during egress, which is the only place where an
+    /// open socket reaches CLOSED without a received RST. Report it as `TimedOut`
+    /// (`ETIMEDOUT`, like Linux) before `serve_conn` would call it a reset.
+    fn detect_timeouts(&mut self) -> bool {
+        let mut any = false;
+        for c in self.conns.values_mut() {
+            if !c.extra.timeout_armed || c.finished || c.connecting.is_some() {
+                continue;
+            }
+            if self.sockets.get::<tcp::Socket>(c.handle).state() == State::Closed
+                && !matches!(
+                    c.last_state,
+                    State::TimeWait | State::LastAck | State::Closing
+                )
+            {
+                c.shared.set_error(SocketError::TimedOut);
+                self.dirty.push(c.shared.id);
+                any = true;
+            }
+        }
+        any
     }
 
     fn next_conn_deadline(&self) -> Option<Instant> {
@@ -921,7 +1154,7 @@ impl<B: Backend> Service<B> for TcpService {
             if self.last_rescue_scan.is_none_or(|t| now >= t + scan_every) {
                 self.last_rescue_scan = Some(now);
                 let mut outstanding = false;
-                for c in self.conns.values() {
+                for c in self.conns.values_mut() {
                     if c.finished || c.connecting.is_some() {
                         continue;
                     }
@@ -931,7 +1164,9 @@ impl<B: Backend> Service<B> for TcpService {
                     }
                     if let Some(key) = flow_key(&c.shared) {
                         outstanding = true;
-                        self.watch.rescue(&key, now, floor, &mut self.replay);
+                        if self.watch.rescue(&key, now, floor, &mut self.replay) {
+                            c.extra.rescues = c.extra.rescues.saturating_add(1);
+                        }
                     }
                 }
                 if outstanding {
@@ -968,6 +1203,7 @@ impl<B: Backend> Service<B> for TcpService {
             }
         }
         let _ = backend.flush();
+        busy |= self.detect_timeouts();
 
         let stack_deadline = iface.poll_at(t, &self.sockets).map(|d| self.std_instant(d));
         self.iface = Some(iface);

@@ -7,9 +7,11 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::config::SocketOptions;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
 
@@ -202,6 +204,60 @@ pub struct SocketState {
     /// Set when the engine dropped its handle (it forgot the connection or stopped).
     engine_dropped: AtomicBool,
     addrs: OnceLock<(SocketAddr, SocketAddr)>,
+    /// Set by the app when it changed `options` or asked for a [`TcpInfo`]: the engine
+    /// looks at the control fields below only when this is set (one load per serve).
+    pub(crate) control: AtomicBool,
+    /// The socket's options as the application last set them (taken by the engine at
+    /// connect and after `control`; never touched on the data path).
+    options: Mutex<SocketOptions>,
+    /// `options` changed since the engine last applied them.
+    pub(crate) options_changed: AtomicBool,
+    /// Set by the engine once our FIN is acknowledged (every byte delivered).
+    fin_acked: AtomicBool,
+    /// Number of [`TcpInfo`] requests made / answered.
+    pub(crate) info_requested: AtomicU64,
+    info_answered: AtomicU64,
+    info: Mutex<TcpInfo>,
+}
+
+/// What the engine knows about one connection, in the spirit of Linux `struct tcp_info`
+/// (see [`crate::Stream::tcp_info`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpInfo {
+    /// TCP state in Linux numbering (`TCP_ESTABLISHED` = 1 ... `TCP_CLOSING` = 11).
+    pub state: u8,
+    /// Retransmission timeout the engine works with: the RFC 6298 estimate from the
+    /// engine's RTT samples, floored at the engine's effective minimum RTO.
+    pub rto: Duration,
+    /// Smoothed round-trip time (`None`: no sample yet). Sampled by the engine from the
+    /// time between handing bytes to an idle connection and their full acknowledgement,
+    /// so it includes the peer's delayed-ACK time, like Linux's.
+    pub rtt: Option<Duration>,
+    /// Round-trip time variation (RFC 6298 `RTTVAR`).
+    pub rttvar: Duration,
+    /// Maximum segment size this end sends with (bounded by the MTU; the peer's MSS
+    /// option is not visible through smoltcp, see the crate docs).
+    pub snd_mss: u32,
+    /// Maximum segment size this end advertised.
+    pub rcv_mss: u32,
+    /// Bytes in the TCP send buffer (sent but unacknowledged plus not yet sent).
+    pub send_queue: u32,
+    /// Bytes received in the TCP buffer that the application ring has not taken yet.
+    pub recv_queue: u32,
+    /// Receive window this end can currently offer (free receive buffer).
+    pub rcv_wnd: u32,
+    /// Bytes handed to TCP for sending.
+    pub bytes_sent: u64,
+    /// Bytes acknowledged by the peer.
+    pub bytes_acked: u64,
+    /// Bytes received from the peer (in order).
+    pub bytes_received: u64,
+    /// Times the engine's loss rescue made smoltcp retransmit (rescue.rs).
+    pub retransmits: u32,
+    /// The TCP receive buffer size of this connection.
+    pub recv_buffer: u32,
+    /// The TCP send buffer size of this connection.
+    pub send_buffer: u32,
 }
 
 impl SocketShared {
@@ -235,7 +291,91 @@ impl SocketState {
             rx_stalled: AtomicBool::new(false),
             engine_dropped: AtomicBool::new(false),
             addrs: OnceLock::new(),
+            control: AtomicBool::new(false),
+            options: Mutex::new(SocketOptions::default()),
+            options_changed: AtomicBool::new(false),
+            fin_acked: AtomicBool::new(false),
+            info_requested: AtomicU64::new(0),
+            info_answered: AtomicU64::new(0),
+            info: Mutex::new(TcpInfo::default()),
         })
+    }
+
+    /// The socket's options as last set by the application.
+    pub fn options(&self) -> SocketOptions {
+        *self.lock_options()
+    }
+
+    fn lock_options(&self) -> MutexGuard<'_, SocketOptions> {
+        self.options.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Application side: change the options (the engine applies them once it is told;
+    /// see [`SocketState::control`]). Returns `true` if they changed.
+    pub(crate) fn update_options(&self, f: impl FnOnce(&mut SocketOptions)) -> bool {
+        let mut o = self.lock_options();
+        let before = *o;
+        f(&mut o);
+        let changed = *o != before;
+        drop(o);
+        if changed {
+            self.options_changed.store(true, Ordering::SeqCst);
+            self.control.store(true, Ordering::SeqCst);
+        }
+        changed
+    }
+
+    /// Set the options without asking the engine to re-apply them (the engine itself,
+    /// for accepted connections that inherit their listener's options).
+    pub(crate) fn init_options(&self, options: SocketOptions) {
+        *self.lock_options() = options;
+    }
+
+    /// Engine side: the options, if they changed since the last call.
+    pub(crate) fn take_changed_options(&self) -> Option<SocketOptions> {
+        self.options_changed
+            .swap(false, Ordering::SeqCst)
+            .then(|| self.options())
+    }
+
+    /// `true` once our FIN was acknowledged: every byte written reached the peer.
+    pub fn fin_acked(&self) -> bool {
+        self.fin_acked.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_fin_acked(&self) {
+        if !self.fin_acked.swap(true, Ordering::AcqRel) {
+            self.readiness.signal();
+        }
+    }
+
+    /// Application side: ask for a fresh [`TcpInfo`]; returns the request number to
+    /// wait for with [`SocketState::info_if_answered`].
+    pub(crate) fn request_info(&self) -> u64 {
+        let n = self.info_requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.control.store(true, Ordering::SeqCst);
+        n
+    }
+
+    /// The engine's answer once it answered request `n` or a later one.
+    pub(crate) fn info_if_answered(&self, n: u64) -> Option<TcpInfo> {
+        if self.info_answered.load(Ordering::Acquire) >= n {
+            Some(*self.info.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            None
+        }
+    }
+
+    /// Engine side: `true` if an info request is pending.
+    pub(crate) fn info_pending(&self) -> bool {
+        self.info_requested.load(Ordering::SeqCst) > self.info_answered.load(Ordering::Acquire)
+    }
+
+    /// Engine side: publish the answer to every request made so far.
+    pub(crate) fn answer_info(&self, info: TcpInfo) {
+        let n = self.info_requested.load(Ordering::SeqCst);
+        *self.info.lock().unwrap_or_else(|p| p.into_inner()) = info;
+        self.info_answered.store(n, Ordering::Release);
     }
 
     /// Current phase.
@@ -323,11 +463,14 @@ pub struct ListenerShared {
     listening: AtomicBool,
     pub(crate) want_accept: AtomicBool,
     local: OnceLock<SocketAddr>,
+    /// Options every socket of this listener (and every accepted connection) gets.
+    pub(crate) options: SocketOptions,
 }
 
 impl ListenerShared {
-    pub(crate) fn new(id: u64) -> io::Result<ListenerShared> {
+    pub(crate) fn new(id: u64, options: SocketOptions) -> io::Result<ListenerShared> {
         Ok(ListenerShared {
+            options,
             id,
             readiness: Readiness::new()?,
             error: AtomicU8::new(0),
