@@ -434,3 +434,62 @@ def walk_fpdus(data: bytes, crc: bool) -> dict:
         pos = end
     r["rest"] = len(data) - pos
     return r
+
+
+# ---------------------------------------------------------------- case scaffolding
+
+def case_args(default_timeout: float, extra=None):
+    """The options every case takes (--out, --timeout), plus what `extra(ap)` adds."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
+                    help="directory for the pcap and the console log")
+    ap.add_argument("--timeout", type=float, default=default_timeout,
+                    help="bound for the whole case (s)")
+    if extra is not None:
+        extra(ap)
+    return ap.parse_args()
+
+
+def case_start(a) -> tuple[Path, float, Checks]:
+    """Install the VM cleanup handlers, create the output directory: (out, t0, checks)."""
+    vm._install_signal_handlers()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, time.monotonic(), Checks("case")
+
+
+def case_verdict(c: Checks, name: str, t0: float, failed_at: str | None = None) -> int:
+    """Print the case's `PASS|FAIL name (seconds)` line; the exit code."""
+    dt = time.monotonic() - t0
+    if failed_at is not None:
+        print(f"FAIL {name} ({dt:.1f} s) failed: {failed_at}")
+        return 1
+    verdict = "PASS" if c.ok() else "FAIL"
+    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
+    print(f"{verdict} {name} ({dt:.1f} s){extra}")
+    return 0 if c.ok() else 1
+
+
+def build_example(c: Checks, name: str) -> Path | None:
+    """Build examples/<name> (checked); None if the build failed."""
+    try:
+        return build_examples([name])[name]
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        c.check(f"build examples/{name}", False, str(e))
+        return None
+
+
+def print_host_run(label: str, r: tuple) -> None:
+    """Log one run_host() result: exit code, time, stdout, the tail of stderr."""
+    rc, so, se, dt = r
+    print(f"  [host] {label}: rc={rc} in {dt:.1f} s\n{so.strip()}\n{se.strip()[-800:]}",
+          flush=True)
+
+
+def check_guest_ran(c: Checks, res, booted: str = "guest booted") -> None:
+    """The guest booted and its command finished within the case's bound."""
+    c.check(booted, res.boot_s is not None,
+            f"{res.boot_s:.1f} s" if res.boot_s else (res.setup_failed or "no READY marker"))
+    c.check("guest command finished in time", res.rc is not None and not res.timed_out,
+            f"rc={res.rc} total {res.total_s:.1f} s")

@@ -24,12 +24,12 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from common import (FLAG_C, FLAG_ENHANCED, HERE, KEY_REP, KEY_REQ, MPA_REV2, RPING_PORT, Checks,
                     check_no_malformed, flag, mpa_crc_trailer, mpa_frame, recv_exact,
                     tshark_fpdu_crcs, tshark_rows, vm)
+from common import case_start, case_verdict
 
 NAME = "rping_client_crc"
 RPING_SIZE = 64
@@ -153,12 +153,8 @@ def main() -> int:
     if a.peer:
         return peer(a.accept_timeout)
 
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, t0, c = case_start(a)
     pcap = out / f"{NAME}.pcap"
-    t0 = time.monotonic()
-    c = Checks("case")
     guest_cmd = (f"rping -c -a {vm.HOST_IP} -C 1 -S {RPING_SIZE} -v; "
                  "echo \"rping client exit $?\"")
     with vm.Guest(guest_cmd, siw="crc", timeout=a.timeout, pcap=pcap,
@@ -178,11 +174,7 @@ def main() -> int:
             f"rc={res.rc} total {res.total_s:.1f} s")
     c.eq("host responder checks", peer_rc, 0)
     capture_checks(c, pcap)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

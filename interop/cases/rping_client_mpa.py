@@ -21,11 +21,11 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from common import (HERE, RPING_CLIENT_REQUEST, RPING_PORT, RPING_VALID_REPLY, Checks,
                     check_no_malformed, first_int, flag, recv_exact, tshark_rows, vm)
+from common import case_start, case_verdict, check_guest_ran
 
 NAME = "rping_client_mpa"
 RPING_SIZE = 64
@@ -131,12 +131,8 @@ def main() -> int:
     if a.peer:
         return peer(a.accept_timeout)
 
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, t0, c = case_start(a)
     pcap = out / f"{NAME}.pcap"
-    t0 = time.monotonic()
-    c = Checks("case")
     guest_cmd = (f"rping -c -a {vm.HOST_IP} -C 1 -S {RPING_SIZE} -v; "
                  "echo \"rping client exit $?\"")
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
@@ -149,18 +145,11 @@ def main() -> int:
             peer_rc = p.wait(15)
         except subprocess.TimeoutExpired:
             peer_rc = None
-    c.check("guest booted (siw0 up)", res.boot_s is not None,
-            f"{res.boot_s:.1f} s" if res.boot_s else (res.setup_failed or "no READY marker"))
-    c.check("guest command finished in time", res.rc is not None and not res.timed_out,
-            f"rc={res.rc} total {res.total_s:.1f} s")
+    check_guest_ran(c, res, "guest booted (siw0 up)")
     c.check("rping client reached the host (guest console)", "rping client exit" in res.console)
     c.eq("host responder checks", peer_rc, 0)
     capture_checks(c, pcap)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 from common import (FLAG_C, FLAG_ENHANCED, FLAG_M, FLAG_R, HERE, KEY_REP, KEY_REQ, MPA_REV2,
                     RPING_PORT, Checks, check_no_malformed, connect_retry, first_int, flag,
                     mpa_frame, recv_mpa_frame, tshark_rows, vm)
+from common import case_start, case_verdict, check_guest_ran
 
 NAME = "rping_server_mpa"
 RPING_SIZE = 64
@@ -136,12 +137,8 @@ def main() -> int:
     if a.peer:
         return peer(a.connect_timeout)
 
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, t0, c = case_start(a)
     pcap = out / f"{NAME}.pcap"
-    t0 = time.monotonic()
-    c = Checks("case")
     guest_cmd = (f"rping -s -a {vm.GUEST_IP} -C 1 -S {RPING_SIZE} -P -v & RP=$!; "
                  f"nc -l -p {vm.DONE_PORT} </dev/null >/dev/null; "
                  "kill $RP; wait $RP; echo \"rping server stopped\"")
@@ -156,17 +153,10 @@ def main() -> int:
             peer_rc = None
         c.check("host told the guest to stop", g.signal_done())
         res = g.wait()
-    c.check("guest booted (siw0 up)", res.boot_s is not None,
-            f"{res.boot_s:.1f} s" if res.boot_s else (res.setup_failed or "no READY marker"))
-    c.check("guest command finished in time", res.rc is not None and not res.timed_out,
-            f"rc={res.rc} total {res.total_s:.1f} s")
+    check_guest_ran(c, res, "guest booted (siw0 up)")
     c.eq("host initiator checks", peer_rc, 0)
     capture_checks(c, pcap)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import (HERE, RPING_PORT, Checks, build_examples, check_stream_clean,
+from common import (HERE, RPING_PORT, check_stream_clean,
                     crc_verdicts, run_host, tshark_streams, vm)
+from common import build_example, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_crc"
 SIZE = 4096
@@ -38,17 +37,10 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"))
     ap.add_argument("--timeout", type=float, default=90.0)
     a = ap.parse_args()
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
-    try:
-        binary = build_examples(["rping_interop"])["rping_interop"]
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rping_interop", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+    out, t0, c = case_start(a)
+    binary = build_example(c, "rping_interop")
+    if binary is None:
+        return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
     guest_cmd = "; ".join(
         f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S {SIZE} -C {COUNT}; "
@@ -61,9 +53,9 @@ def main() -> int:
         for label, flags, _ in RUNS:
             argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
                     "-C", str(COUNT)] + flags
-            rc, so, se, dt = run_host(g, argv, deadline)
-            print(f"  [host] {label}: rc={rc} in {dt:.1f} s\n{so.strip()}\n{se.strip()[-800:]}",
-                  flush=True)
+            r = run_host(g, argv, deadline)
+            print_host_run(label, r)
+            rc, so, se, dt = r
             results.append((rc, so, se))
             time.sleep(2)  # let the guest's next rping server listen
         res = g.wait()
@@ -96,11 +88,7 @@ def main() -> int:
                  st["fpdus"])
         else:
             c.eq(f"{label} tshark: no CRC checked", sum(len(v) for v in by_port.values()), 0)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from common import (HERE, RPING_PORT, TSHARK_BASE, Checks, build_examples, check_stream_clean,
+from common import (HERE, RPING_PORT, TSHARK_BASE, check_stream_clean,
                     run_host, tshark_streams, vm)
+from common import build_example, case_start, case_verdict
 
 NAME = "xwarp_errors"
 BAD_STAG = 0xBAD0005A
@@ -60,17 +61,10 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"))
     ap.add_argument("--timeout", type=float, default=90.0)
     a = ap.parse_args()
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
-    try:
-        binary = build_examples(["rping_interop"])["rping_interop"]
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rping_interop", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+    out, t0, c = case_start(a)
+    binary = build_example(c, "rping_interop")
+    if binary is None:
+        return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
     guest_cmd = (
         f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S 64 -C 1; echo \"XW-SERVER A rc=$?\"; "
@@ -99,8 +93,7 @@ def main() -> int:
     mpa = sorted(s for s, st in streams.items() if st["req"] is not None)
     c.eq("tshark: two MPA connections", len(mpa), 2)
     if len(mpa) < 2:
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: connections")
-        return 1
+        return case_verdict(c, NAME, t0, "connections")
 
     # ---- A: invalid STag
     rc, so, se, _ = ra
@@ -147,11 +140,7 @@ def main() -> int:
                 succ >= 4 * iters, f"success={succ}")
         c.eq("B: no completion failed except by flush", failed, 0)
     check_stream_clean(c, "B", streams[mpa[1]])
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import (HERE, RPING_PORT, Checks, build_examples, check_stream_clean, run_host,
+from common import (HERE, RPING_PORT, check_stream_clean, run_host,
                     tshark_streams, v2_block, vm)
+from common import build_example, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_p2p"
 SIZE = 4096
@@ -50,17 +49,10 @@ def main() -> int:
                     help="add run 3 (crashes the guest kernel, see the docstring)")
     a = ap.parse_args()
     runs = RUNS if a.send_only else RUNS[:2]
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
-    try:
-        binary = build_examples(["rping_interop"])["rping_interop"]
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rping_interop", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+    out, t0, c = case_start(a)
+    binary = build_example(c, "rping_interop")
+    if binary is None:
+        return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
     cmds = [f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S {SIZE} -C {COUNT}; "
             f"echo \"XW-SERVER {i} rc=$?\"" for i in range(2)]
@@ -75,9 +67,9 @@ def main() -> int:
         for label, types, _, _ in runs:
             argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
                     "-C", str(COUNT), "--p2p", types]
-            rc, so, se, dt = run_host(g, argv, deadline)
-            print(f"  [host] {label}: rc={rc} in {dt:.1f} s\n{so.strip()}\n{se.strip()[-800:]}",
-                  flush=True)
+            r = run_host(g, argv, deadline)
+            print_host_run(label, r)
+            rc, so, se, dt = r
             results.append((rc, so, se))
             time.sleep(2)
         res = g.wait()
@@ -126,11 +118,7 @@ def main() -> int:
                     se.strip()[-200:])
             c.eq(f"{label} tshark: our only FPDU is a Terminate", ours, [7])
             check_stream_clean(c, label, st, allow_errors=True)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

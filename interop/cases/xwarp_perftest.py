@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import (HERE, NO_RPCRDMA, Checks, build_examples, check_stream_clean, crc_verdicts, run_host,
+from common import (HERE, NO_RPCRDMA, check_stream_clean, crc_verdicts, run_host,
                     stream_bytes, tshark_streams, vm, walk_fpdus)
+from common import build_example, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_perftest"
 PORT = 18515
@@ -49,17 +48,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=110.0)
     ap.add_argument("--siw", default="crc", choices=["crc", "default"])
     a = ap.parse_args()
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
-    try:
-        binary = build_examples(["perftest_peer"])["perftest_peer"]
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/perftest_peer", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+    out, t0, c = case_start(a)
+    binary = build_example(c, "perftest_peer")
+    if binary is None:
+        return case_verdict(c, NAME, t0, "build")
     crc = a.siw == "crc"
     pcap = out / f"{NAME}.pcap"
     guest_cmd = "; ".join(
@@ -75,9 +67,9 @@ def main() -> int:
             argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
                     "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
                         ["--crc"] if crc else [])
-            rc, so, se, dt = run_host(g, argv, deadline)
-            print(f"  [host] {t}: rc={rc} in {dt:.1f} s\n{so.strip()}\n{se.strip()[-800:]}",
-                  flush=True)
+            r = run_host(g, argv, deadline)
+            print_host_run(t, r)
+            rc, so, se, dt = r
             results.append((rc, so, se))
             time.sleep(2)
         res = g.wait()
@@ -139,11 +131,7 @@ def main() -> int:
                                           "send": ([3], [0])}[t]
                 c.eq(f"{t} test: our opcodes", ours, want_ours)
                 c.eq(f"{t} test: siw's opcodes", theirs, want_theirs)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

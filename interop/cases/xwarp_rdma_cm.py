@@ -20,14 +20,14 @@ expert item.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import (HERE, TSHARK_BASE, Checks, build_examples, check_stream_clean, run_host,
+from common import (HERE, TSHARK_BASE, check_stream_clean, run_host,
                     tshark_streams, vm)
+from common import build_example, case_start, case_verdict
 
 NAME = "xwarp_rdma_cm"
 PORT = 7471
@@ -57,17 +57,10 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"))
     ap.add_argument("--timeout", type=float, default=80.0)
     a = ap.parse_args()
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
-    try:
-        binary = build_examples(["rdma_cm_echo"])["rdma_cm_echo"]
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rdma_cm_echo", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+    out, t0, c = case_start(a)
+    binary = build_example(c, "rdma_cm_echo")
+    if binary is None:
+        return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
     guest_cmd = (f"rdma_client -s {vm.XWARP_IP} -p {PORT}; echo \"XW-CLIENT rc=$?\"; "
                  f"rdma_server -p {PORT}; echo \"XW-SERVER rc=$?\"")
@@ -119,11 +112,7 @@ def main() -> int:
         c.eq(f"{label}: our one Send (MSN 1, our 16 bytes)", ours, [(1, msg)])
         c.eq(f"{label}: siw's one Send (MSN 1, 16 zero bytes)", theirs, [(1, bytes(16))])
         check_stream_clean(c, label, st)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from common import HERE, RPING_PORT, Checks, TSHARK_BASE, vm
+from common import case_start, case_verdict
 
 NAME = "xwarp_rping_client"
 SIZES = (64, 4096, 65535)
@@ -199,24 +200,15 @@ def main() -> int:
     if a.peer:
         return peer(a.bin, a.crc, a.count, a.deadline)
 
-    vm._install_signal_handlers()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    c = Checks("case")
+    out, t0, c = case_start(a)
     try:
         binary = build_rping()
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         c.check("build examples/rping", False, str(e))
-        print(f"FAIL {NAME} ({time.monotonic() - t0:.1f} s) failed: build")
-        return 1
+        return case_verdict(c, NAME, t0, "build")
     for siw in ("default", "crc"):
         run_variant(c, out, binary, siw, a.count, a.timeout)
-    dt = time.monotonic() - t0
-    verdict = "PASS" if c.ok() else "FAIL"
-    extra = "" if c.ok() else f" failed: {', '.join(c.failed)}"
-    print(f"{verdict} {NAME} ({dt:.1f} s){extra}")
-    return 0 if c.ok() else 1
+    return case_verdict(c, NAME, t0)
 
 
 if __name__ == "__main__":
