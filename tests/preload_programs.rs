@@ -996,6 +996,73 @@ while True:
 }
 
 #[test]
+fn socket_options_buffers_tcp_info_linger_zero_and_keepalive_apply_on_engine_connections() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let dir = scratch("sockopts");
+    let bin = dir.join("sockopts");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/sockopts.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc sockopts.c");
+    let net = Net::new(71);
+    let b = net.pair.addr_b.to_string();
+    let peer = format!(
+        r#"
+import socket, subprocess, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("{b}", 7400)); l.listen()
+def conn():
+    while True:
+        c, a = l.accept()
+        if a[0] == "{b}":
+            c.close(); continue
+        return c
+c = conn()
+while True:
+    d = c.recv(65536)
+    if not d: break
+    c.sendall(d)
+c.close()
+c = conn()
+try:
+    while c.recv(100): pass
+    print("peer: eof", flush=True)
+except ConnectionResetError:
+    print("peer: reset", flush=True)
+c.close()
+c = conn()
+c.sendall(b"gone"); time.sleep(0.2)
+subprocess.run(["ip", "route", "add", "blackhole", "{engine}/32"], check=True)
+print("peer: blackholed", flush=True)
+time.sleep(5)
+"#,
+        engine = net.engine
+    );
+    let peer = spawn(net.kernel(false, 40, "python3", &["-c", &peer]), "peer");
+    wait_port(&net, net.pair.addr_b, 7400);
+    let out = run(
+        net.shimmed(30, bin.to_str().unwrap(), &[&b, "7400"]),
+        "sockopts under shim",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(
+        text.contains("OK buffers rcvbuf=16384 sndbuf=32768"),
+        "{text}"
+    );
+    assert!(text.contains("OK tcp_info"), "{text}");
+    assert!(text.contains("errno=Connection timed out"), "{text}");
+    assert!(text.contains("OK done"), "{text}");
+    let p = peer.wait_output(Duration::from_secs(20));
+    let ptext = String::from_utf8_lossy(&p.stdout);
+    assert!(ptext.contains("peer: reset"), "peer: {ptext}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn ipv6_and_dual_stack_listener_and_ipv6_client() {
     require_root_and_afxdp!();
     let _g = serial();

@@ -92,7 +92,55 @@ unsafe fn install(evfd: c_int, target: c_int) -> Result<bool, c_int> {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
     // SAFETY: forwarded.
-    unsafe { real::socket(domain, ty, proto) }
+    let fd = unsafe { real::socket(domain, ty, proto) };
+    if fd >= 0 {
+        // A descriptor number reused after a close the shim did not see (dup2 onto it).
+        sock::take_buffers(fd);
+    }
+    fd
+}
+
+/// The options the program set on kernel socket `fd` before it moves to the engine: the
+/// kernel stores and reports them, except explicit buffer sizes (see
+/// [`sock::remember_buffer`]).
+unsafe fn kernel_opts(fd: c_int) -> Opts {
+    let get = |level, name| {
+        // SAFETY: getsockopt on the caller's fd.
+        unsafe { sockopt_int(fd, level, name) }.unwrap_or(0)
+    };
+    let mut l = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let mut len = std::mem::size_of::<libc::linger>() as socklen_t;
+    // SAFETY: valid out pointers of the right size.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&mut l as *mut libc::linger).cast(),
+            &mut len,
+        )
+    };
+    let (rcvbuf, sndbuf) = sock::take_buffers(fd);
+    Opts {
+        nodelay: get(libc::IPPROTO_TCP, libc::TCP_NODELAY),
+        reuseaddr: get(libc::SOL_SOCKET, libc::SO_REUSEADDR),
+        reuseport: get(libc::SOL_SOCKET, libc::SO_REUSEPORT),
+        keepalive: get(libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+        keepidle: get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+        keepintvl: get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+        keepcnt: get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT),
+        linger: if r == 0 {
+            (l.l_onoff, l.l_linger)
+        } else {
+            (0, 0)
+        },
+        rcvbuf,
+        sndbuf,
+        ..Opts::default()
+    }
 }
 
 /// `bind(2)`.
@@ -187,17 +235,12 @@ unsafe fn activate(fd: c_int, b: &Bound) -> Result<Option<Arc<Sock>>, c_int> {
         return Ok(None);
     };
     let backlog = if backlog <= 0 { 1 } else { backlog.min(4096) } as usize;
+    // SAFETY: getsockopt on the caller's fd.
+    let opts = unsafe { kernel_opts(fd) };
     let ls = eng
         .stack
-        .listen(sa, backlog, Duration::from_secs(5))
+        .listen_with(sa, backlog, Duration::from_secs(5), &opts.engine())
         .map_err(|e| errno_of(&e))?;
-    let opts = Opts {
-        // SAFETY: getsockopt on the caller's fd.
-        nodelay: unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0),
-        // SAFETY: getsockopt on the caller's fd.
-        reuseaddr: unsafe { sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR) }.unwrap_or(0),
-        ..Opts::default()
-    };
     // SAFETY: the eventfd is ours; `fd` is the caller's socket, replaced.
     let nonblock = unsafe { install(ls.as_raw_fd(), fd) }?;
     xlog!(Info, "listening on {sa} (engine), fd {fd}");
@@ -253,9 +296,15 @@ unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c
         Ok(st) => st,
         Err(e) => return fail(e),
     };
+    // Options set on the listener after `listen` apply to new connections too (the
+    // engine already gave them the ones from `listen` time).
     let opts = *l.common.opts();
-    if opts.nodelay != 0 {
-        let _ = stream.set_nodelay(true);
+    let inherited = stream.options();
+    if inherited.nodelay != Some(opts.nodelay != 0) {
+        let _ = stream.set_nodelay(opts.nodelay != 0);
+    }
+    if inherited.keepalive != opts.keepalive_engine() {
+        let _ = stream.set_keepalive(opts.keepalive_engine());
     }
     let peer = stream.peer_addr();
     let ring = engine().map(|e| e.stack.config().ring_size).unwrap_or(1);
@@ -374,18 +423,15 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
         }
         _ => None,
     };
-    let stream = match eng.stack.connect(dst, local_port, None) {
+    // SAFETY: getsockopt on the caller's fd.
+    let opts = unsafe { kernel_opts(fd) };
+    let stream = match eng
+        .stack
+        .connect_with(dst, local_port, None, &opts.engine())
+    {
         Ok(s) => s,
         Err(e) => return fail(errno_of(&e)),
     };
-    let opts = Opts {
-        // SAFETY: getsockopt on the caller's fd.
-        nodelay: unsafe { sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) }.unwrap_or(0),
-        ..Opts::default()
-    };
-    if opts.nodelay != 0 {
-        let _ = stream.set_nodelay(true);
-    }
     // SAFETY: our eventfd over the caller's socket.
     let nonblock = match unsafe { install(stream.as_raw_fd(), fd) } {
         Ok(nb) => nb,
@@ -426,6 +472,7 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
 /// `close(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    sock::take_buffers(fd);
     if sock::any() {
         if let Some(s) = sock::remove(fd) {
             epoll::forget_fd(fd);
@@ -1078,10 +1125,11 @@ pub unsafe extern "C" fn getsockopt(
     let Some(c) = s.common() else {
         return fail(libc::EBADF);
     };
-    let ring = engine()
-        .map(|e| e.stack.config().ring_size as c_int)
-        .unwrap_or(0);
+    let (def_rcv, def_snd) = engine()
+        .map(|e| (e.stack.config().rx_buffer, e.stack.config().tx_buffer))
+        .unwrap_or((0, 0));
     let o = *c.opts();
+    let as_int = |v: usize| v.min(c_int::MAX as usize) as c_int;
     let v = match (level, name) {
         (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
         (libc::SOL_SOCKET, libc::SO_DOMAIN) => c.domain,
@@ -1104,32 +1152,15 @@ pub unsafe extern "C" fn getsockopt(
             }
             _ => 0,
         },
-        (libc::SOL_SOCKET, libc::SO_RCVBUF) | (libc::SOL_SOCKET, libc::SO_SNDBUF) => ring,
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => as_int(o.rcvbuf.unwrap_or(def_rcv)),
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => as_int(o.sndbuf.unwrap_or(def_snd)),
         (libc::SOL_SOCKET, libc::SO_REUSEADDR) => o.reuseaddr,
         (libc::SOL_SOCKET, libc::SO_REUSEPORT) => o.reuseport,
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive,
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => o.nodelay,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
-            if o.keepidle == 0 {
-                7200
-            } else {
-                o.keepidle
-            }
-        }
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => {
-            if o.keepintvl == 0 {
-                75
-            } else {
-                o.keepintvl
-            }
-        }
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => {
-            if o.keepcnt == 0 {
-                9
-            } else {
-                o.keepcnt
-            }
-        }
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => o.keepidle(),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => o.keepintvl(),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => o.keepcnt(),
         (libc::SOL_SOCKET, libc::SO_LINGER) => {
             if val.is_null() || len.is_null() {
                 return fail(libc::EFAULT);
@@ -1154,23 +1185,25 @@ pub unsafe extern "C" fn getsockopt(
             if val.is_null() || len.is_null() {
                 return fail(libc::EFAULT);
             }
-            // struct tcp_info starts with u8 tcpi_state; the rest is left zero.
-            let state: u8 = match &*s {
-                Sock::Listener(_) => 10, // TCP_LISTEN
-                Sock::Stream(st) => match st.lock().stream.phase() {
-                    xwarp_stack::Phase::Connecting => 2, // TCP_SYN_SENT
-                    xwarp_stack::Phase::Established => 1,
-                    xwarp_stack::Phase::Closed => 7,
-                },
-                Sock::Bound(_) => 7,
+            let info = match &*s {
+                Sock::Listener(_) => tcp_info_bytes(None, 10), // TCP_LISTEN
+                Sock::Stream(st) => {
+                    let g = st.lock();
+                    let fallback = match g.stream.phase() {
+                        xwarp_stack::Phase::Connecting => 2, // TCP_SYN_SENT
+                        xwarp_stack::Phase::Established => 1,
+                        xwarp_stack::Phase::Closed => 7,
+                    };
+                    // The engine no longer serves a closed connection: state only.
+                    let engine_info = g.stream.tcp_info(Duration::from_millis(200)).ok();
+                    tcp_info_bytes(engine_info.as_ref(), fallback)
+                }
+                Sock::Bound(_) => tcp_info_bytes(None, 7),
             };
             // SAFETY: caller's buffer of *len bytes.
             unsafe {
-                let n = (*len as usize).min(232);
-                std::ptr::write_bytes(val.cast::<u8>(), 0, n);
-                if n > 0 {
-                    *val.cast::<u8>() = state;
-                }
+                let n = (*len as usize).min(info.len());
+                std::ptr::copy_nonoverlapping(info.as_ptr(), val.cast::<u8>(), n);
                 *len = n as socklen_t;
             }
             return 0;
@@ -1192,7 +1225,21 @@ pub unsafe extern "C" fn setsockopt(
 ) -> c_int {
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
-        return unsafe { real::setsockopt(fd, level, name, val, len) };
+        let r = unsafe { real::setsockopt(fd, level, name, val, len) };
+        let buffer =
+            level == libc::SOL_SOCKET && (name == libc::SO_RCVBUF || name == libc::SO_SNDBUF);
+        if r == 0 && buffer && config().is_some() {
+            // The socket may still move to the engine at connect/listen: remember the
+            // size asked for (the kernel clamps it to rmem_max/wmem_max).
+            // SAFETY: caller's buffer; `get_int` checks the length.
+            if let Ok(v) = unsafe { get_int(val, len) } {
+                // SAFETY: getsockopt on the caller's fd.
+                if unsafe { kernel_tcp_domain(fd) }.is_some() {
+                    sock::remember_buffer(fd, name == libc::SO_RCVBUF, v);
+                }
+            }
+        }
+        return r;
     };
     let Some(c) = s.common() else {
         return fail(libc::EBADF);
@@ -1229,8 +1276,16 @@ pub unsafe extern "C" fn setsockopt(
                     (libc::SOL_SOCKET, libc::SO_REUSEADDR) => o.reuseaddr = c_int::from(v != 0),
                     (libc::SOL_SOCKET, libc::SO_REUSEPORT) => o.reuseport = c_int::from(v != 0),
                     (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive = c_int::from(v != 0),
-                    // Buffer sizes are the engine's ring size; accepted and ignored.
-                    (libc::SOL_SOCKET, libc::SO_RCVBUF) | (libc::SOL_SOCKET, libc::SO_SNDBUF) => {}
+                    // Linux doubles the value and reports the doubled one. The engine
+                    // sizes a connection's buffers when it opens it (connect/listen;
+                    // the window scale is fixed by the SYN): later changes are reported
+                    // but do not resize an open connection.
+                    (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
+                        o.rcvbuf = Some(xwarp_stack::socket_buffer_size(v.max(0) as usize))
+                    }
+                    (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
+                        o.sndbuf = Some(xwarp_stack::socket_buffer_size(v.max(0) as usize))
+                    }
                     (libc::IPPROTO_TCP, libc::TCP_NODELAY) => {
                         o.nodelay = c_int::from(v != 0);
                         if let Sock::Stream(st) = &*s {
@@ -1240,9 +1295,16 @@ pub unsafe extern "C" fn setsockopt(
                                 .map_err(|e| errno_of(&e))?;
                         }
                     }
-                    (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) if v > 0 => o.keepidle = v,
-                    (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) if v > 0 => o.keepintvl = v,
-                    (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) if v > 0 => o.keepcnt = v,
+                    // Linux's limits: MAX_TCP_KEEPIDLE/KEEPINTVL 32767 s, KEEPCNT 127.
+                    (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) if (1..=32767).contains(&v) => {
+                        o.keepidle = v
+                    }
+                    (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) if (1..=32767).contains(&v) => {
+                        o.keepintvl = v
+                    }
+                    (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) if (1..=127).contains(&v) => {
+                        o.keepcnt = v
+                    }
                     (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
                     | (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL)
                     | (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => return Err(libc::EINVAL),
@@ -1255,12 +1317,63 @@ pub unsafe extern "C" fn setsockopt(
                 }
             }
         }
+        // Keep-alive knobs take effect on an open connection at once (Linux re-arms the
+        // timer too); listeners pass them on at accept.
+        if matches!(
+            (level, name),
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE)
+                | (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+                | (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL)
+                | (libc::IPPROTO_TCP, libc::TCP_KEEPCNT)
+        ) {
+            if let Sock::Stream(st) = &*s {
+                st.lock()
+                    .stream
+                    .set_keepalive(o.keepalive_engine())
+                    .map_err(|e| errno_of(&e))?;
+            }
+        }
         Ok(())
     })();
     match r {
         Ok(()) => 0,
         Err(e) => fail(e),
     }
+}
+
+/// Size of the `struct tcp_info` prefix the shim fills (through `tcpi_rehash`).
+const TCP_INFO_LEN: usize = 240;
+
+/// Linux `struct tcp_info` (`include/uapi/linux/tcp.h`) from what the engine knows;
+/// fields the engine cannot know (congestion window, SACK, segment counts) stay zero.
+fn tcp_info_bytes(info: Option<&xwarp_stack::TcpInfo>, state: u8) -> [u8; TCP_INFO_LEN] {
+    let mut b = [0u8; TCP_INFO_LEN];
+    b[0] = state;
+    let Some(i) = info else {
+        return b;
+    };
+    b[0] = i.state;
+    let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
+    let mut put32 = |off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    // tcpi_options: TCPI_OPT_TIMESTAMPS | TCPI_OPT_WSCALE (the engine always offers
+    // window scaling and, by default, timestamps).
+    let mss = i.snd_mss.max(1);
+    put32(8, us(i.rto)); // tcpi_rto
+    put32(16, i.snd_mss); // tcpi_snd_mss
+    put32(20, i.rcv_mss); // tcpi_rcv_mss
+    put32(24, i.send_queue.div_ceil(mss)); // tcpi_unacked (segments, estimated)
+    put32(68, i.rtt.map(us).unwrap_or(0)); // tcpi_rtt
+    put32(72, us(i.rttvar)); // tcpi_rttvar
+    put32(84, i.rcv_mss); // tcpi_advmss
+    put32(96, i.recv_buffer); // tcpi_rcv_space
+    put32(100, i.retransmits); // tcpi_total_retrans
+    put32(232, i.rcv_wnd); // tcpi_rcv_wnd
+    let mut put64 = |off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    put64(120, i.bytes_acked); // tcpi_bytes_acked
+    put64(128, i.bytes_received); // tcpi_bytes_received
+    put64(200, i.bytes_sent); // tcpi_bytes_sent
+    b[5] = 0x1 | 0x4;
+    b
 }
 
 // ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
-use xwarp_stack::{ListenSocket, Phase, Stream};
+use xwarp_stack::{socket_buffer_size, KeepAlive, ListenSocket, Phase, SocketOptions, Stream};
 
 use crate::engine::GENERATION;
 use crate::real;
@@ -28,7 +28,9 @@ pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// How much a readiness probe pulls out of the receive ring into the socket's own buffer.
 const PROBE_BYTES: usize = 16 << 10;
 
-/// Socket options the shim remembers and reports back (the engine applies only nodelay).
+/// Socket options of an engine socket as the program set them (reported back by
+/// `getsockopt`). The engine applies nodelay, keep-alive and (before connect/listen) the
+/// buffer sizes; linger is applied by the shim's `close`; the rest is only reported.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Opts {
     pub(crate) reuseaddr: c_int,
@@ -41,6 +43,111 @@ pub(crate) struct Opts {
     pub(crate) linger: (c_int, c_int),
     pub(crate) rcvtimeo: Option<Duration>,
     pub(crate) sndtimeo: Option<Duration>,
+    /// `SO_RCVBUF`/`SO_SNDBUF` as `getsockopt` reports them (doubled, clamped), if set.
+    pub(crate) rcvbuf: Option<usize>,
+    pub(crate) sndbuf: Option<usize>,
+}
+
+/// Linux's keep-alive defaults (`net.ipv4.tcp_keepalive_*`) for knobs left at 0.
+const KEEPIDLE_DEFAULT: c_int = 7200;
+const KEEPINTVL_DEFAULT: c_int = 75;
+const KEEPCNT_DEFAULT: c_int = 9;
+
+impl Opts {
+    /// `TCP_KEEPIDLE` as reported (the Linux default when never set).
+    pub(crate) fn keepidle(&self) -> c_int {
+        if self.keepidle > 0 {
+            self.keepidle
+        } else {
+            KEEPIDLE_DEFAULT
+        }
+    }
+
+    /// `TCP_KEEPINTVL` as reported.
+    pub(crate) fn keepintvl(&self) -> c_int {
+        if self.keepintvl > 0 {
+            self.keepintvl
+        } else {
+            KEEPINTVL_DEFAULT
+        }
+    }
+
+    /// `TCP_KEEPCNT` as reported.
+    pub(crate) fn keepcnt(&self) -> c_int {
+        if self.keepcnt > 0 {
+            self.keepcnt
+        } else {
+            KEEPCNT_DEFAULT
+        }
+    }
+
+    /// The engine's keep-alive for these options (`None` unless `SO_KEEPALIVE` is on).
+    pub(crate) fn keepalive_engine(&self) -> Option<KeepAlive> {
+        (self.keepalive != 0).then(|| KeepAlive {
+            idle: Duration::from_secs(self.keepidle() as u64),
+            interval: Duration::from_secs(self.keepintvl() as u64),
+            count: self.keepcnt() as u32,
+        })
+    }
+
+    /// The options the engine applies to a new connection or listener.
+    pub(crate) fn engine(&self) -> SocketOptions {
+        SocketOptions {
+            nodelay: Some(self.nodelay != 0),
+            keepalive: self.keepalive_engine(),
+            recv_buffer: self.rcvbuf,
+            send_buffer: self.sndbuf,
+        }
+    }
+
+    /// `SO_LINGER` as a close policy: `None` off, `Some(ZERO)` reset, `Some(t)` wait.
+    pub(crate) fn linger_policy(&self) -> Option<Duration> {
+        (self.linger.0 != 0).then(|| Duration::from_secs(self.linger.1.max(0) as u64))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// buffer sizes set on kernel sockets before they move to the engine
+
+/// Requested (receive, send) buffer sizes, doubled like Linux.
+type Buffers = (Option<usize>, Option<usize>);
+
+/// Number of entries in [`PRE_BUFFERS`] (fast path: zero means nothing to look up).
+static PRE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// `SO_RCVBUF`/`SO_SNDBUF` values (as requested) set on kernel TCP sockets that may still
+/// move to the engine: the kernel clamps them to `rmem_max`/`wmem_max` and cannot tell
+/// an explicit value from its default, so the shim remembers what the program asked.
+static PRE_BUFFERS: Mutex<BTreeMap<RawFd, Buffers>> = Mutex::new(BTreeMap::new());
+
+/// Remember a buffer size the program set on kernel socket `fd`.
+pub(crate) fn remember_buffer(fd: RawFd, rcv: bool, requested: c_int) {
+    let v = socket_buffer_size(requested.max(0) as usize);
+    let mut t = PRE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner());
+    let e = t.entry(fd).or_insert_with(|| {
+        PRE_COUNT.fetch_add(1, Ordering::Release);
+        (None, None)
+    });
+    if rcv {
+        e.0 = Some(v);
+    } else {
+        e.1 = Some(v);
+    }
+}
+
+/// Take (and forget) the buffer sizes remembered for `fd`: (receive, send), doubled.
+pub(crate) fn take_buffers(fd: RawFd) -> Buffers {
+    if PRE_COUNT.load(Ordering::Acquire) == 0 {
+        return (None, None);
+    }
+    let mut t = PRE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner());
+    match t.remove(&fd) {
+        Some(v) => {
+            PRE_COUNT.fetch_sub(1, Ordering::Release);
+            v
+        }
+        None => (None, None),
+    }
 }
 
 /// State common to every xwarp socket (shared by all descriptors that `dup` it).
@@ -251,11 +358,27 @@ fn closing(s: &mut Stream) -> Closing {
     }
 }
 
-/// The program closed its last descriptor of `sock`: close gracefully in the background.
+/// The program closed its last descriptor of `sock`: close gracefully in the background,
+/// or as `SO_LINGER` says: `{on, 0}` resets the connection (RST), `{on, t}` blocks up to
+/// `t` seconds until every byte and the FIN are acknowledged, then goes on in the
+/// background (Linux semantics; `close` returns 0 either way).
 pub(crate) fn retire(sock: Arc<Sock>) {
     if let Ok(Sock::Stream(st)) = Arc::try_unwrap(sock) {
+        let linger = st.common.opts().linger_policy();
         let inner = st.inner.into_inner().unwrap_or_else(|p| p.into_inner());
         let mut stream = inner.stream;
+        if linger.is_some_and(|t| t.is_zero()) {
+            let _ = stream.abort();
+            drop(stream);
+            reap();
+            return;
+        }
+        if let Some(t) = linger {
+            if stream.phase() == Phase::Established {
+                let _ = stream.shutdown_write();
+                linger_wait(&mut stream, Instant::now() + t);
+            }
+        }
         if stream.phase() == Phase::Established {
             let _ = stream.shutdown_write();
             LINGER
@@ -265,6 +388,24 @@ pub(crate) fn retire(sock: Arc<Sock>) {
         }
     }
     reap();
+}
+
+/// Block until `stream`'s FIN is acknowledged, it failed or closed, or `deadline`.
+fn linger_wait(stream: &mut Stream, deadline: Instant) {
+    loop {
+        if stream.fin_acked() || stream.error().is_some() || stream.phase() == Phase::Closed {
+            return;
+        }
+        // Discard input so the peer's data cannot hold the FIN back.
+        if closing(stream) == Closing::Done {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let _ = stream.wait(Some(deadline.min(now + MAX_SLEEP)));
+    }
 }
 
 /// Drop lingering connections that finished (or waited too long); returns how many
@@ -838,6 +979,33 @@ mod tests {
         let ring = b.stack.config().ring_size;
         let st = StreamSock::new(server, libc::AF_INET, true, Opts::default(), ring);
         (a, b, st, client)
+    }
+
+    #[test]
+    fn options_turn_into_engine_keepalive_linger_and_doubled_buffers() {
+        let mut o = Opts::default();
+        assert_eq!(o.keepalive_engine(), None);
+        assert_eq!((o.keepidle(), o.keepintvl(), o.keepcnt()), (7200, 75, 9));
+        o.keepalive = 1;
+        o.keepidle = 10;
+        o.keepcnt = 3;
+        let k = o.keepalive_engine().unwrap();
+        assert_eq!(k.idle, Duration::from_secs(10));
+        assert_eq!(k.interval, Duration::from_secs(75));
+        assert_eq!(k.dead_after(), Duration::from_secs(10 + 225));
+        assert_eq!(o.linger_policy(), None);
+        o.linger = (1, 0);
+        assert_eq!(o.linger_policy(), Some(Duration::ZERO));
+        o.linger = (1, 7);
+        assert_eq!(o.linger_policy(), Some(Duration::from_secs(7)));
+        // Buffer sizes set on a kernel socket are remembered doubled, once.
+        remember_buffer(90_001, true, 8192);
+        remember_buffer(90_001, false, 1);
+        assert_eq!(take_buffers(90_001), (Some(16384), Some(4608)));
+        assert_eq!(take_buffers(90_001), (None, None));
+        o.rcvbuf = Some(16384);
+        assert_eq!(o.engine().recv_buffer, Some(16384));
+        assert_eq!(o.engine().keepalive, Some(k));
     }
 
     #[test]

@@ -350,6 +350,10 @@ impl Stream {
 
     /// Change `TCP_NODELAY` on this connection.
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        // Recorded so that a later option change re-applies this value.
+        let mut o = self.shared.options();
+        o.nodelay = Some(nodelay);
+        self.shared.init_options(o);
         self.handle.send(Command::SetNodelay {
             id: self.shared.id,
             nodelay,
