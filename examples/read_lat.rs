@@ -1,6 +1,12 @@
 //! perftest-style `read_lat` over xwarp::verbs (see [`xwarp::verbs::perftest`]).
 //!
-//! `cargo run --release --example read_lat -- --vwire -s 65536 -n 5000`
+//! Both ends in one process: `cargo run --release --example read_lat -- --vwire`.
+//! One end per process (root; each engine owns an address the kernel does not have):
+//!
+//! ```text
+//! server: read_lat --iface IF --addr 10.0.0.10/24 --verify
+//! client: read_lat --iface IF --addr 10.0.0.20/24 --verify 10.0.0.10
+//! ```
 
 use std::process::ExitCode;
 

@@ -1,6 +1,12 @@
 //! perftest-style `write_bw` over xwarp::verbs (see [`xwarp::verbs::perftest`]).
 //!
-//! `cargo run --release --example write_bw -- --vwire -s 65536 -n 5000`
+//! Both ends in one process: `cargo run --release --example write_bw -- --vwire`.
+//! One end per process (root; each engine owns an address the kernel does not have):
+//!
+//! ```text
+//! server: write_bw --iface IF --addr 10.0.0.10/24 --verify
+//! client: write_bw --iface IF --addr 10.0.0.20/24 --verify 10.0.0.10
+//! ```
 
 use std::process::ExitCode;
 

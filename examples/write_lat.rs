@@ -1,6 +1,12 @@
 //! perftest-style `write_lat` over xwarp::verbs (see [`xwarp::verbs::perftest`]).
 //!
-//! `cargo run --release --example write_lat -- --vwire -s 65536 -n 5000`
+//! Both ends in one process: `cargo run --release --example write_lat -- --vwire`.
+//! One end per process (root; each engine owns an address the kernel does not have):
+//!
+//! ```text
+//! server: write_lat --iface IF --addr 10.0.0.10/24 --verify
+//! client: write_lat --iface IF --addr 10.0.0.20/24 --verify 10.0.0.10
+//! ```
 
 use std::process::ExitCode;
 
