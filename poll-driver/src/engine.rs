@@ -48,6 +48,14 @@ pub enum SpinBudget {
     Duration(Duration),
     /// Never sleep (dedicated cores only).
     Forever,
+    /// Stay awake for this long, but give the core away (`sched_yield`) on every idle
+    /// iteration instead of busy-spinning: for an engine that shares its core with the
+    /// application threads it serves, when those threads also yield while they wait.
+    /// Handing work over between them then costs a context switch instead of a sleep
+    /// and a cross-core wakeup. With a thread on the same core that busy-spins without
+    /// yielding, each yield can cost a whole scheduler slice: use a short `Duration`
+    /// there instead.
+    Yield(Duration),
 }
 
 impl Default for SpinBudget {
@@ -461,9 +469,14 @@ impl LoopCtx {
                 SpinBudget::Iterations(n) => idle_iters > n,
                 SpinBudget::Duration(d) => now.duration_since(since) >= d,
                 SpinBudget::Forever => false,
+                SpinBudget::Yield(d) => now.duration_since(since) >= d,
             };
             if !spun_out {
-                std::hint::spin_loop();
+                if matches!(self.config.spin, SpinBudget::Yield(_)) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             // Announce the sleep, then look once more: a doorbell rung before the
@@ -519,5 +532,77 @@ impl LoopCtx {
             idle_since = None;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vwire::{VirtualWire, WireConfig};
+    use crossbeam_channel::{Receiver, Sender};
+
+    /// Counts polls and answers each request from `reqs` on `done`.
+    struct Answer {
+        reqs: Receiver<u64>,
+        done: Sender<u64>,
+    }
+
+    impl<B: Backend> Service<B> for Answer {
+        fn poll(&mut self, _b: &mut B, _now: Instant) -> PollOutcome {
+            let mut busy = false;
+            while let Ok(r) = self.reqs.try_recv() {
+                busy = true;
+                let _ = self.done.send(r + 1);
+            }
+            PollOutcome {
+                busy,
+                next_deadline: None,
+            }
+        }
+    }
+
+    #[test]
+    fn yield_budget_serves_work_then_sleeps_and_wakes_on_the_doorbell() {
+        let (_a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+        let (req_tx, req_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        let cfg = EngineConfig {
+            name: "yield-test".into(),
+            spin: SpinBudget::Yield(Duration::from_millis(20)),
+            ..EngineConfig::default()
+        };
+        let svc = Answer {
+            reqs: req_rx,
+            done: done_tx,
+        };
+        let eng = Engine::spawn(cfg, b, svc).unwrap();
+        let bell = eng.doorbell();
+        // While it yields (awake), requests are served without a doorbell syscall
+        // being needed for every one of them.
+        for i in 0..100u64 {
+            req_tx.send(i).unwrap();
+            bell.ring();
+            assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(i + 1));
+        }
+        // Idle beyond the budget: it sleeps and stops iterating.
+        let t = Instant::now();
+        while eng.stats().sleeps == 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let s0 = eng.stats();
+        assert!(s0.sleeps >= 1, "never slept: {s0:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            eng.stats().iterations,
+            s0.iterations,
+            "iterated while asleep"
+        );
+        // The doorbell wakes it and the request is served.
+        req_tx.send(1000).unwrap();
+        bell.ring();
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(1001));
+        let exit = eng.stop().unwrap();
+        assert!(exit.stats.wakeups_doorbell >= 1, "{:?}", exit.stats);
+        assert!(exit.error.is_none());
     }
 }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use xwarp_poll_driver::afxdp::AfXdpNic;
+use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::VethPair;
 
 use crate::toe::{RxChecksum, XdpEngineConfig};
@@ -33,12 +34,18 @@ use crate::verbs::{
 
 const USAGE: &str = "\
 usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides|none]
+                        [--spin-us US|forever] [--only TEST,...]
 
   --duration SECS   seconds per measurement (default 2)
   --small BYTES     message size of the latency tests (default 64)
   --net N           veth /24 to use: 10.88.N.0/24 (default 90)
   --pin MODE        sides: client + engine A on the first core, server + engine B on the
-                    second, waiters yield; none: no pinning, waiters spin (default sides)";
+                    second, waiters yield; none: no pinning, waiters spin (default sides)
+  --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
+                    (yield the core that long, then sleep) or forever (default: yield50
+                    with --pin sides, 0 with --pin none)
+  --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp (comma
+                    separated; the others report 0)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 const BULK: usize = 64 << 10;
@@ -59,6 +66,21 @@ pub struct Options {
     /// Pin side A to the first core and side B to the second (`--pin sides`), or leave
     /// placement to the scheduler (`--pin none`).
     pub pin: bool,
+    /// Engine idle spin budget (`None`: the engine default).
+    pub spin: Option<SpinBudget>,
+    /// Tests to run (`None`: all): names of `TESTS`.
+    pub only: Option<Vec<String>>,
+}
+
+/// Test names for `--only`.
+const TESTS: [&str; 5] = ["write_bw", "read_bw", "write_lat", "send_lat", "tcp"];
+
+impl Options {
+    fn runs(&self, test: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|t| t == test))
+    }
 }
 
 impl Default for Options {
@@ -68,6 +90,8 @@ impl Default for Options {
             small: 64,
             net: 90,
             pin: true,
+            spin: None,
+            only: None,
         }
     }
 }
@@ -122,6 +146,24 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                     "none" => false,
                     _ => return Err(format!("--pin: unknown mode {v:?}")),
                 }
+            }
+            "--spin-us" => {
+                o.spin = Some(if v == "forever" {
+                    SpinBudget::Forever
+                } else if let Some(y) = v.strip_prefix("yield") {
+                    let us: u64 = y.parse().map_err(|_| format!("bad --spin-us {v}"))?;
+                    SpinBudget::Yield(Duration::from_micros(us.min(10_000_000)))
+                } else {
+                    let us: u64 = v.parse().map_err(|_| format!("bad --spin-us {v}"))?;
+                    SpinBudget::Duration(Duration::from_micros(us.min(10_000_000)))
+                })
+            }
+            "--only" => {
+                let list: Vec<String> = v.split(',').map(str::to_string).collect();
+                if let Some(bad) = list.iter().find(|t| !TESTS.contains(&t.as_str())) {
+                    return Err(format!("--only: unknown test {bad:?}"));
+                }
+                o.only = Some(list);
             }
             _ => return Err(format!("unknown option {a}")),
         }
@@ -537,17 +579,18 @@ pub fn run(o: &Options) -> io::Result<Results> {
     let net = VethPair::new(o.net)?;
     let a_ip = Ipv4Addr::new(10, 88, o.net, 10);
     let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
-    let mut r = Results {
-        tcp_bulk_gbps: tcp_bulk(&net, 5201, o.duration)?,
-        tcp_lat_us: tcp_pingpong(&net, 5202, o.small, o.duration)?,
-        ..Results::default()
-    };
+    let mut r = Results::default();
+    if o.runs("tcp") {
+        r.tcp_bulk_gbps = tcp_bulk(&net, 5201, o.duration)?;
+        r.tcp_lat_us = tcp_pingpong(&net, 5202, o.small, o.duration)?;
+    }
     let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
         // Both ends are xwarp engines with full checksums.
         c.rx_checksum = RxChecksum::Verify;
         c.engine.name = name.into();
         c.engine.core = core;
+        c.engine.spin = engine_spin(o);
         c.stack.rx_buffer = 256 << 10;
         c.stack.tx_buffer = 256 << 10;
         c.stack.tcp.nodelay = true;
@@ -568,18 +611,53 @@ pub fn run(o: &Options) -> io::Result<Results> {
             ev(&s.qp)
         ))
     };
-    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
-    r.write_bw_gbps =
-        rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
-    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
-    r.read_bw_gbps = rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
-    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)))?;
-    r.write_lat_us =
-        write_lat(&c, &s, o.small, o.duration).map_err(|e| stage("write_lat", &c, &s, e))?;
-    let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)))?;
-    r.send_lat_us =
-        send_lat(&c, &s, o.small, o.duration).map_err(|e| stage("send_lat", &c, &s, e))?;
+    if o.runs("write_bw") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
+        r.write_bw_gbps =
+            rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
+    }
+    if o.runs("read_bw") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
+        r.read_bw_gbps =
+            rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
+    }
+    if o.runs("write_lat") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)))?;
+        r.write_lat_us =
+            write_lat(&c, &s, o.small, o.duration).map_err(|e| stage("write_lat", &c, &s, e))?;
+    }
+    if o.runs("send_lat") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)))?;
+        r.send_lat_us =
+            send_lat(&c, &s, o.small, o.duration).map_err(|e| stage("send_lat", &c, &s, e))?;
+    }
     Ok(r)
+}
+
+/// The engines' idle policy. Each engine shares its core with application threads (two
+/// engines and two ping-pong threads on two cores), so an engine that busy-spins while
+/// idle keeps the thread it serves off the core: with the default 50 µs busy spin every
+/// hand-over (application -> engine -> wire -> engine -> application) waited out a spin
+/// budget, ~125-140 µs half round trip. Pinned sides (waiters yield): the engine yields
+/// while idle, so hand-overs on one core are context switches. Unpinned (waiters
+/// busy-spin): the engine sleeps as soon as it is idle, so a frame or a doorbell wakes
+/// it and the wakeup preempts a spinning waiter; yielding to a spinner would cost a whole
+/// scheduler slice (measured ~1-8 ms).
+fn engine_spin(o: &Options) -> SpinBudget {
+    match o.spin {
+        Some(s) => s,
+        None if o.pin => SpinBudget::Yield(Duration::from_micros(50)),
+        None => SpinBudget::Iterations(0),
+    }
+}
+
+fn spin_name(o: &Options) -> String {
+    match engine_spin(o) {
+        SpinBudget::Iterations(n) => format!("{n} iterations"),
+        SpinBudget::Duration(d) => format!("{} us", d.as_micros()),
+        SpinBudget::Forever => "forever".into(),
+        SpinBudget::Yield(d) => format!("yield {} us", d.as_micros()),
+    }
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -601,7 +679,8 @@ fn pin_name(o: &Options) -> &'static str {
 /// The human-readable table.
 pub fn table(o: &Options, r: &Results) -> String {
     format!(
-        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B, pin {}\n\
+        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B, pin {}, \
+         engine spin {}\n\
          test                     xwarp RDMA     kernel TCP     ratio   target\n\
          write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
          read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
@@ -610,6 +689,7 @@ pub fn table(o: &Options, r: &Results) -> String {
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
+        spin_name(o),
         r.write_bw_gbps,
         r.tcp_bulk_gbps,
         ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
@@ -628,13 +708,14 @@ pub fn table(o: &Options, r: &Results) -> String {
 /// One JSON object with every number and the ratios.
 pub fn json(o: &Options, r: &Results) -> String {
     format!(
-        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
+        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
          \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
          \"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3}}}",
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
+        spin_name(o),
         r.write_bw_gbps,
         r.read_bw_gbps,
         r.write_lat_us,
@@ -675,5 +756,22 @@ mod tests {
             (o.duration, o.small, o.net, o.pin),
             (Duration::from_millis(500), 8, 91, false)
         );
+        assert_eq!(engine_spin(&o), SpinBudget::Iterations(0));
+        assert!(parse(&a(&["--spin-us", "yieldx"])).is_err());
+        assert!(parse(&a(&["--only", "write_bw,bogus"])).is_err());
+        let o = parse(&a(&["--spin-us", "yield20", "--only", "write_bw,tcp"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            engine_spin(&o),
+            SpinBudget::Yield(Duration::from_micros(20))
+        );
+        assert!(o.runs("write_bw") && o.runs("tcp") && !o.runs("read_bw"));
+        let o = parse(&a(&[])).unwrap().unwrap();
+        assert_eq!(
+            engine_spin(&o),
+            SpinBudget::Yield(Duration::from_micros(50))
+        );
+        assert!(TESTS.iter().all(|t| o.runs(t)));
     }
 }
