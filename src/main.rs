@@ -10,6 +10,7 @@ commands:
   demo            run the demo over the in-process virtual wire (no privileges needed)
   bench tcp       TCP benchmark: kernel vs xwarp over a veth pair (root)
   bench rdma      RDMA benchmark: xwarp verbs vs kernel TCP over a veth pair (root)
+  bench shim      LD_PRELOAD shim benchmark: redis and sockperf servers, shim vs kernel (root)
   run -- CMD...   run an unmodified program on the xwarp engine (LD_PRELOAD shim)
   help            this text
 
