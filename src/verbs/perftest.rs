@@ -1004,13 +1004,17 @@ fn client_finish(p: &Params, c: &Side, posted: &[u64], text: &str) -> Result<(),
         send_ctrl(c, i, MSG_DONE, n, t, CTRL_WR | wr_id(i, 0))?;
     }
     let deadline = Instant::now() + 3 * SILENCE;
+    // A failed Send (the server closed after an error) counts only if no FIN explains it.
+    let mut send_err = None;
     loop {
         while let Some(w) = c.scq.poll_one() {
-            check(&w)?;
+            if let Err(e) = check(&w) {
+                send_err.get_or_insert(e);
+            }
         }
         match c.rcq.next(Duration::from_millis(200)) {
             Ok(wc) => {
-                check(&wc)?;
+                check(&wc).map_err(|e| send_err.clone().unwrap_or(e))?;
                 if !wc.solicited {
                     // A late credit (send_bw): give the slot back.
                     let (i, k) = split(wc.wr_id);
@@ -1026,7 +1030,10 @@ fn client_finish(p: &Params, c: &Side, posted: &[u64], text: &str) -> Result<(),
                 };
             }
             Err(_) => {
-                watch(&c.qps)?;
+                watch(&c.qps).map_err(|e| send_err.clone().unwrap_or(e))?;
+                if let Some(e) = send_err {
+                    return Err(e);
+                }
                 if Instant::now() > deadline {
                     return Err("no final message from the server".into());
                 }
@@ -1075,6 +1082,8 @@ fn server_session<B: Backend + Send + 'static>(
     let peer = first.peer;
     if let Some(why) = mine.mismatch(&p) {
         let _ = first.reject(&encode_reject(&why));
+        // The engine stops with this process: give the MPA Reply time to leave.
+        std::thread::sleep(Duration::from_millis(500));
         return Err(format!("rejected the client at {peer}: {why}"));
     }
     let s = make_side(ctx, p.qps, o.tx_depth, p.buf_len(true)?, o.crc)?;
@@ -2170,6 +2179,74 @@ mod tests {
         assert_eq!(o.gateway, Some(Ipv4Addr::new(10, 0, 0, 254)));
         assert!(!o.crc && o.verify);
         assert_eq!(o.host.as_deref(), Some("10.0.0.2"));
+    }
+
+    /// A client that sends one wrong byte: the server's verification names the message
+    /// and the byte, and the client learns it from the FIN.
+    #[test]
+    fn server_verification_catches_a_wrong_byte_and_tells_the_client() {
+        for (test, what) in [
+            (Test::WriteBw, "RDMA Write 7 on QP 0: byte 123 of 1000"),
+            (Test::SendBw, "Send 7 on QP 0: byte 123 of 1000"),
+        ] {
+            let (a, b) = vwire_pair(PairConfig::default()).unwrap();
+            let args = ["--vwire", "--verify", "-s", "1000", "-n", "20"];
+            let o = parse(test, args.iter().map(Into::into).collect()).unwrap();
+            let p = Params::of(test, &o);
+            let addr = SocketAddr::from((Ipv4Addr::new(10, 77, 0, 2), o.port));
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|sc| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let srv = sc.spawn(|| {
+                    let listening = move |_| {
+                        let _ = tx.send(());
+                    };
+                    server_session(&b, test, &o, addr, &stop, listening, "test")
+                });
+                rx.recv_timeout(SILENCE).unwrap();
+                let c = make_side(&a, 1, 16, p.buf_len(false).unwrap(), true).unwrap();
+                for k in 0..CTRL_RX {
+                    post_ctrl_recv(&c, 0, k).unwrap();
+                }
+                let params = ConnectParams {
+                    private_data: encode_request(&p, 0, &Remote::of(&c.buf)),
+                    timeout: SILENCE,
+                };
+                c.qps[0].connect(addr, params).unwrap();
+                let r = match c.qps[0].next_event(SILENCE).unwrap() {
+                    CmEvent::Established { private_data, .. } => {
+                        decode_accept(&private_data, &p).unwrap()
+                    }
+                    e => panic!("{e:?}"),
+                };
+                let mut scratch = Vec::new();
+                // The right pattern, but for one byte of iteration 7 (its own slot).
+                for seq in 0..8u64 {
+                    let off = seq as usize * p.size;
+                    put_pattern(&c.buf, off, p.size, tag(0, 0, seq), &mut scratch).unwrap();
+                    if seq == 7 {
+                        c.buf.write(off + 123, &[!scratch[123]]).unwrap();
+                    }
+                    let sge = c.buf.sge(off, p.size).unwrap();
+                    let wr = match test {
+                        Test::WriteBw => {
+                            SendRequest::write(seq, vec![sge], r.rkey, r.addr + off as u64)
+                        }
+                        _ => SendRequest::send(seq, vec![sge]),
+                    };
+                    c.qps[0].post_send(wr).unwrap();
+                    check(&c.scq.next(SILENCE).unwrap()).unwrap();
+                }
+                let e = client_finish(&p, &c, &[8], "").unwrap_err();
+                assert!(
+                    e.contains("the server reported: data verification failed"),
+                    "{e}"
+                );
+                assert!(e.contains(what), "{e}");
+                let se = srv.join().unwrap().unwrap_err();
+                assert!(se.contains(what), "{se}");
+            });
+        }
     }
 
     #[test]
