@@ -203,6 +203,12 @@ fn tool(name: &str) -> String {
     bin_dir().join(name).to_string_lossy().into_owned()
 }
 
+/// Collected output of a child.
+type Sink = Arc<Mutex<String>>;
+
+/// How a child ended: exit code (`None` if killed), stdout, stderr.
+type Outcome = (Option<i32>, String, String);
+
 /// A child process with its output collected; killed (and reaped) on drop.
 struct Proc {
     child: Option<Child>,
@@ -223,7 +229,7 @@ impl Proc {
         let out = Arc::new(Mutex::new(String::new()));
         let err = Arc::new(Mutex::new(String::new()));
         let mut readers = Vec::new();
-        let pipes: [(Box<dyn Read + Send>, &Arc<Mutex<String>>); 2] = [
+        let pipes: [(Box<dyn Read + Send>, &Sink); 2] = [
             (Box::new(child.stdout.take().expect("stdout")), &out),
             (Box::new(child.stderr.take().expect("stderr")), &err),
         ];
@@ -262,7 +268,7 @@ impl Proc {
 
     /// Wait up to `limit`: (exit code, `None` if killed on the limit or by a signal;
     /// stdout; stderr).
-    fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
+    fn wait(mut self, limit: Duration) -> Outcome {
         let mut child = self.child.take().expect("child");
         let t = Instant::now();
         let code = loop {
@@ -301,13 +307,12 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// One tool as server (namespace A, `10.88.<net>.10` on veth-a) and client (namespace B,
 /// `10.88.<net>.20` on veth-b, connecting to the server): the server's args, then the
 /// client's. Returns (exit code, stdout, stderr) of the server and of the client.
-#[allow(clippy::type_complexity)]
 fn two_process(
     net: u8,
     name: &str,
     server_args: &[&str],
     client_args: &[&str],
-) -> ((Option<i32>, String, String), (Option<i32>, String, String)) {
+) -> (Outcome, Outcome) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let bin = tool(name);
     // Declared first, dropped last: the processes end before the namespaces go away.
