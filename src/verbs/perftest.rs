@@ -50,6 +50,13 @@
 //! (Send with Solicited Event) on every QP after its data (so the server knows all data
 //! is placed) carrying its iteration count and its result line; the server checks, then
 //! answers with a FIN message (success, or the error text) on QP 0.
+//!
+//! Bounds: connecting gives up after 10 s; a client gives up after 10 s without
+//! progress; the servers of the Send and Write-latency tests give up after 15 s without
+//! hearing from their client. The servers of `write_bw`, `read_bw` and `read_lat` are
+//! passive (the client's Writes and Reads need no help from them): they wait for DONE
+//! or a connection event, and a client that vanished without closing leaves them
+//! waiting until interrupted, as with perftest.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -853,6 +860,16 @@ fn client_idle(c: &Side, fin_on_rcq: bool) -> Result<(), String> {
         if let Some(wc) = c.rcq.poll_one() {
             return Err(fin_error(c, &wc, 0));
         }
+    }
+    Ok(())
+}
+
+/// Fail when an active client (Sends, ping-pong) has not been heard from for longer
+/// than its own per-iteration bound allows (it died without closing the connection).
+fn client_silent(heard: Instant) -> Result<(), String> {
+    let bound = SILENCE + Duration::from_secs(5);
+    if heard.elapsed() > bound {
+        return Err(format!("the client went silent for {bound:?}"));
     }
     Ok(())
 }
@@ -1708,6 +1725,7 @@ fn send_bw_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, Str
     let mut text = String::new();
     let mut sends = 0u64;
     let mut scratch = Vec::new();
+    let mut heard = Instant::now();
     while finished.iter().any(|f| !f) {
         if stop.load(Ordering::Relaxed) {
             return Err("stopped".into());
@@ -1716,9 +1734,11 @@ fn send_bw_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, Str
             Ok(w) => w,
             Err(_) => {
                 watch(&s.qps)?;
+                client_silent(heard)?;
                 continue;
             }
         };
+        heard = Instant::now();
         check(&wc)?;
         let (i, k) = split(wc.wr_id);
         if i >= nq || k as usize >= rx {
@@ -1850,6 +1870,7 @@ fn send_lat_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, St
     let inline = size <= 256;
     let mut n = 0u64;
     let mut payload = vec![0u8; size];
+    let mut heard = Instant::now();
     loop {
         let mut spin = Spin::new();
         let wc = loop {
@@ -1861,8 +1882,10 @@ fn send_lat_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, St
                     return Err("stopped".into());
                 }
                 watch(&s.qps)?;
+                client_silent(heard)?;
             }
         };
+        heard = Instant::now();
         check(&wc)?;
         if wc.solicited {
             return match ctrl_msg(s, &wc, 0)? {
@@ -1965,6 +1988,7 @@ fn write_lat_server(p: &Params, s: &Side, r: &Remote, stop: &AtomicBool) -> Resu
     let last = size - 1;
     let mut scratch = Vec::new();
     let mut n = 0u64;
+    let mut heard = Instant::now();
     loop {
         let m = mark(n);
         let mut spin = Spin::new();
@@ -1974,6 +1998,7 @@ fn write_lat_server(p: &Params, s: &Side, r: &Remote, stop: &AtomicBool) -> Resu
                     return Err("stopped".into());
                 }
                 watch(&s.qps)?;
+                client_silent(heard)?;
                 if let Some(wc) = s.rcq.poll_one() {
                     check(&wc)?;
                     return match ctrl_msg(s, &wc, 0)? {
@@ -1986,6 +2011,7 @@ fn write_lat_server(p: &Params, s: &Side, r: &Remote, stop: &AtomicBool) -> Resu
                 }
             }
         }
+        heard = Instant::now();
         if p.verify && last > 0 {
             verify_eventually(&s.buf, 0, last, tag(0, 0, n), &mut scratch, &|| {
                 format!("the client's Write {n}")
