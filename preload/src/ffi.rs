@@ -16,6 +16,7 @@ use libc::{
 use crate::addr;
 use crate::engine::{config, engine, xlog};
 use crate::epoll;
+use crate::fork;
 use crate::real;
 use crate::sock::{
     self, block, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock, StreamSock,
@@ -96,6 +97,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
     if fd >= 0 {
         // A descriptor number reused after a close the shim did not see (dup2 onto it).
         sock::take_buffers(fd);
+        fork::forget(fd);
     }
     fd
 }
@@ -279,7 +281,11 @@ fn xwa(fd: c_int) -> Option<Arc<Sock>> {
 unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
     let Some(s) = xwa(fd) else {
         // SAFETY: forwarded.
-        return unsafe { real::accept4(fd, a, len, flags) };
+        let n = unsafe { real::accept4(fd, a, len, flags) };
+        if n >= 0 {
+            fork::forget(n);
+        }
+        return n;
     };
     let Sock::Listener(l) = &*s else {
         return fail(libc::EINVAL);
@@ -473,6 +479,7 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     sock::take_buffers(fd);
+    fork::forget(fd);
     if sock::any() {
         if let Some(s) = sock::remove(fd) {
             epoll::forget_fd(fd);
@@ -1034,6 +1041,10 @@ pub unsafe extern "C" fn sendfile64(
 /// `getsockname(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(r) = fork::relayed(fd) {
+        // SAFETY: caller's buffers.
+        return unsafe { relayed_name(&r, r.local, a, len) };
+    }
     let Some(s) = lookup(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::getsockname(fd, a, len) };
@@ -1067,6 +1078,10 @@ pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, len: *mut sock
 /// `getpeername(2)`.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, a: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(r) = fork::relayed(fd) {
+        // SAFETY: caller's buffers.
+        return unsafe { relayed_name(&r, r.peer, a, len) };
+    }
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::getpeername(fd, a, len) };
@@ -1083,6 +1098,98 @@ pub unsafe extern "C" fn getpeername(fd: c_int, a: *mut sockaddr, len: *mut sock
     // SAFETY: caller's buffers.
     unsafe { addr::write_out(&addr::encode(p, st.common.domain), a, len) };
     0
+}
+
+/// `getsockname`/`getpeername` of a connection relayed over `fork`: the TCP address.
+unsafe fn relayed_name(
+    r: &fork::Relayed,
+    sa: Option<SocketAddr>,
+    a: *mut sockaddr,
+    len: *mut socklen_t,
+) -> c_int {
+    let Some(sa) = sa else {
+        return fail(libc::ENOTCONN);
+    };
+    if a.is_null() || len.is_null() {
+        return fail(libc::EFAULT);
+    }
+    // SAFETY: caller's buffers.
+    unsafe { addr::write_out(&addr::encode(sa, r.domain), a, len) };
+    0
+}
+
+/// `getsockopt` on a connection relayed over `fork` (a unix socket underneath): the
+/// socket's identity and TCP-level options from the shim's books, the rest from the
+/// kernel. `None`: ask the kernel.
+unsafe fn relayed_getsockopt(
+    r: &fork::Relayed,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> Option<c_int> {
+    let o = *r.opts();
+    let v = match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_DOMAIN) => r.domain,
+        (libc::SOL_SOCKET, libc::SO_PROTOCOL) => libc::IPPROTO_TCP,
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => o.nodelay,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => o.keepidle(),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => o.keepintvl(),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => o.keepcnt(),
+        (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+            if val.is_null() || len.is_null() {
+                return Some(fail(libc::EFAULT));
+            }
+            // Only the state is known here (the engine serves the parent).
+            let info = tcp_info_bytes(None, 1);
+            // SAFETY: caller's buffer of *len bytes.
+            unsafe {
+                let n = (*len as usize).min(info.len());
+                std::ptr::copy_nonoverlapping(info.as_ptr(), val.cast::<u8>(), n);
+                *len = n as socklen_t;
+            }
+            return Some(0);
+        }
+        (libc::IPPROTO_TCP, _) => return Some(fail(libc::ENOPROTOOPT)),
+        _ => return None,
+    };
+    // SAFETY: caller's buffers.
+    Some(unsafe { put_int(val, len, v) })
+}
+
+/// `setsockopt` on a connection relayed over `fork`: TCP-level options are remembered
+/// (and reported) but cannot reach the parent's engine; the rest goes to the kernel.
+unsafe fn relayed_setsockopt(
+    r: &fork::Relayed,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> Option<c_int> {
+    if level != libc::IPPROTO_TCP {
+        return None;
+    }
+    // SAFETY: caller's buffer; `get_int` checks the length.
+    let v = match unsafe { get_int(val, len) } {
+        Ok(v) => v,
+        Err(e) => return Some(fail(e)),
+    };
+    let mut o = r.opts();
+    match name {
+        libc::TCP_NODELAY => o.nodelay = c_int::from(v != 0),
+        libc::TCP_KEEPIDLE | libc::TCP_KEEPINTVL if !(1..=32767).contains(&v) => {
+            return Some(fail(libc::EINVAL))
+        }
+        libc::TCP_KEEPCNT if !(1..=127).contains(&v) => return Some(fail(libc::EINVAL)),
+        libc::TCP_KEEPIDLE => o.keepidle = v,
+        libc::TCP_KEEPINTVL => o.keepintvl = v,
+        libc::TCP_KEEPCNT => o.keepcnt = v,
+        _ => xlog!(
+            Debug,
+            "setsockopt(TCP, {name}) on a relayed descriptor: ignored"
+        ),
+    }
+    Some(0)
 }
 
 unsafe fn put_int(val: *mut c_void, len: *mut socklen_t, v: c_int) -> c_int {
@@ -1118,6 +1225,12 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
+    if let Some(r) = fork::relayed(fd) {
+        // SAFETY: caller's buffers.
+        if let Some(ret) = unsafe { relayed_getsockopt(&r, level, name, val, len) } {
+            return ret;
+        }
+    }
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::getsockopt(fd, level, name, val, len) };
@@ -1223,6 +1336,12 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
+    if let Some(r) = fork::relayed(fd) {
+        // SAFETY: caller's buffer.
+        if let Some(ret) = unsafe { relayed_setsockopt(&r, level, name, val, len) } {
+            return ret;
+        }
+    }
     let Some(s) = xw(fd) else {
         // SAFETY: forwarded.
         let r = unsafe { real::setsockopt(fd, level, name, val, len) };
@@ -1391,7 +1510,11 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, big: bool) -> c_int {
         }
     };
     let Some(s) = xw(fd) else {
-        return call(fd, cmd, arg);
+        let n = call(fd, cmd, arg);
+        if n >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+            fork::after_dup(fd, n);
+        }
+        return n;
     };
     let Some(c) = s.common() else {
         return call(fd, cmd, arg);
@@ -1498,11 +1621,13 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
         if let Some(s) = lookup(fd) {
             sock::insert(n, s);
         }
+        fork::after_dup(fd, n);
     }
     n
 }
 
 fn after_dup_onto(old: c_int, new: c_int) {
+    fork::after_dup(old, new);
     if sock::any() {
         if sock::remove(new).is_some() {
             epoll::forget_fd(new);

@@ -24,6 +24,7 @@ mod addr;
 mod engine;
 mod epoll;
 mod exit;
+mod fork;
 mod real;
 mod sock;
 
@@ -32,17 +33,13 @@ pub mod ffi;
 
 #[cfg(not(test))]
 /// Runs when the library is loaded: read and validate the configuration (a
-/// misconfiguration exits with a message) and install the fork handler.
+/// misconfiguration exits with a message) and install the fork handlers (engine
+/// connections inherited by a child are relayed by the parent, see [`fork`]).
 extern "C" fn on_load() {
     if engine::config().is_some() {
-        // SAFETY: registering a plain extern "C" function as the child handler.
-        unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+        // SAFETY: registering plain extern "C" functions as the fork handlers.
+        unsafe { libc::pthread_atfork(Some(fork::prepare), Some(fork::parent), Some(fork::child)) };
     }
-}
-
-#[cfg(not(test))]
-extern "C" fn on_fork_child() {
-    engine::after_fork_child();
 }
 
 #[cfg(not(test))]

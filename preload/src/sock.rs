@@ -300,6 +300,24 @@ pub(crate) fn remove(fd: RawFd) -> Option<Arc<Sock>> {
     r
 }
 
+/// The table, write-locked (the fork handlers hold it across `fork`, so the child's copy
+/// is consistent: no other thread can be half-way through an update).
+pub(crate) type TableGuard = std::sync::RwLockWriteGuard<'static, BTreeMap<RawFd, Arc<Sock>>>;
+
+/// Write-lock the table (see [`TableGuard`]).
+pub(crate) fn lock_table() -> TableGuard {
+    TABLE.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`remove`] with the table already locked.
+pub(crate) fn remove_locked(t: &mut TableGuard, fd: RawFd) -> Option<Arc<Sock>> {
+    let r = t.remove(&fd);
+    if r.is_some() {
+        LIVE.fetch_sub(1, Ordering::Release);
+    }
+    r
+}
+
 /// Every stream in the table (for the exit flush).
 pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
     TABLE
@@ -363,7 +381,9 @@ fn closing(s: &mut Stream) -> Closing {
 /// `t` seconds until every byte and the FIN are acknowledged, then goes on in the
 /// background (Linux semantics; `close` returns 0 either way).
 pub(crate) fn retire(sock: Arc<Sock>) {
-    if let Ok(Sock::Stream(st)) = Arc::try_unwrap(sock) {
+    // `into_inner`, not `try_unwrap`: when the program's close and the fork relay drop
+    // their references at the same time, exactly one of them gets to close.
+    if let Some(Sock::Stream(st)) = Arc::into_inner(sock) {
         let linger = st.common.opts().linger_policy();
         let inner = st.inner.into_inner().unwrap_or_else(|p| p.into_inner());
         let mut stream = inner.stream;
@@ -405,6 +425,15 @@ fn linger_wait(stream: &mut Stream, deadline: Instant) {
             return;
         }
         let _ = stream.wait(Some(deadline.min(now + MAX_SLEEP)));
+    }
+}
+
+/// In the child after `fork`: the lingering connections belong to the parent's engine.
+/// Forget them without dropping (a drop would talk to an engine that does not exist
+/// here); skipped if another thread of the parent held the list at `fork`.
+pub(crate) fn forget_lingering_after_fork() {
+    if let Ok(mut l) = LINGER.try_lock() {
+        std::mem::forget(std::mem::take(&mut *l));
     }
 }
 
@@ -839,6 +868,25 @@ impl StreamSock {
         closing(&mut self.lock().stream)
     }
 
+    /// `shutdown(SHUT_WR)`: FIN after the queued data; later writes fail with `EPIPE`.
+    /// Wakes readers and writers waiting on the descriptor.
+    pub(crate) fn shutdown_write(&self) -> Result<(), c_int> {
+        let mut g = self.lock();
+        if !g.write_shut {
+            g.write_shut = true;
+            g.stream.shutdown_write().map_err(|e| errno_of(&e))?;
+        }
+        drop(g);
+        signal(self.common.evfd);
+        Ok(())
+    }
+
+    /// (local, peer) addresses once established.
+    pub(crate) fn addrs(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        let g = self.lock();
+        (g.stream.local_addr(), g.stream.peer_addr())
+    }
+
     /// Bytes written but not yet taken by the engine.
     pub(crate) fn unsent(&self) -> usize {
         self.lock().stream.tx_queued()
@@ -919,7 +967,7 @@ pub(crate) fn readiness(s: &Sock, want: Events) -> Events {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The readiness-descriptor invariants over two engines joined by the virtual wire
     //! (no root needed).
     use super::*;
@@ -928,7 +976,8 @@ mod tests {
     use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
     use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
 
-    struct End {
+    /// One engine over the virtual wire.
+    pub(crate) struct End {
         stack: StackHandle,
         _engine: EngineHandle<VirtualNic, TcpService>,
     }
@@ -964,7 +1013,8 @@ mod tests {
         unsafe { libc::poll(&mut p, 1, ms) == 1 }
     }
 
-    fn connected() -> (End, End, StreamSock, Stream) {
+    /// Two engines, a server-side `StreamSock` and the client `Stream` connected to it.
+    pub(crate) fn connected() -> (End, End, StreamSock, Stream) {
         let (a, b) = pair();
         let addr = "10.79.0.2:7000".parse().unwrap();
         let ls = b.stack.listen(addr, 8, Duration::from_secs(5)).unwrap();
