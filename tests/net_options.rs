@@ -77,25 +77,48 @@ fn without_linger_close_is_graceful_and_the_peer_reads_every_byte_then_eof() {
 
 #[test]
 fn linger_close_waits_until_everything_is_acknowledged() {
-    let d = SocketOptions::default();
-    let (_a, _b, mut c, mut s) = connected(7104, &d, &d);
-    // 2 MB: more than the rings and TCP buffers hold, so close must wait for the reader.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    // A small receive buffer on the reader: bytes are acknowledged only once they fit
+    // into its 8 KiB TCP buffer or its 256 KiB ring, so an acknowledged FIN means the
+    // reader has taken nearly everything.
+    let small = SocketOptions {
+        recv_buffer: Some(socket_buffer_size(4096)),
+        ..SocketOptions::default()
+    };
+    let (_a, b, mut c, mut s) = connected(7104, &SocketOptions::default(), &small);
+    let ring = b.stack().config().ring_size as u64;
     let total = 2_000_000u64;
+    let progress = Arc::new(AtomicU64::new(0));
+    let seen = progress.clone();
     let reader = std::thread::spawn(move || {
-        // Start reading late: the close below has to block meanwhile.
+        // Start late and read slowly: the close below has to block meanwhile.
         std::thread::sleep(Duration::from_millis(300));
-        recv_stream(&mut s, 5, true).unwrap()
+        let mut buf = vec![0u8; 16 << 10];
+        let mut h = net_common::StreamHash::default();
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            let mut want = vec![0u8; n];
+            net_common::fill(5, h.len, &mut want);
+            assert_eq!(&buf[..n], &want[..], "payload differs at {}", h.len);
+            h.update(&buf[..n]);
+            seen.store(h.len, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        h.finish()
     });
     let sent = send_stream(&mut c, 5, total, 64 << 10).unwrap();
-    c.set_linger(Some(Duration::from_secs(20))).unwrap();
-    let t = Instant::now();
+    c.set_linger(Some(Duration::from_secs(30))).unwrap();
     c.close().unwrap();
-    let waited = t.elapsed();
+    let read_at_close = progress.load(Ordering::SeqCst);
     let got = reader.join().unwrap();
     assert_eq!(sent, got);
     assert!(
-        waited >= Duration::from_millis(100),
-        "close returned after {waited:?}, before the reader could take the data"
+        read_at_close + ring + 8192 >= total,
+        "close returned with only {read_at_close} of {total} bytes read"
     );
 }
 
