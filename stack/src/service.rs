@@ -183,6 +183,9 @@ pub struct TcpService {
     trace: Option<Instant>,
     /// The in-engine protocol host and its connections (see `proto.rs`).
     pub(crate) proto: Option<crate::proto::ProtoSide>,
+    /// Some connection may have a smoltcp timeout (keep-alive): [`TcpService::detect_timeouts`]
+    /// has work to do. Cleared when a scan finds none.
+    timeouts_armed: bool,
 }
 
 /// Stats published by the engine for other threads.
@@ -272,6 +275,7 @@ impl TcpService {
             last_rescue_scan: None,
             trace: std::env::var_os("XWARP_STACK_TRACE").map(|_| Instant::now()),
             proto: None,
+            timeouts_armed: false,
         }
     }
 
@@ -500,6 +504,7 @@ impl TcpService {
             },
         };
         let (mut sock, buffers, timeout_armed) = self.new_socket_with(&shared.options());
+        self.timeouts_armed |= timeout_armed;
         if sock.connect(iface.context(), remote, port).is_err() {
             self.ports.release(port);
             shared.set_error(SocketError::AddrNotAvailable);
@@ -705,6 +710,7 @@ impl TcpService {
         shared.init_options(options);
         let buffers = (s.recv_capacity(), s.send_capacity());
         let timeout_armed = s.timeout().is_some();
+        self.timeouts_armed |= timeout_armed;
         shared.set_established(local.into(), remote.into());
         let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
@@ -980,6 +986,7 @@ impl TcpService {
             let armed = Self::apply_options(&self.config.tcp, s, &o);
             if let Some(c) = self.conns.get_mut(&id) {
                 c.extra.timeout_armed = armed;
+                self.timeouts_armed |= armed;
             }
         }
         let Some(c) = self.conns.get(&id) else {
@@ -1018,9 +1025,17 @@ impl TcpService {
     /// open socket reaches CLOSED without a received RST. Report it as `TimedOut`
     /// (`ETIMEDOUT`, like Linux) before `serve_conn` would call it a reset.
     fn detect_timeouts(&mut self) -> bool {
+        if !self.timeouts_armed {
+            return false;
+        }
         let mut any = false;
+        let mut armed = false;
         for c in self.conns.values_mut() {
-            if !c.extra.timeout_armed || c.finished || c.connecting.is_some() {
+            if !c.extra.timeout_armed || c.finished {
+                continue;
+            }
+            armed = true;
+            if c.connecting.is_some() {
                 continue;
             }
             if self.sockets.get::<tcp::Socket>(c.handle).state() == State::Closed
@@ -1034,6 +1049,7 @@ impl TcpService {
                 any = true;
             }
         }
+        self.timeouts_armed = armed;
         any
     }
 
