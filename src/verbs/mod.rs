@@ -631,7 +631,11 @@ impl CompletionQueue {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no completion"));
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                // Yield rather than busy-spin: the engine that produces the completion
+                // may share this core (2 engines and 2 applications on 2 cores in the
+                // benchmarks); a busy spin would keep it off the core for the whole
+                // spin budget. With the core to itself, yielding costs one syscall.
+                std::thread::yield_now();
                 continue;
             }
             self.req_notify(false);
