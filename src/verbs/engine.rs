@@ -30,7 +30,7 @@ use super::{
 
 /// Most raw bytes kept while a Request is pending (MPA header + 512 private data).
 const MAX_PENDING_RAW: usize = 4096;
-/// Bytes staged per `poll_transmit` call.
+/// Bytes encoded per `poll_transmit_into` call.
 const TX_BURST: usize = 64 * 1024;
 
 /// A connection request handed to a listener.
@@ -139,8 +139,6 @@ struct QpSlot {
     early: Vec<Early>,
     /// Inline buffer: STag, slot size, next slot.
     inline: Option<(Stag, usize, usize)>,
-    txbuf: Vec<u8>,
-    txoff: usize,
     abort: bool,
     /// Connect in progress: private data and MPA deadline.
     connecting: Option<(Vec<u8>, Instant)>,
@@ -292,11 +290,7 @@ enum Owner {
         abort: bool,
     },
     /// A rejecting probe finishing its Reply.
-    Detached {
-        conn: Connection,
-        txbuf: Vec<u8>,
-        txoff: usize,
-    },
+    Detached { conn: Connection },
 }
 
 struct ListenSlot {
@@ -328,25 +322,15 @@ pub(crate) struct VerbsHost {
 // never shared.
 unsafe impl Send for VerbsHost {}
 
-fn fpdu_staging(
-    conn: &mut Connection,
-    res: &Resources,
-    txbuf: &mut Vec<u8>,
-    txoff: &mut usize,
-    out: &mut [u8],
-) -> usize {
+/// Encode FPDUs straight into `out` (the free space of the TCP send buffer): no staging
+/// copy. An FPDU that does not fit stays in the connection and goes out first next time.
+fn fpdu_direct(conn: &mut Connection, res: &Resources, out: &mut [u8]) -> usize {
     let mut written = 0;
     while written < out.len() {
-        if *txoff >= txbuf.len() {
-            txbuf.clear();
-            *txoff = 0;
-            if conn.poll_transmit(res, txbuf) == 0 {
-                break;
-            }
+        let n = conn.poll_transmit_into(res, &mut out[written..]);
+        if n == 0 {
+            break;
         }
-        let n = (txbuf.len() - *txoff).min(out.len() - written);
-        out[written..written + n].copy_from_slice(&txbuf[*txoff..*txoff + n]);
-        *txoff += n;
         written += n;
     }
     written
@@ -657,8 +641,6 @@ impl VerbsHost {
                         conn: None,
                         early: Vec::new(),
                         inline,
-                        txbuf: Vec::new(),
-                        txoff: 0,
                         abort: false,
                         connecting: None,
                         destroyed: false,
@@ -701,14 +683,7 @@ impl VerbsHost {
                 if let Some(Owner::Pending { probe, .. }) = self.owners.remove(&conn) {
                     let mut probe = probe;
                     let _ = probe.reject(&private_data);
-                    self.owners.insert(
-                        conn,
-                        Owner::Detached {
-                            conn: probe,
-                            txbuf: Vec::new(),
-                            txoff: 0,
-                        },
-                    );
+                    self.owners.insert(conn, Owner::Detached { conn: probe });
                 }
             }
         }
@@ -1007,13 +982,11 @@ impl ProtocolHost for VerbsHost {
                 let Some(c) = slot.conn.as_mut() else {
                     return 0;
                 };
-                let n = fpdu_staging(c, &self.res, &mut slot.txbuf, &mut slot.txoff, buf);
+                let n = fpdu_direct(c, &self.res, buf);
                 slot.drain();
                 n
             }
-            Some(Owner::Detached { conn, txbuf, txoff }) => {
-                fpdu_staging(conn, &self.res, txbuf, txoff, buf)
-            }
+            Some(Owner::Detached { conn }) => fpdu_direct(conn, &self.res, buf),
             _ => 0,
         }
     }
@@ -1039,17 +1012,16 @@ impl ProtocolHost for VerbsHost {
             Some(Owner::Qp(qpn)) => match self.qps.get(qpn) {
                 Some(slot) if slot.abort => CloseRequest::Abort,
                 Some(slot) => match slot.conn.as_ref() {
-                    Some(c) if c.wants_close() && slot.txoff >= slot.txbuf.len() => {
-                        CloseRequest::Graceful
-                    }
+                    // `wants_close` waits for bytes held back by `poll_transmit_into`.
+                    Some(c) if c.wants_close() => CloseRequest::Graceful,
                     _ => CloseRequest::None,
                 },
                 None => CloseRequest::Abort,
             },
             Some(Owner::Pending { abort: true, .. }) => CloseRequest::Abort,
             Some(Owner::Pending { .. }) => CloseRequest::None,
-            Some(Owner::Detached { conn, txbuf, txoff }) => {
-                if conn.wants_close() && *txoff >= txbuf.len() {
+            Some(Owner::Detached { conn }) => {
+                if conn.wants_close() {
                     CloseRequest::Graceful
                 } else {
                     CloseRequest::None
