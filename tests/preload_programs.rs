@@ -890,16 +890,19 @@ fn iperf3_server_and_client_under_shim() {
 }
 
 #[test]
-fn fork_daemonize_and_exec_work_and_inherited_engine_sockets_fail_cleanly() {
+fn fork_daemonize_exec_and_accept_then_fork_child_serves_the_inherited_connection() {
     require_root_and_afxdp!();
     let _g = serial();
     let net = Net::new(68);
     // 1. Daemonizing before opening sockets: the grandchild serves on the engine while the
-    //    original process has exited. 2. exec from a shimmed process works and the parent's
-    //    connection keeps working. 3. accept-then-fork: the child's inherited engine socket
-    //    fails with EBADF (documented limit) while the parent keeps serving it.
-    let script = r#"
-import errno, os, socket, subprocess, sys
+    //    original process has exited. 2. fork + exec while holding an engine connection:
+    //    the exec'd child closes its relayed copy (FD_CLOEXEC) and the parent's connection
+    //    keeps working. 3. accept-then-fork: the parent closes its copy right after fork;
+    //    the child reads the next request from the inherited connection and replies
+    //    (through the parent's relay), with the TCP addresses and TCP_NODELAY answered.
+    let script = format!(
+        r#"
+import os, socket, sys
 if os.fork() > 0:
     sys.exit(0)
 os.setsid()
@@ -912,24 +915,42 @@ while True:
     data = c.recv(100)
     if not data:
         c.close(); continue
-    r = subprocess.run(["sh", "-c", "echo exec-ok"], capture_output=True)
+    rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
-        try:
-            c.recv(1, socket.MSG_DONTWAIT)
-            os._exit(3)
-        except OSError as e:
-            os._exit(0 if e.errno == errno.EBADF else 4)
-    _, st = os.waitpid(pid, 0)
-    child = "child-ebadf" if os.waitstatus_to_exitcode(st) == 0 else f"child-{os.waitstatus_to_exitcode(st)}"
-    c.sendall(data + b" " + r.stdout.strip() + b" " + child.encode())
+        os.dup2(wfd, 1)
+        os.execvp("sh", ["sh", "-c", "echo exec-ok"])
+    os.close(wfd)
+    out = os.read(rfd, 100).strip()
+    os.waitpid(pid, 0)
+    c.sendall(data + b" " + out + b"\n")
+    pid = os.fork()
+    if pid == 0:
+        l.close()
+        more = b""
+        while not more.endswith(b"\n"):
+            d = c.recv(100)
+            if not d:
+                break
+            more += d
+        names = c.getsockname() == ("{engine}", 7200) and c.getpeername()[0] == "{peer}"
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        nd = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        c.sendall(more.strip() + b" child-served" + (b" names-ok" if names else b" names-bad")
+                  + (b" nodelay" if nd else b" no-nodelay"))
+        c.close()
+        os._exit(0)
     c.close()
-    break
-"#;
+    _, st = os.waitpid(pid, 0)
+    sys.exit(os.waitstatus_to_exitcode(st))
+"#,
+        engine = net.engine,
+        peer = net.pair.addr_b
+    );
     // The daemon keeps no pipe of ours open (else waiting for its parent would hang) and
-    // ends by itself after one request (`timeout` does not follow the double fork).
+    // ends by itself after one client (`timeout` does not follow the double fork).
     let st = net
-        .shimmed(30, "python3", &["-c", script])
+        .shimmed(30, "python3", &["-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -938,14 +959,156 @@ while True:
     assert!(st.success());
     wait_port(&net, net.engine, 7200);
     let cli = format!(
-        "import socket\ns=socket.create_connection(('{}',7200),timeout=10)\ns.sendall(b'hello')\nprint(s.recv(200).decode())",
+        r#"
+import socket
+s = socket.create_connection(("{}", 7200), timeout=10)
+s.sendall(b"hello")
+first = b""
+while not first.endswith(b"\n"):
+    d = s.recv(200)
+    if not d:
+        break
+    first += d
+s.sendall(b"again\n")
+rest = b""
+while True:
+    d = s.recv(200)
+    if not d:
+        break
+    rest += d
+print(first.decode().strip() + " | " + rest.decode())
+"#,
         net.engine
     );
     let r = run(net.kernel(false, 15, "python3", &["-c", &cli]), "client");
     assert_eq!(
         String::from_utf8_lossy(&r.stdout).trim(),
-        "hello exec-ok child-ebadf"
+        "hello exec-ok | again child-served names-ok nodelay"
     );
+}
+
+/// `python3 socketserver.ForkingTCPServer` under the shim on `port` with `handler` (the
+/// body of `handle(self)`).
+fn forking_server(net: &Net, port: u16, handler: &str) -> Proc {
+    let script = format!(
+        r#"
+import socketserver
+class H(socketserver.BaseRequestHandler):
+    def handle(self):
+{handler}
+class S(socketserver.ForkingTCPServer):
+    allow_reuse_address = True
+    request_queue_size = 32
+with S(("0.0.0.0", {port}), H) as s:
+    s.serve_forever()
+"#
+    );
+    let p = spawn(
+        net.shimmed(60, "python3", &["-c", &script]),
+        "forking server",
+    );
+    wait_port(net, net.engine, port);
+    p
+}
+
+#[test]
+fn forking_tcp_server_echoes_8_concurrent_mib_streams_through_the_relay() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(72);
+    // Every connection is accepted by the parent on the engine and served by a forked
+    // child through the parent's relay; the parent closes its copy right after fork.
+    let server = forking_server(
+        &net,
+        7210,
+        "        while True:\n            d = self.request.recv(65536)\n            if not d:\n                break\n            self.request.sendall(d)",
+    );
+    let cli = format!(
+        r#"
+import hashlib, os, socket, threading, time
+N, SIZE = 8, 1 << 20
+res = [None] * N
+def one(i):
+    try:
+        one_(i)
+    except Exception as e:
+        res[i] = repr(e)
+def one_(i):
+    data = os.urandom(SIZE)
+    s = socket.create_connection(("{}", 7210), timeout=60)
+    def send():
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=send); t.start()
+    h, n = hashlib.sha256(), 0
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        h.update(d); n += len(d)
+    t.join(); s.close()
+    res[i] = n == SIZE and h.hexdigest() == hashlib.sha256(data).hexdigest()
+t0 = time.time()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(N)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("ok" if all(r is True for r in res) else f"bad {{res}}", f"{{time.time() - t0:.2f}}s")
+"#,
+        net.engine
+    );
+    let r = run(
+        net.kernel(false, 60, "python3", &["-c", &cli]),
+        "8 echo clients",
+    );
+    let text = String::from_utf8_lossy(&r.stdout).to_string();
+    let _ = writeln!(io::stderr(), "forking echo, 8 x 1 MiB: {}", text.trim());
+    if !text.starts_with("ok ") {
+        let out = server.wait_output(Duration::from_millis(500));
+        panic!(
+            "{text}\nclient stderr: {}\nserver stderr: {}",
+            String::from_utf8_lossy(&r.stderr),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(server);
+}
+
+#[test]
+fn forked_child_sees_the_clients_half_close_and_still_replies() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(73);
+    // The child reads until end of stream (the client's SHUT_WR), then replies with the
+    // length and SHA-256 of what it got; the client then sees the reply and end of stream.
+    let server = forking_server(
+        &net,
+        7220,
+        "        import hashlib\n        h, n = hashlib.sha256(), 0\n        while True:\n            d = self.request.recv(65536)\n            if not d:\n                break\n            h.update(d); n += len(d)\n        self.request.sendall(f'{n} {h.hexdigest()}'.encode())",
+    );
+    let cli = format!(
+        r#"
+import hashlib, os, socket
+data = os.urandom(300000)
+s = socket.create_connection(("{}", 7220), timeout=20)
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+reply = b""
+while True:
+    d = s.recv(4096)
+    if not d:
+        break
+    reply += d
+want = f"{{len(data)}} {{hashlib.sha256(data).hexdigest()}}".encode()
+print("ok" if reply == want else f"bad {{reply!r}}")
+"#,
+        net.engine
+    );
+    let r = run(
+        net.kernel(false, 30, "python3", &["-c", &cli]),
+        "half-close client",
+    );
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "ok");
+    drop(server);
 }
 
 #[test]
