@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -328,6 +328,8 @@ pub(crate) extern "C" fn child() {
             }
             b.fds.clear();
             b.wake = None;
+            WAKE.store(-1, Ordering::SeqCst);
+            FINISHING.store(0, Ordering::SeqCst);
             // References to the parent's connections: never drop them here (a drop talks
             // to the parent's engine).
             std::mem::forget(std::mem::take(&mut b.inbox));
@@ -463,7 +465,12 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
             }
         });
     match r {
-        Ok(_) => Ok(wake),
+        Ok(_) => {
+            WAKE.store(wake, Ordering::SeqCst);
+            // SAFETY: registering a plain extern "C" function.
+            unsafe { libc::atexit(finish_relays_at_exit) };
+            Ok(wake)
+        }
         Err(e) => {
             // The closure (and the relay in it) is gone; its descriptors with it.
             b.fds.remove(&wake);
@@ -747,6 +754,12 @@ impl Pair {
         ev
     }
 
+    /// The child is done with the pair (or bytes are still on their way to the engine):
+    /// `exit` waits for it.
+    fn finishing(&self) -> bool {
+        self.unix_eof || self.child_closed || !self.to_engine.is_empty()
+    }
+
     /// The eventfd should wake the relay: it reads from the connection.
     fn evfd_interest(&self) -> bool {
         !self.a_done && !self.child_closed && !self.eng_eof && self.to_child.has_room()
@@ -907,6 +920,45 @@ impl Relay {
                 self.step(id, p);
             }
         }
+        let finishing = self.pairs.values().filter(|p| p.finishing()).count();
+        FINISHING.store(finishing, Ordering::SeqCst);
+        TURNS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Relayed connections whose child is done (or bytes still on their way to the engine):
+/// what `exit` waits for.
+static FINISHING: AtomicUsize = AtomicUsize::new(0);
+
+/// Relay loop iterations (lets `exit` wait until the relay saw the latest state).
+static TURNS: AtomicU64 = AtomicU64::new(0);
+
+/// Wake descriptor of this process's relay thread (-1: none).
+static WAKE: AtomicI32 = AtomicI32::new(-1);
+
+/// How long `exit` waits at most for relayed connections to finish.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// At exit of a process that relays connections for its children: the relay dies with
+/// the process, so first let it deliver what children that are done sent (their end of
+/// stream included, bounded by [`EXIT_WAIT`]); children still serving see end of stream.
+/// Registered after the engine's own exit hook, so it runs before it (which then waits
+/// for the connections this one handed over).
+extern "C" fn finish_relays_at_exit() {
+    let wake = WAKE.load(Ordering::SeqCst);
+    if wake < 0 {
+        return;
+    }
+    let deadline = Instant::now() + EXIT_WAIT;
+    let start = TURNS.load(Ordering::SeqCst);
+    signal(wake);
+    // Two full relay iterations after the wake: the counters reflect the state at exit.
+    while TURNS.load(Ordering::SeqCst) < start + 2 && Instant::now() < deadline {
+        signal(wake);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    while FINISHING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
