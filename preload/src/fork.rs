@@ -448,7 +448,17 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
     let relay = Relay::new()?;
     b.fds.insert(relay.epfd);
     b.fds.insert(relay.wake);
-    let wake = relay.wake;
+    let (epfd, wake) = (relay.epfd, relay.wake);
+    // The relay thread blocks every signal (it inherits the mask of the thread that
+    // creates it): the program's handlers run on the program's threads, as without it.
+    // SAFETY: plain signal-mask calls on local sets.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
     let r = std::thread::Builder::new()
         .name("xwarp-relay".into())
         .spawn(move || {
@@ -464,6 +474,8 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
                 relay.turn();
             }
         });
+    // SAFETY: restoring this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     match r {
         Ok(_) => {
             WAKE.store(wake, Ordering::SeqCst);
@@ -473,6 +485,7 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
         }
         Err(e) => {
             // The closure (and the relay in it) is gone; its descriptors with it.
+            b.fds.remove(&epfd);
             b.fds.remove(&wake);
             Err(e)
         }
@@ -967,8 +980,13 @@ impl Drop for Relay {
         for p in std::mem::take(&mut self.pairs).into_values() {
             self.finish(p);
         }
-        close_owned(self.epfd);
-        close_owned(self.wake);
+        // Not `close_owned`: a relay that never ran is dropped with the books locked
+        // (thread creation failed); its descriptors leave the books there.
+        // SAFETY: the relay's own descriptors.
+        unsafe {
+            real::close(self.epfd);
+            real::close(self.wake);
+        }
     }
 }
 
