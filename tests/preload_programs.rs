@@ -1112,6 +1112,83 @@ print("ok" if reply == want else f"bad {{reply!r}}")
 }
 
 #[test]
+fn c_child_uses_an_inherited_engine_client_connection_with_epoll_and_sendfile() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let dir = scratch("fork-client");
+    let bin = dir.join("fork_client");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/fork_client.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc fork_client.c");
+    let blob = random_file(&dir, 4);
+    let net = Net::new(74);
+    let b = net.pair.addr_b.to_string();
+    // Kernel peer: reads the parent's hello, asks for the file, hashes it to end of stream.
+    let peer = format!(
+        r#"
+import hashlib, socket
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("{b}", 7230)); l.listen()
+while True:
+    c, _ = l.accept()
+    if c.getpeername()[0] == "{b}":
+        c.close(); continue
+    line = b""
+    while not line.endswith(b"\n"):
+        d = c.recv(1)
+        if not d:
+            break
+        line += d
+    c.sendall(b"send\n")
+    h, n = hashlib.sha256(), 0
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        h.update(d); n += len(d)
+    c.close()
+    print(line.decode().strip(), n, h.hexdigest(), flush=True)
+    break
+"#
+    );
+    let peer = spawn(net.kernel(false, 40, "python3", &["-c", &peer]), "peer");
+    wait_port(&net, net.pair.addr_b, 7230);
+    let t = Instant::now();
+    let out = run(
+        net.shimmed(
+            30,
+            bin.to_str().unwrap(),
+            &[&b, "7230", blob.to_str().unwrap()],
+        ),
+        "fork_client under shim",
+    );
+    let secs = t.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("OK child=0"), "{text}");
+    assert!(text.contains(&format!("child sent={}", 4 << 20)), "{text}");
+    // The connection was the engine's (not a kernel fallback, which needs no relay).
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("engine started"),
+        "engine did not start"
+    );
+    let p = peer.wait_output(Duration::from_secs(20));
+    let got = String::from_utf8_lossy(&p.stdout).trim().to_string();
+    assert_eq!(
+        got,
+        format!("hello-from-parent {} {}", 4 << 20, sha256(&blob)),
+        "peer saw: {got}"
+    );
+    let _ = writeln!(
+        io::stderr(),
+        "fork_client: 4 MiB sendfile from the child through the relay, {secs:.2} s in all"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn blocking_calls_follow_eintr_and_sa_restart_and_exit_with_a_blocked_thread_is_prompt() {
     require_root_and_afxdp!();
     let _g = serial();
