@@ -131,16 +131,26 @@ fn abort_resets_the_peer() {
     );
 }
 
+/// Linux semantics: a SYN that finds the accept queue full is dropped (`ListenOverflows`),
+/// not refused, so the client retransmits it and gets in once `accept` made room.
 #[test]
-fn listen_backlog_overflow_refuses_until_accept_makes_room() {
+fn listen_backlog_overflow_drops_syns_until_accept_makes_room() {
     let cfg = pair_config(|_| {});
     let (a, b) = vwire_pair_with(cfg).unwrap();
     let l = TcpListener::bind_with_backlog(b.stack(), addr(2, 85), 2).unwrap();
     let mut c1 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
     let _c2 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
-    // Two established, none accepted: the queue is full and the port disarmed.
-    let e = TcpStream::connect(a.stack(), addr(2, 85)).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    // Two established, none accepted: the queue is full, the next SYN goes unanswered.
+    let e =
+        TcpStream::connect_timeout(a.stack(), addr(2, 85), Duration::from_millis(400)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "no RST for a full backlog");
+    assert!(b.stack().stats().syn_dropped_backlog >= 1);
+    // A client that keeps trying gets in once a connection is accepted.
+    let stack_a = a.stack().clone();
+    let waiting = std::thread::spawn(move || {
+        TcpStream::connect_timeout(&stack_a, addr(2, 85), Duration::from_secs(10))
+    });
+    std::thread::sleep(Duration::from_millis(200));
     // Data sent before accept waits in the queued connection.
     c1.write_all(b"queued").unwrap();
     let (mut s1, peer) = l.accept().unwrap();
@@ -148,10 +158,17 @@ fn listen_backlog_overflow_refuses_until_accept_makes_room() {
     let mut buf = [0u8; 6];
     s1.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"queued");
-    // One slot free again.
-    let _c3 = TcpStream::connect(a.stack(), addr(2, 85)).unwrap();
-    let e = TcpStream::connect(a.stack(), addr(2, 85)).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    let mut c3 = waiting
+        .join()
+        .unwrap()
+        .expect("the retransmitted SYN gets in");
+    let (_s2, _) = l.accept().unwrap();
+    let (mut s3, peer3) = l.accept().unwrap();
+    assert_eq!(peer3, c3.local_addr().unwrap());
+    c3.write_all(b"late").unwrap();
+    let mut four = [0u8; 4];
+    s3.read_exact(&mut four).unwrap();
+    assert_eq!(&four, b"late");
     assert!(b.stack().stats().accepted >= 3);
 }
 

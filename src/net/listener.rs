@@ -29,8 +29,8 @@ impl TcpListener {
     }
 
     /// Listen on `addr` with an accept queue of `backlog` established connections.
-    /// Connection attempts beyond it are answered with RST (the client sees
-    /// `ConnectionRefused`) until `accept` makes room.
+    /// SYNs that find the queue full are dropped, as on Linux (no RST): the client
+    /// retransmits them and gets in once `accept` makes room.
     pub fn bind_with_backlog(
         stack: &StackHandle,
         addr: SocketAddr,

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use smoltcp::phy::{Device, DeviceCapabilities, RxToken};
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
+    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
 };
 
 /// (peer address, peer port, local port) of an IPv4 flow.
@@ -72,6 +72,13 @@ pub(crate) struct AckWatch {
     /// afterwards: a frame of the same flow that changes neither skips the map (bulk
     /// data from one peer repeats the same ACK number frame after frame).
     last: Option<(u64, u32, (u32, u16))>,
+    /// Local ports whose listeners are full (accept queue at the backlog): a SYN to one of
+    /// them is dropped before smoltcp sees it, so the client retransmits it later instead
+    /// of getting the RST smoltcp would send for a port without an armed listener. Linux
+    /// drops such SYNs too (`ListenOverflows`, unless `tcp_abort_on_overflow`).
+    pub(crate) full_ports: Vec<u16>,
+    /// SYNs dropped that way.
+    pub(crate) syn_drops: u64,
 }
 
 struct Parsed {
@@ -100,6 +107,35 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
         window: tcp.window_len(),
         pure_ack: tcp.payload().is_empty() && !tcp.fin(),
     })
+}
+
+/// `true` if `frame` is a TCP SYN (without ACK), over IPv4 or IPv6, to one of `ports`.
+fn is_syn_to(frame: &[u8], ports: &[u16]) -> bool {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    let tcp = match eth.ethertype() {
+        EthernetProtocol::Ipv4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                return false;
+            };
+            if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
+                return false;
+            }
+            TcpPacket::new_checked(ip.payload()).ok()
+        }
+        EthernetProtocol::Ipv6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(eth.payload()) else {
+                return false;
+            };
+            if ip.next_header() != IpProtocol::Tcp {
+                return false;
+            }
+            TcpPacket::new_checked(ip.payload()).ok()
+        }
+        _ => None,
+    };
+    tcp.is_some_and(|t| t.syn() && !t.ack() && !t.rst() && ports.contains(&t.dst_port()))
 }
 
 impl AckWatch {
@@ -216,6 +252,11 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
         let watch = self.watch;
         let now = self.now;
         self.inner.consume(|frame| {
+            if !watch.full_ports.is_empty() && is_syn_to(frame, &watch.full_ports) {
+                watch.syn_drops += 1;
+                // An empty frame: smoltcp rejects it as too short to be Ethernet.
+                return f(&[]);
+            }
             watch.observe(frame, now);
             f(frame)
         })
@@ -369,6 +410,21 @@ mod tests {
             &smoltcp::phy::ChecksumCapabilities::default(),
         );
         buf
+    }
+
+    #[test]
+    fn only_a_bare_syn_to_a_full_port_is_recognised() {
+        let mut syn = ack_frame(0, 500, &[]);
+        // Turn the ACK into a bare SYN: flags byte of the TCP header (offset 13).
+        let flags = 14 + 20 + 13;
+        syn[flags] = 0x02;
+        assert!(is_syn_to(&syn, &[5000]));
+        assert!(!is_syn_to(&syn, &[5001]));
+        assert!(!is_syn_to(&syn, &[]));
+        syn[flags] = 0x12; // SYN-ACK: a reply to our own connect
+        assert!(!is_syn_to(&syn, &[5000]));
+        assert!(!is_syn_to(&ack_frame(1000, 500, &[]), &[5000]));
+        assert!(!is_syn_to(&syn[..20], &[5000]), "truncated frames are not SYNs");
     }
 
     #[test]

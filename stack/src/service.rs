@@ -38,6 +38,9 @@ pub struct StackStats {
     pub rx_bytes: u64,
     /// Listening sockets created (initial arming and re-arming).
     pub listeners_armed: u64,
+    /// SYNs dropped because their listener's accept queue was full (Linux:
+    /// `ListenOverflows`); the client retransmits them.
+    pub syn_dropped_backlog: u64,
 }
 
 /// One connection as the engine sees it.
@@ -131,6 +134,9 @@ struct Listener {
     endpoint: IpListenEndpoint,
     backlog: usize,
     pool: Vec<SocketHandle>,
+    /// The accept queue is at the backlog: SYNs to this port are dropped (see
+    /// `rescue::AckWatch::full_ports`).
+    full: bool,
 }
 
 /// What serving one connection did.
@@ -200,7 +206,7 @@ mod parking_cell {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     #[derive(Debug, Default)]
-    pub(crate) struct Cell([AtomicU64; 7]);
+    pub(crate) struct Cell([AtomicU64; 8]);
 
     impl Cell {
         pub(crate) fn store(&self, s: &super::StackStats) {
@@ -212,6 +218,7 @@ mod parking_cell {
                 s.tx_bytes,
                 s.rx_bytes,
                 s.listeners_armed,
+                s.syn_dropped_backlog,
             ];
             for (a, v) in self.0.iter().zip(v) {
                 a.store(v, Ordering::Relaxed);
@@ -228,6 +235,7 @@ mod parking_cell {
                 tx_bytes: g(4),
                 rx_bytes: g(5),
                 listeners_armed: g(6),
+                syn_dropped_backlog: g(7),
             }
         }
     }
@@ -563,6 +571,7 @@ impl TcpService {
                 endpoint,
                 backlog: backlog.max(1),
                 pool: Vec::new(),
+                full: false,
             },
         );
         self.maintain_listener(id, now);
@@ -611,6 +620,17 @@ impl TcpService {
 
     /// Promote established sockets of a listener's pool to connections and keep the pool
     /// armed within the backlog.
+    /// The local ports of listeners whose accept queue is full.
+    fn full_ports_into(&self, ports: &mut Vec<u16>) {
+        ports.clear();
+        ports.extend(
+            self.listeners
+                .values()
+                .filter(|l| l.full)
+                .map(|l| l.endpoint.port),
+        );
+    }
+
     fn maintain_listener(&mut self, id: u64, now: Instant) {
         let Some(l) = self.listeners.get_mut(&id) else {
             return;
@@ -649,9 +669,10 @@ impl TcpService {
             .saturating_sub(l.accept.len() + in_progress)
             .min(self.config.syn_backlog.saturating_sub(in_progress));
         let target = room.min(self.config.armed_listeners);
+        l.full = room == 0;
         if armed > target {
-            // The accept queue filled up: disarm so further SYNs are refused rather
-            // than silently exceeding the backlog.
+            // The accept queue filled up: disarm so the backlog is not exceeded; SYNs to
+            // the port are dropped meanwhile (`full`), not refused.
             let mut excess = armed - target;
             let mut j = 0;
             while j < l.pool.len() && excess > 0 {
@@ -1092,6 +1113,7 @@ impl<B: Backend> Service<B> for TcpService {
 
         let mut ingress = false;
         let mut watch = std::mem::take(&mut self.watch);
+        self.full_ports_into(&mut watch.full_ports);
         {
             let mut dev = WatchedDevice {
                 inner: &mut *backend,
@@ -1125,11 +1147,13 @@ impl<B: Backend> Service<B> for TcpService {
                             for id in ids {
                                 self.maintain_listener(id, now);
                             }
+                            self.full_ports_into(&mut dev.watch.full_ports);
                         }
                     }
                 }
             }
         }
+        self.counters.syn_dropped_backlog += std::mem::take(&mut watch.syn_drops);
         self.watch = watch;
         busy |= ingress;
 
