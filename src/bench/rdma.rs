@@ -11,7 +11,9 @@
 //!
 //! Placement: side A (client thread, engine A) on the first core, side B (server
 //! thread, engine B) on the second, for the kernel pair as well; ping-pong waiters yield
-//! their core while they poll (the engine of their side shares it).
+//! their core while they poll (the engine of their side shares it), and so do idle
+//! engines (`SpinBudget::Yield`, see `engine_spin`); `--pin none` leaves placement to the
+//! scheduler. `--mtu` changes the veth MTU for both pairs.
 //!
 //! Prints a table with ratios and one JSON object.
 
@@ -42,10 +44,9 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides
   --small BYTES     message size of the latency tests (default 64)
   --net N           veth /24 to use: 10.88.N.0/24 (default 90)
   --pin MODE        sides: client + engine A on the first core, server + engine B on the
-                    second, waiters yield; none: no pinning, waiters spin (default sides)
+                    second; none: no pinning (default sides). Waiters yield while they poll
   --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
-                    (yield the core that long, then sleep) or forever (default: yield50
-                    with --pin sides, 0 with --pin none)
+                    (yield the core that long, then sleep) or forever (default: yield50)
   --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp (comma
                     separated; the others report 0)
   --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
@@ -322,7 +323,7 @@ fn p50_half_us(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1e6 / 2.0
 }
 
-/// Set by [`run`]: threads are pinned (waiters yield) or not (waiters spin).
+/// Set by [`run`]: threads are pinned or not.
 static PINNED: AtomicBool = AtomicBool::new(false);
 
 /// Pin the calling thread to side `side`'s core (0: A, 1: B) when there are two or more
@@ -360,12 +361,11 @@ fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
         if t.elapsed() > WAIT {
             return Err(err("ping-pong peer did not answer"));
         }
-        if PINNED.load(Ordering::Relaxed) {
-            // The engine of this side shares the core: let it run.
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+        // An engine may share the core (always with --pin sides; with --pin none
+        // whenever the scheduler puts it there): let it run. A waiter that busy-spins
+        // without yielding keeps a woken engine off the core until the scheduler slice
+        // ends: measured with --pin none, p50 half round trips of ~1.1 ms in some runs.
+        std::thread::yield_now();
     }
 }
 
@@ -681,21 +681,17 @@ pub fn run(o: &Options) -> io::Result<Results> {
     Ok(r)
 }
 
-/// The engines' idle policy. Each engine shares its core with application threads (two
+/// The engines' idle policy. Each engine shares a core with application threads (two
 /// engines and two ping-pong threads on two cores), so an engine that busy-spins while
 /// idle keeps the thread it serves off the core: with the default 50 µs busy spin every
 /// hand-over (application -> engine -> wire -> engine -> application) waited out a spin
-/// budget, ~125-140 µs half round trip. Pinned sides (waiters yield): the engine yields
-/// while idle, so hand-overs on one core are context switches. Unpinned (waiters
-/// busy-spin): the engine sleeps as soon as it is idle, so a frame or a doorbell wakes
-/// it and the wakeup preempts a spinning waiter; yielding to a spinner would cost a whole
-/// scheduler slice (measured ~1-8 ms).
+/// budget, ~125-140 µs half round trip. An engine that yields while idle (as the
+/// waiters do) hands over with a context switch instead: ~15-20 µs. (With waiters that
+/// busy-spin, a yielding engine would lose a whole scheduler slice per yield; sleeping at
+/// once, `--spin-us 0`, is the better choice there.)
 fn engine_spin(o: &Options) -> SpinBudget {
-    match o.spin {
-        Some(s) => s,
-        None if o.pin => SpinBudget::Yield(Duration::from_micros(50)),
-        None => SpinBudget::Iterations(0),
-    }
+    o.spin
+        .unwrap_or(SpinBudget::Yield(Duration::from_micros(50)))
 }
 
 fn spin_name(o: &Options) -> String {
@@ -803,7 +799,12 @@ mod tests {
             (o.duration, o.small, o.net, o.pin),
             (Duration::from_millis(500), 8, 91, false)
         );
-        assert_eq!(engine_spin(&o), SpinBudget::Iterations(0));
+        assert_eq!(
+            engine_spin(&o),
+            SpinBudget::Yield(Duration::from_micros(50))
+        );
+        let o = parse(&a(&["--spin-us", "0"])).unwrap().unwrap();
+        assert_eq!(engine_spin(&o), SpinBudget::Duration(Duration::ZERO));
         assert!(parse(&a(&["--spin-us", "yieldx"])).is_err());
         assert!(parse(&a(&["--only", "write_bw,bogus"])).is_err());
         let o = parse(&a(&["--spin-us", "yield20", "--only", "write_bw,tcp"]))
