@@ -50,8 +50,8 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides
   --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp (comma
                     separated; the others report 0)
   --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
-                    1500; above 1778 the engines use 4096-byte UMEM chunks, above 3826
-                    multi-buffer AF_XDP)";
+                    1500, at most 60000; above 1778 the engines use 4096-byte UMEM
+                    chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 const BULK: usize = 64 << 10;
@@ -80,8 +80,8 @@ pub struct Options {
     pub mtu: usize,
 }
 
-/// Largest `--mtu`.
-const MAX_MTU: usize = 9000;
+/// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
+const MAX_MTU: usize = 60000;
 
 /// Test names for `--only`.
 const TESTS: [&str; 5] = ["write_bw", "read_bw", "write_lat", "send_lat", "tcp"];
