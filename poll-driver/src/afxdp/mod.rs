@@ -39,9 +39,10 @@ mod nic;
 mod program;
 mod ring;
 mod socket;
+mod txslab;
 
 pub use bpf::BpfInsn;
-pub use nic::{AfXdpConfig, AfXdpNic, RxToken, TxToken, ZeroCopy, MAX_CHAIN};
+pub use nic::{AfXdpConfig, AfXdpNic, ChunkCounts, RxToken, TxToken, ZeroCopy, MAX_CHAIN};
 pub use program::{
     steering_program, SteeringFilter, XdpLink, XdpMode, XdpProgram, PROGRAM_NAME_PREFIX,
 };

@@ -3,6 +3,7 @@
 
 use super::program::{Steering, SteeringFilter, XdpMode, XdpProgram};
 use super::socket::{BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket};
+use super::txslab::TxSlabs;
 use crate::backend::{Backend, BackendStats};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
@@ -59,7 +60,9 @@ pub struct AfXdpConfig {
     /// Multi-buffer frames (`XDP_USE_SG` + a `BPF_F_XDP_HAS_FRAGS` program): frames up to
     /// the interface MTU (at most [`MAX_CHAIN`] chunks) travel as descriptor chains, so
     /// the MTU is no longer capped by the chunk size. Received chains are copied into
-    /// one buffer for the stack; larger transmitted frames are split over chunks.
+    /// one buffer for the stack; transmitted frames are built in place in runs of
+    /// consecutive TX chunks (one descriptor per chunk), so `tx_frames` is rounded up to a
+    /// multiple of [`MAX_CHAIN`].
     pub multi_buffer: bool,
 }
 
@@ -100,6 +103,24 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// Where the UMEM chunks of an [`AfXdpNic`] are, for leak checks: once traffic has stopped
+/// and [`Backend::flush`] has run, the idle counts equal the totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// RX chunks.
+    pub rx_total: u32,
+    /// RX chunks waiting for the kernel (on the fill ring, not yet taken), in the free list,
+    /// or holding a received frame not yet handed to the stack.
+    pub rx_idle: u32,
+    /// TX chunks (`tx_frames`, rounded up to whole runs with multi-buffer).
+    pub tx_total: u32,
+    /// TX chunks on neither the TX nor the completion ring.
+    pub tx_idle: u32,
+    /// Completed TX addresses that were not outstanding (always 0 unless the kernel
+    /// returned a chunk twice or one never sent).
+    pub tx_stray: u64,
+}
+
 /// RX-side state (disjoint from TX so smoltcp can hold both tokens at once).
 #[derive(Debug)]
 struct RxState {
@@ -130,7 +151,8 @@ enum RxFrame {
 /// TX-side state.
 #[derive(Debug)]
 struct TxState {
-    free: Vec<u64>,
+    /// TX chunks not on the TX or completion ring, handed out in consecutive runs.
+    slabs: TxSlabs,
     batch: u32,
     frames: u64,
     bytes: u64,
@@ -153,6 +175,8 @@ pub struct AfXdpNic {
     max_frame: usize,
     /// Bound with `XDP_USE_SG` (descriptor chains).
     multi_buffer: bool,
+    /// RX chunks (`rx_frames`).
+    rx_total: u32,
     mtu: usize,
     mac: [u8; 6],
     checksum: ChecksumCapabilities,
@@ -258,9 +282,13 @@ impl AfXdpNic {
         if c.rx_frames == 0 || c.tx_frames == 0 {
             return Err(invalid("rx_frames and tx_frames must be at least 1".into()));
         }
-        let total = c
-            .rx_frames
-            .checked_add(c.tx_frames)
+        // Multi-buffer frames are built in runs of consecutive TX chunks (`TxSlabs`): the TX
+        // area is whole slabs of MAX_CHAIN chunks. Single-buffer frames need runs of one.
+        let tx_per_slab: u32 = if c.multi_buffer { MAX_CHAIN as u32 } else { 1 };
+        let tx_slab_count = c.tx_frames.div_ceil(tx_per_slab);
+        let total = tx_slab_count
+            .checked_mul(tx_per_slab)
+            .and_then(|tx| c.rx_frames.checked_add(tx))
             .ok_or_else(|| invalid("too many frames".into()))?;
         let ifindex = ifindex_of(&c.ifname)?;
         if let Some(st) = &steering {
@@ -343,7 +371,12 @@ impl AfXdpNic {
 
         let chunk = u64::from(c.chunk.bytes());
         let rx_free: Vec<u64> = (0..c.rx_frames).map(|i| umem.frame_addr(i)).collect();
-        let tx_free: Vec<u64> = (c.rx_frames..total).map(|i| umem.frame_addr(i)).collect();
+        let tx_slabs = TxSlabs::new(
+            umem.frame_addr(c.rx_frames),
+            chunk,
+            tx_slab_count,
+            tx_per_slab,
+        );
         let max_frame = c.chunk.max_frame_size();
         let largest = if c.multi_buffer {
             max_frame * MAX_CHAIN
@@ -366,7 +399,7 @@ impl AfXdpNic {
                 dropped: 0,
             },
             txs: TxState {
-                free: tx_free,
+                slabs: tx_slabs,
                 batch: c.tx_batch,
                 frames: 0,
                 bytes: 0,
@@ -377,6 +410,7 @@ impl AfXdpNic {
             max_frame,
             mtu: largest.min(l3_mtu + 14),
             multi_buffer: c.multi_buffer,
+            rx_total: c.rx_frames,
             mac,
             checksum: config.checksum.clone(),
         };
@@ -423,8 +457,8 @@ impl AfXdpNic {
     /// A one-line snapshot of the rings and free lists, for diagnosing stalls.
     pub fn ring_snapshot(&mut self) -> String {
         format!(
-            "tx_free_chunks {} tx_ring_free {} tx_unpublished {} tx_kernel_pending {} tx_needs_wakeup {} completion_avail {} rx_free_chunks {} rx_pending {} rx_avail {} chain {:?}",
-            self.txs.free.len(),
+            "tx_chunks_in_use {} tx_ring_free {} tx_unpublished {} tx_kernel_pending {} tx_needs_wakeup {} completion_avail {} rx_free_chunks {} rx_pending {} rx_avail {} chain {:?}",
+            self.txs.slabs.in_use(),
             self.sock.tx.free(u32::MAX),
             self.sock.tx.unpublished(),
             self.sock.tx.kernel_pending(),
@@ -435,6 +469,25 @@ impl AfXdpNic {
             self.sock.rx.available(u32::MAX),
             self.rxs.chain.as_ref().map(|c| c.len()),
         )
+    }
+
+    /// Where the UMEM chunks are (reclaims completed TX chunks first).
+    pub fn chunk_counts(&mut self) -> ChunkCounts {
+        reclaim(&mut self.sock, &mut self.txs);
+        let held = self
+            .rxs
+            .pending
+            .iter()
+            .filter(|f| matches!(f, RxFrame::Chunk(_)))
+            .count();
+        let rx_idle = self.sock.fill.outstanding() as usize + self.rxs.free.len() + held;
+        ChunkCounts {
+            rx_total: self.rx_total,
+            rx_idle: rx_idle as u32,
+            tx_total: self.txs.slabs.capacity(),
+            tx_idle: self.txs.slabs.capacity() - self.txs.slabs.in_use(),
+            tx_stray: self.txs.slabs.stray(),
+        }
     }
 
     /// The kernel's counters for this socket.
@@ -525,24 +578,25 @@ impl AfXdpNic {
 }
 
 /// Reclaim completed TX chunks.
-fn reclaim(sock: &mut XskSocket, txs: &mut TxState, mask: u64) {
+fn reclaim(sock: &mut XskSocket, txs: &mut TxState) {
     let n = sock.completion.available(u32::MAX);
     for i in 0..n {
-        txs.free.push(sock.completion.read(i) & mask);
+        txs.slabs.complete(sock.completion.read(i));
     }
     sock.completion.release(n);
 }
 
 /// Publish queued TX descriptors and kick until the kernel has taken them all (copy mode
 /// moves at most 32 per `sendto`), reclaiming completions on the way so they never fill up.
-fn drive_tx(sock: &mut XskSocket, txs: &mut TxState, mask: u64) -> io::Result<()> {
+/// Every chain is pushed whole before a publish, so the kernel never sees part of one.
+fn drive_tx(sock: &mut XskSocket, txs: &mut TxState) -> io::Result<()> {
     if sock.tx.unpublished() > 0 {
         sock.tx.submit();
     }
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     let limit = sock.tx.size() / 32 + 64;
     for _ in 0..limit {
-        reclaim(sock, txs, mask);
+        reclaim(sock, txs);
         if !sock.tx.kernel_pending() {
             break;
         }
@@ -552,7 +606,7 @@ fn drive_tx(sock: &mut XskSocket, txs: &mut TxState, mask: u64) -> io::Result<()
         }
         sock.kick_tx()?;
     }
-    reclaim(sock, txs, mask);
+    reclaim(sock, txs);
     Ok(())
 }
 
@@ -591,61 +645,24 @@ impl Drop for RxToken<'_> {
     }
 }
 
-/// Transmit token: the stack writes straight into a UMEM chunk.
+/// Transmit token: the stack writes straight into UMEM: one chunk, or (multi-buffer) a run
+/// of consecutive chunks sent as a descriptor chain.
 pub struct TxToken<'a> {
     sock: &'a mut XskSocket,
     txs: &'a mut TxState,
     umem: *mut u8,
-    mask: u64,
     max_frame: usize,
     /// Largest frame: `max_frame`, or up to [`MAX_CHAIN`] chunks with multi-buffer.
     largest: usize,
 }
 
-/// Send a frame larger than one chunk as a descriptor chain: built in `txs.scratch`, then
-/// copied chunk by chunk (`XDP_PKT_CONTD` on all but the last descriptor).
-fn consume_chain<R>(
-    sock: &mut XskSocket,
-    txs: &mut TxState,
-    umem: *mut u8,
-    mask: u64,
-    max_frame: usize,
-    len: usize,
-    f: impl FnOnce(&mut [u8]) -> R,
-) -> R {
-    let need = len.div_ceil(max_frame);
-    if txs.free.len() < need || (sock.tx.free(need as u32) as usize) < need {
-        let _ = drive_tx(sock, txs, mask);
+impl TxState {
+    /// Count a frame that cannot be sent; the stack still builds it (into `scratch`).
+    fn drop_frame<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.dropped += 1;
+        self.scratch.resize(len, 0);
+        f(&mut self.scratch[..len])
     }
-    txs.scratch.resize(len, 0);
-    let r = f(&mut txs.scratch[..len]);
-    if txs.free.len() < need || (sock.tx.free(need as u32) as usize) < need {
-        txs.dropped += 1;
-        return r;
-    }
-    for (i, piece) in txs.scratch[..len].chunks(max_frame).enumerate() {
-        let Some(addr) = txs.free.pop() else {
-            break; // checked above
-        };
-        // SAFETY: `addr` is a TX chunk owned by us (popped from the free list: not on any
-        // ring), `piece.len() <= max_frame < chunk size`, and the UMEM outlives the token.
-        let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(addr as usize), piece.len()) };
-        buf.copy_from_slice(piece);
-        let pushed = sock.tx.push(libc::xdp_desc {
-            addr,
-            len: piece.len() as u32,
-            options: if i + 1 < need { libc::XDP_PKT_CONTD } else { 0 },
-        });
-        debug_assert!(pushed, "slots checked above");
-    }
-    txs.frames += 1;
-    txs.bytes += len as u64;
-    if sock.tx.unpublished() >= txs.batch {
-        if let Err(_e) = drive_tx(sock, txs, mask) {
-            txs.dropped += 1;
-        }
-    }
-    r
 }
 
 impl phy::TxToken for TxToken<'_> {
@@ -657,41 +674,54 @@ impl phy::TxToken for TxToken<'_> {
             sock,
             txs,
             umem,
-            mask,
             max_frame,
             largest,
         } = self;
-        if len > max_frame && len <= largest {
-            return consume_chain(sock, txs, umem, mask, max_frame, len, f);
-        }
-        if txs.free.is_empty() || sock.tx.free(1) == 0 {
-            let _ = drive_tx(sock, txs, mask);
-        }
-        let slot = sock.tx.free(1) > 0;
-        let addr = if slot { txs.free.pop() } else { None };
-        let Some(addr) = addr.filter(|_| len <= max_frame) else {
-            if let Some(a) = addr {
-                txs.free.push(a);
-            }
-            // No chunk, no ring slot or an oversized frame: let the stack build it, drop it.
-            txs.dropped += 1;
-            txs.scratch.resize(len, 0);
-            return f(&mut txs.scratch[..len]);
+        // A frame up to `max_frame` takes one chunk; a larger one a run of `k` consecutive
+        // chunks, one descriptor per chunk (a TX descriptor may cover its whole chunk: no
+        // headroom is reserved on TX).
+        let chunk = txs.slabs.chunk_bytes() as usize;
+        let k = if len <= max_frame {
+            1
+        } else if len <= largest {
+            len.div_ceil(chunk)
+        } else {
+            // Oversized: the stack never asks for more than the MTU; drop and count.
+            return txs.drop_frame(len, f);
         };
-        // SAFETY: `addr` is a TX chunk owned by us (popped from the free list: not on any
-        // ring), `len <= max_frame < chunk size`, and the UMEM outlives this token.
+        let k32 = k as u32;
+        if !txs.slabs.can_alloc(k32) || (sock.tx.free(k32) as usize) < k {
+            let _ = drive_tx(sock, txs);
+        }
+        if (sock.tx.free(k32) as usize) < k {
+            // No ring slots for the whole chain: drop and count.
+            return txs.drop_frame(len, f);
+        }
+        let Some(addr) = txs.slabs.alloc(k32) else {
+            // No run of free chunks: drop and count.
+            return txs.drop_frame(len, f);
+        };
+        // SAFETY: `addr..addr + k * chunk` are `k` consecutive TX chunks just handed out by
+        // the allocator (inside the UMEM, on no ring, lent to nobody else until their
+        // completions come back), `len <= k * chunk` (`k = 1` needs `len <= max_frame <
+        // chunk`), and the UMEM outlives this token.
         let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(addr as usize), len) };
         let r = f(buf);
-        let pushed = sock.tx.push(libc::xdp_desc {
-            addr,
-            len: len as u32,
-            options: 0,
-        });
-        debug_assert!(pushed, "slot checked above");
+        let mut off = 0usize;
+        for i in 0..k {
+            let piece = (len - off).min(chunk);
+            let pushed = sock.tx.push(libc::xdp_desc {
+                addr: addr + off as u64,
+                len: piece as u32,
+                options: if i + 1 < k { libc::XDP_PKT_CONTD } else { 0 },
+            });
+            debug_assert!(pushed, "k slots checked above");
+            off += piece;
+        }
         txs.frames += 1;
         txs.bytes += len as u64;
         if sock.tx.unpublished() >= txs.batch {
-            if let Err(_e) = drive_tx(sock, txs, mask) {
+            if let Err(_e) = drive_tx(sock, txs) {
                 txs.dropped += 1;
             }
         }
@@ -743,7 +773,6 @@ impl phy::Device for AfXdpNic {
                 sock: &mut self.sock,
                 txs: &mut self.txs,
                 umem: base,
-                mask: self.chunk_mask,
                 max_frame: self.max_frame,
                 largest: self.mtu,
             },
@@ -751,9 +780,9 @@ impl phy::Device for AfXdpNic {
     }
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
-        if self.txs.free.is_empty() || self.sock.tx.free(1) == 0 {
-            let _ = drive_tx(&mut self.sock, &mut self.txs, self.chunk_mask);
-            if self.txs.free.is_empty() || self.sock.tx.free(1) == 0 {
+        if !self.txs.slabs.can_alloc(1) || self.sock.tx.free(1) == 0 {
+            let _ = drive_tx(&mut self.sock, &mut self.txs);
+            if !self.txs.slabs.can_alloc(1) || self.sock.tx.free(1) == 0 {
                 return None;
             }
         }
@@ -761,7 +790,6 @@ impl phy::Device for AfXdpNic {
             sock: &mut self.sock,
             txs: &mut self.txs,
             umem: self.umem.base(),
-            mask: self.chunk_mask,
             max_frame: self.max_frame,
             largest: self.mtu,
         })
@@ -779,7 +807,7 @@ impl phy::Device for AfXdpNic {
 
 impl Backend for AfXdpNic {
     fn flush(&mut self) -> io::Result<()> {
-        drive_tx(&mut self.sock, &mut self.txs, self.chunk_mask)
+        drive_tx(&mut self.sock, &mut self.txs)
     }
 
     fn poll_rx(&mut self) -> io::Result<bool> {
@@ -787,7 +815,7 @@ impl Backend for AfXdpNic {
         if self.rxs.pending.is_empty() {
             self.pull_rx();
         }
-        reclaim(&mut self.sock, &mut self.txs, self.chunk_mask);
+        reclaim(&mut self.sock, &mut self.txs);
         Ok(!self.rxs.pending.is_empty())
     }
 

@@ -217,6 +217,12 @@ impl<T: Copy> ProducerRing<T> {
             .wrapping_sub(self.p.producer().load(Ordering::Relaxed))
     }
 
+    /// Entries pushed (published or not) that the kernel has not consumed yet.
+    pub fn outstanding(&mut self) -> u32 {
+        self.cached_cons = self.p.consumer().load(Ordering::Acquire);
+        self.cached_prod.wrapping_sub(self.cached_cons)
+    }
+
     /// Publish every pushed entry to the kernel (release store of the producer index).
     pub fn submit(&mut self) {
         self.p.producer().store(self.cached_prod, Ordering::Release);
@@ -372,6 +378,7 @@ mod tests {
         assert_eq!(prod.unpublished(), 4);
         prod.submit();
         assert!(prod.kernel_pending());
+        assert_eq!(prod.outstanding(), 4);
         assert_eq!(cons.available(u32::MAX), 4);
         cons.release(1);
         assert!(prod.push(4));
@@ -383,5 +390,6 @@ mod tests {
         assert_eq!(cons.read(0), 4);
         cons.release(1);
         assert!(!prod.kernel_pending());
+        assert_eq!(prod.outstanding(), 0);
     }
 }
