@@ -424,7 +424,10 @@ mod tests {
         syn[flags] = 0x12; // SYN-ACK: a reply to our own connect
         assert!(!is_syn_to(&syn, &[5000]));
         assert!(!is_syn_to(&ack_frame(1000, 500, &[]), &[5000]));
-        assert!(!is_syn_to(&syn[..20], &[5000]), "truncated frames are not SYNs");
+        assert!(
+            !is_syn_to(&syn[..20], &[5000]),
+            "truncated frames are not SYNs"
+        );
     }
 
     #[test]
