@@ -42,13 +42,16 @@ mod socket;
 mod txslab;
 
 pub use bpf::BpfInsn;
-pub use nic::{AfXdpConfig, AfXdpNic, ChunkCounts, RxToken, TxToken, ZeroCopy, MAX_CHAIN};
+pub use nic::{
+    AfXdpConfig, AfXdpNic, ChunkCounts, RxChainStats, RxToken, TxToken, ZeroCopy, MAX_CHAIN,
+};
 pub use program::{
     steering_program, SteeringFilter, XdpLink, XdpMode, XdpProgram, PROGRAM_NAME_PREFIX,
 };
 pub use ring::{ConsumerRing, ProducerRing};
 pub use socket::{
-    BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket, XDP_PACKET_HEADROOM,
+    BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket, UNALIGNED_ADDR_MASK,
+    UNALIGNED_OFFSET_SHIFT, XDP_PACKET_HEADROOM,
 };
 
 /// `true` if this process can create AF_XDP sockets (kernel support and privileges).

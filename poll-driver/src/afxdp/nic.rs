@@ -2,7 +2,10 @@
 //! as a smoltcp `Device` and an engine [`Backend`].
 
 use super::program::{Steering, SteeringFilter, XdpMode, XdpProgram};
-use super::socket::{BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket};
+use super::socket::{
+    BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket, UNALIGNED_ADDR_MASK,
+    UNALIGNED_OFFSET_SHIFT, XDP_PACKET_HEADROOM,
+};
 use super::txslab::TxSlabs;
 use crate::backend::{Backend, BackendStats};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
@@ -121,31 +124,89 @@ pub struct ChunkCounts {
     pub tx_stray: u64,
 }
 
+/// How received descriptor chains reached the stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxChainStats {
+    /// Chains read in place (contiguous in the UMEM: no copy).
+    pub in_place: u64,
+    /// Chains copied into one buffer first.
+    pub copied: u64,
+}
+
 /// RX-side state (disjoint from TX so smoltcp can hold both tokens at once).
 #[derive(Debug)]
 struct RxState {
     /// Frames taken off the RX ring, not yet handed to the stack.
     pending: VecDeque<RxFrame>,
-    /// The multi-buffer frame being assembled (descriptors seen so far, copied), or
-    /// `None` between frames. A chain may straddle RX batches.
-    chain: Option<Vec<u8>>,
+    /// Descriptors of the multi-buffer frame being received (empty between frames). A
+    /// chain may straddle RX batches; its buffers stay ours until the frame is consumed.
+    chain: Vec<RxPiece>,
+    /// Bytes in `chain`.
+    chain_len: usize,
     /// A chain that grew past the largest frame: its remaining descriptors are dropped.
     chain_discard: bool,
-    /// Buffers of consumed chains, reused for the next ones.
-    spare: Vec<Vec<u8>>,
-    /// RX chunks the stack is done with, waiting to go back on the fill ring.
-    free: Vec<u64>,
+    /// Where consumed frames give their buffers back.
+    ret: RxReturn,
     batch: u32,
     frames: u64,
     bytes: u64,
     dropped: u64,
+    /// Chains handed to the stack in place (their buffers were contiguous in the UMEM).
+    chains_in_place: u64,
+    /// Chains copied into one buffer (not contiguous, e.g. across the end of the RX area).
+    chains_copied: u64,
 }
 
-/// A received frame: one UMEM chunk, or a descriptor chain copied into one buffer.
+/// What consumed RX frames give back (borrowed by [`RxToken`]).
+#[derive(Debug, Default)]
+struct RxReturn {
+    /// RX buffers the stack is done with, oldest first, waiting to go back on the fill ring
+    /// in that order (so the kernel fills them in address order again: see `pull_rx`).
+    free: VecDeque<u64>,
+    /// Copy buffers of consumed chains, reused for the next ones.
+    spare: Vec<Vec<u8>>,
+    /// Buffer lists of consumed chains, reused for the next ones.
+    spare_bufs: Vec<Vec<u64>>,
+}
+
+impl RxReturn {
+    fn give_back(&mut self, frame: RxFrame) {
+        match frame {
+            RxFrame::Single { buf, .. } => self.free.push_back(buf),
+            RxFrame::Chain { mut bufs, copy, .. } => {
+                self.free.extend(bufs.drain(..));
+                self.spare_bufs.push(bufs);
+                if let Some(c) = copy {
+                    self.spare.push(c);
+                }
+            }
+        }
+    }
+}
+
+/// One received descriptor of a chain.
+#[derive(Debug, Clone, Copy)]
+struct RxPiece {
+    /// The buffer (fill-ring address).
+    buf: u64,
+    /// UMEM offset of its data.
+    data: u64,
+    len: u32,
+}
+
+/// A received frame, with the RX buffers it holds until the stack has consumed it.
 #[derive(Debug)]
 enum RxFrame {
-    Chunk(libc::xdp_desc),
-    Assembled(Vec<u8>),
+    /// One buffer: `len` bytes at UMEM offset `data`.
+    Single { buf: u64, data: u64, len: u32 },
+    /// A descriptor chain: `len` bytes in place at UMEM offset `data` (its buffers' data
+    /// areas are contiguous), or copied into `copy`.
+    Chain {
+        data: u64,
+        len: usize,
+        bufs: Vec<u64>,
+        copy: Option<Vec<u8>>,
+    },
 }
 
 /// TX-side state.
@@ -177,6 +238,10 @@ pub struct AfXdpNic {
     multi_buffer: bool,
     /// RX chunks (`rx_frames`).
     rx_total: u32,
+    /// UMEM registered in unaligned chunk mode (multi-buffer).
+    unaligned: bool,
+    /// UMEM length in bytes.
+    umem_len: u64,
     mtu: usize,
     mac: [u8; 6],
     checksum: ChecksumCapabilities,
@@ -325,6 +390,7 @@ impl AfXdpNic {
                         zero_copy,
                         need_wakeup: c.need_wakeup,
                         multi_buffer: c.multi_buffer,
+                        unaligned_chunks: c.multi_buffer,
                     },
                 );
                 match r {
@@ -370,7 +436,20 @@ impl AfXdpNic {
         steering.program().set_socket(c.queue, sock.fd())?;
 
         let chunk = u64::from(c.chunk.bytes());
-        let rx_free: Vec<u64> = (0..c.rx_frames).map(|i| umem.frame_addr(i)).collect();
+        // RX buffer layout. Single-buffer: one aligned chunk each. Multi-buffer (unaligned
+        // UMEM) in copy mode: buffer `i` starts at `i * (chunk - 256)`, so its data area
+        // (after the 256-byte XDP headroom) begins exactly where buffer `i - 1`'s ends and a
+        // descriptor chain filling consecutive buffers is one contiguous frame the stack can
+        // read in place. The overlap is only ever headroom, which the kernel's copy path
+        // leaves alone (it copies packet data only; our program adds no metadata). In
+        // zero-copy mode a driver may use the headroom (e.g. for an xdp_frame), so there
+        // buffers do not overlap. All buffers end inside the RX area of `rx_frames` chunks.
+        let rx_stride = if c.multi_buffer && !sock.is_zero_copy() {
+            chunk - u64::from(XDP_PACKET_HEADROOM)
+        } else {
+            chunk
+        };
+        let rx_free: VecDeque<u64> = (0..u64::from(c.rx_frames)).map(|i| i * rx_stride).collect();
         let tx_slabs = TxSlabs::new(
             umem.frame_addr(c.rx_frames),
             chunk,
@@ -383,20 +462,27 @@ impl AfXdpNic {
         } else {
             max_frame
         };
+        let umem_len = umem.len();
         let mut nic = AfXdpNic {
             steering,
             sock,
             umem,
             rxs: RxState {
                 pending: VecDeque::with_capacity(c.rx_batch as usize),
-                chain: None,
+                chain: Vec::with_capacity(MAX_CHAIN),
+                chain_len: 0,
                 chain_discard: false,
-                spare: Vec::new(),
-                free: rx_free,
+                ret: RxReturn {
+                    free: rx_free,
+                    spare: Vec::new(),
+                    spare_bufs: Vec::new(),
+                },
                 batch: c.rx_batch,
                 frames: 0,
                 bytes: 0,
                 dropped: 0,
+                chains_in_place: 0,
+                chains_copied: 0,
             },
             txs: TxState {
                 slabs: tx_slabs,
@@ -411,6 +497,8 @@ impl AfXdpNic {
             mtu: largest.min(l3_mtu + 14),
             multi_buffer: c.multi_buffer,
             rx_total: c.rx_frames,
+            unaligned: c.multi_buffer,
+            umem_len: umem_len as u64,
             mac,
             checksum: config.checksum.clone(),
         };
@@ -464,23 +552,35 @@ impl AfXdpNic {
             self.sock.tx.kernel_pending(),
             self.sock.tx.needs_wakeup(),
             self.sock.completion.available(u32::MAX),
-            self.rxs.free.len(),
+            self.rxs.ret.free.len(),
             self.rxs.pending.len(),
             self.sock.rx.available(u32::MAX),
-            self.rxs.chain.as_ref().map(|c| c.len()),
+            self.rxs.chain_len,
         )
+    }
+
+    /// How many received chains were read in place or copied.
+    pub fn rx_chain_stats(&self) -> RxChainStats {
+        RxChainStats {
+            in_place: self.rxs.chains_in_place,
+            copied: self.rxs.chains_copied,
+        }
     }
 
     /// Where the UMEM chunks are (reclaims completed TX chunks first).
     pub fn chunk_counts(&mut self) -> ChunkCounts {
         reclaim(&mut self.sock, &mut self.txs);
-        let held = self
+        let held: usize = self
             .rxs
             .pending
             .iter()
-            .filter(|f| matches!(f, RxFrame::Chunk(_)))
-            .count();
-        let rx_idle = self.sock.fill.outstanding() as usize + self.rxs.free.len() + held;
+            .map(|f| match f {
+                RxFrame::Single { .. } => 1,
+                RxFrame::Chain { bufs, .. } => bufs.len(),
+            })
+            .sum::<usize>()
+            + self.rxs.chain.len();
+        let rx_idle = self.sock.fill.outstanding() as usize + self.rxs.ret.free.len() + held;
         ChunkCounts {
             rx_total: self.rx_total,
             rx_idle: rx_idle as u32,
@@ -498,15 +598,16 @@ impl AfXdpNic {
     /// Put free RX chunks back on the fill ring; wake the driver if it asks.
     fn refill(&mut self) {
         let fill = &mut self.sock.fill;
-        let n = fill.free(self.rxs.free.len() as u32) as usize;
-        let n = n.min(self.rxs.free.len());
+        let free = &mut self.rxs.ret.free;
+        let n = fill.free(free.len() as u32) as usize;
+        let n = n.min(free.len());
         if n == 0 {
             return;
         }
         for _ in 0..n {
-            if let Some(addr) = self.rxs.free.pop() {
+            if let Some(addr) = free.pop_front() {
                 if !fill.push(addr) {
-                    self.rxs.free.push(addr);
+                    free.push_front(addr);
                     break;
                 }
             }
@@ -517,63 +618,120 @@ impl AfXdpNic {
         }
     }
 
-    /// Move up to `rx_batch` descriptors from the RX ring to the pending queue,
-    /// assembling descriptor chains (multi-buffer) into one buffer each.
+    /// Buffer (fill-ring) address and UMEM data offset of an RX descriptor address.
+    fn split_rx_addr(&self, addr: u64) -> (u64, u64) {
+        if self.unaligned {
+            let buf = addr & UNALIGNED_ADDR_MASK;
+            (buf, buf + (addr >> UNALIGNED_OFFSET_SHIFT))
+        } else {
+            (addr & self.chunk_mask, addr)
+        }
+    }
+
+    /// Move up to `rx_batch` descriptors from the RX ring to the pending queue. A
+    /// descriptor chain (multi-buffer) whose data areas are contiguous in the UMEM is handed
+    /// to the stack in place; any other chain is copied into one buffer.
+    ///
+    /// Contiguity comes from the RX layout of a copy-mode multi-buffer NIC (see
+    /// `open_inner`): buffers overlap so that each one's data area starts where the
+    /// previous one's ends, they go on the fill ring in address order, the kernel takes them
+    /// in ring order, and the stack consumes frames (and so frees buffers) in arrival order.
+    /// Nothing here relies on that: every chain is checked.
     fn pull_rx(&mut self) {
         let n = self.sock.rx.available(self.rxs.batch);
-        let base = self.umem.base();
-        let rxs = &mut self.rxs;
         for i in 0..n {
             let d = self.sock.rx.read(i);
             let more = d.options & libc::XDP_PKT_CONTD != 0;
             let len = d.len as usize;
-            if len > self.max_frame || (more && !self.multi_buffer) {
+            let (buf, data) = self.split_rx_addr(d.addr);
+            let rxs = &mut self.rxs;
+            if len > self.max_frame
+                || (more && !self.multi_buffer)
+                || data.saturating_add(len as u64) > self.umem_len
+            {
                 // A chain without XDP_USE_SG is never expected; a descriptor longer than
-                // a chunk is invalid. Drop the frame (and the rest of its chain).
-                rxs.free.push(d.addr & self.chunk_mask);
-                if let Some(b) = rxs.chain.take() {
-                    rxs.spare.push(b);
-                }
+                // a chunk (or outside the UMEM) is invalid. Drop the frame (and the rest of
+                // its chain).
+                rxs.ret.free.push_back(buf);
+                rxs.ret.free.extend(rxs.chain.drain(..).map(|p| p.buf));
+                rxs.chain_len = 0;
                 rxs.chain_discard = more;
                 rxs.dropped += 1;
                 continue;
             }
-            if rxs.chain.is_none() && !rxs.chain_discard && !more {
-                rxs.pending.push_back(RxFrame::Chunk(d));
+            if rxs.chain_discard {
+                rxs.ret.free.push_back(buf);
+                rxs.chain_discard = more;
                 continue;
             }
-            if !rxs.chain_discard {
-                let buf = rxs.chain.get_or_insert_with(|| {
-                    let mut b = rxs.spare.pop().unwrap_or_default();
-                    b.clear();
-                    b
+            if rxs.chain.is_empty() && !more {
+                rxs.pending.push_back(RxFrame::Single {
+                    buf,
+                    data,
+                    len: d.len,
                 });
-                if buf.len() + len > self.mtu {
-                    // Larger than any frame we accept: drop the whole chain.
-                    if let Some(b) = rxs.chain.take() {
-                        rxs.spare.push(b);
-                    }
-                    rxs.chain_discard = true;
-                    rxs.dropped += 1;
-                } else {
-                    // SAFETY: `d.addr..d.addr + len` lies inside a UMEM chunk the kernel
-                    // filled (`len <= max_frame` checked above); we own the chunk until
-                    // it goes back on the free list right below.
-                    let data =
-                        unsafe { std::slice::from_raw_parts(base.add(d.addr as usize), len) };
-                    buf.extend_from_slice(data);
-                }
+                continue;
             }
-            rxs.free.push(d.addr & self.chunk_mask);
+            if rxs.chain_len + len > self.mtu {
+                // Larger than any frame we accept: drop the whole chain.
+                rxs.ret.free.extend(rxs.chain.drain(..).map(|p| p.buf));
+                rxs.ret.free.push_back(buf);
+                rxs.chain_len = 0;
+                rxs.chain_discard = more;
+                rxs.dropped += 1;
+                continue;
+            }
+            rxs.chain.push(RxPiece {
+                buf,
+                data,
+                len: d.len,
+            });
+            rxs.chain_len += len;
             if !more {
-                if rxs.chain_discard {
-                    rxs.chain_discard = false;
-                } else if let Some(b) = rxs.chain.take() {
-                    rxs.pending.push_back(RxFrame::Assembled(b));
-                }
+                self.finish_chain();
             }
         }
         self.sock.rx.release(n);
+    }
+
+    /// The last descriptor of `rxs.chain` arrived: queue the frame, in place if its pieces
+    /// are contiguous, else copied.
+    fn finish_chain(&mut self) {
+        let base = self.umem.base();
+        let rxs = &mut self.rxs;
+        let contiguous = rxs
+            .chain
+            .windows(2)
+            .all(|w| w[0].data + u64::from(w[0].len) == w[1].data);
+        let mut bufs = rxs.ret.spare_bufs.pop().unwrap_or_default();
+        bufs.clear();
+        bufs.extend(rxs.chain.iter().map(|p| p.buf));
+        let copy = if contiguous {
+            rxs.chains_in_place += 1;
+            None
+        } else {
+            rxs.chains_copied += 1;
+            let mut c = rxs.ret.spare.pop().unwrap_or_default();
+            c.clear();
+            for p in &rxs.chain {
+                // SAFETY: `p.data..p.data + p.len` lies inside the UMEM (checked in
+                // `pull_rx`) in a buffer the kernel filled and handed to us; it stays ours
+                // (listed in `bufs`) until the frame is consumed.
+                let piece = unsafe {
+                    std::slice::from_raw_parts(base.add(p.data as usize), p.len as usize)
+                };
+                c.extend_from_slice(piece);
+            }
+            Some(c)
+        };
+        rxs.pending.push_back(RxFrame::Chain {
+            data: rxs.chain[0].data,
+            len: rxs.chain_len,
+            bufs,
+            copy,
+        });
+        rxs.chain.clear();
+        rxs.chain_len = 0;
     }
 }
 
@@ -610,14 +768,15 @@ fn drive_tx(sock: &mut XskSocket, txs: &mut TxState) -> io::Result<()> {
     Ok(())
 }
 
-/// Receive token: a UMEM chunk lent to the stack, returned to the fill pool after use,
-/// or an assembled multi-buffer frame, whose buffer is kept for reuse.
+/// Receive token: a received frame lent to the stack (in place in the UMEM, or a copied
+/// chain); its RX buffers go back to the fill pool, in arrival order, when it is dropped.
 pub struct RxToken<'a> {
+    /// Start of the frame in the UMEM (unused for a copied chain).
     data: *const u8,
     len: usize,
-    addr: u64,
-    free: &'a mut Vec<u64>,
-    assembled: Option<(Vec<u8>, &'a mut Vec<Vec<u8>>)>,
+    /// `Some` until `Drop` gives it back.
+    frame: Option<RxFrame>,
+    ret: &'a mut RxReturn,
 }
 
 impl phy::RxToken for RxToken<'_> {
@@ -625,12 +784,16 @@ impl phy::RxToken for RxToken<'_> {
     where
         F: FnOnce(&[u8]) -> R,
     {
-        if let Some((buf, _)) = &self.assembled {
-            return f(buf);
+        if let Some(RxFrame::Chain { copy: Some(c), .. }) = &self.frame {
+            return f(c);
         }
-        // SAFETY: `data..data+len` lies inside the UMEM chunk of this descriptor (the kernel
-        // wrote it, `len <= max_frame`, checked in `pull_rx`); the chunk is owned by this token
-        // until `Drop` puts it back on the free list, and the UMEM outlives the borrow `'a`.
+        // SAFETY: `data..data+len` lies inside the UMEM (bounds checked in `pull_rx`) and
+        // is the data the kernel wrote into the buffers this token holds: one buffer, or a
+        // chain whose data areas were checked to be contiguous (`finish_chain`). The
+        // buffers are ours until `Drop` puts them back on the free list, so the kernel does
+        // not write them meanwhile; the data areas of distinct RX buffers never overlap
+        // (overlapping layouts only share a buffer's headroom, which copy mode does not
+        // write: our steering program adds no metadata); the UMEM outlives the borrow `'a`.
         let frame = unsafe { std::slice::from_raw_parts(self.data, self.len) };
         f(frame)
     }
@@ -638,9 +801,8 @@ impl phy::RxToken for RxToken<'_> {
 
 impl Drop for RxToken<'_> {
     fn drop(&mut self) {
-        match self.assembled.take() {
-            Some((buf, spare)) => spare.push(buf),
-            None => self.free.push(self.addr),
+        if let Some(frame) = self.frame.take() {
+            self.ret.give_back(frame);
         }
     }
 }
@@ -741,31 +903,19 @@ impl phy::Device for AfXdpNic {
         let frame = self.rxs.pending.pop_front()?;
         self.rxs.frames += 1;
         let base = self.umem.base();
-        let rx = match frame {
-            RxFrame::Chunk(d) => {
-                self.rxs.bytes += u64::from(d.len);
-                // SAFETY: `d.addr` is an offset inside the UMEM (the kernel only returns
-                // chunks we put on the fill ring) and `d.len <= max_frame` (checked in
-                // `pull_rx`).
-                let data = unsafe { base.add(d.addr as usize) };
-                RxToken {
-                    data,
-                    len: d.len as usize,
-                    addr: d.addr & self.chunk_mask,
-                    free: &mut self.rxs.free,
-                    assembled: None,
-                }
-            }
-            RxFrame::Assembled(buf) => {
-                self.rxs.bytes += buf.len() as u64;
-                RxToken {
-                    data: std::ptr::null(),
-                    len: 0,
-                    addr: 0,
-                    free: &mut self.rxs.free,
-                    assembled: Some((buf, &mut self.rxs.spare)),
-                }
-            }
+        let (data, len) = match &frame {
+            RxFrame::Single { data, len, .. } => (*data, *len as usize),
+            RxFrame::Chain { data, len, .. } => (*data, *len),
+        };
+        self.rxs.bytes += len as u64;
+        // SAFETY: `data` is an offset inside the UMEM (`data + len <= umem_len`, checked in
+        // `pull_rx`); the pointer is only read through in `RxToken::consume`.
+        let data = unsafe { base.add(data as usize) };
+        let rx = RxToken {
+            data,
+            len,
+            frame: Some(frame),
+            ret: &mut self.rxs.ret,
         };
         Some((
             rx,

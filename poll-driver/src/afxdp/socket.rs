@@ -114,7 +114,19 @@ pub struct BindOptions {
     /// Use `XDP_USE_SG`: frames larger than a chunk travel as descriptor chains
     /// (`XDP_PKT_CONTD` on every descriptor but the last), in both directions.
     pub multi_buffer: bool,
+    /// Register the UMEM in unaligned chunk mode (`XDP_UMEM_UNALIGNED_CHUNK_FLAG`): fill
+    /// and TX addresses may be any offset, and RX descriptors carry the buffer address in
+    /// bits 0..48 and the data offset inside it in bits 48..64.
+    pub unaligned_chunks: bool,
 }
+
+/// Bits of an unaligned-mode descriptor address that hold the buffer address; the bits
+/// above ([`UNALIGNED_OFFSET_SHIFT`]) hold the offset of the data inside the buffer.
+pub const UNALIGNED_ADDR_MASK: u64 = (1 << UNALIGNED_OFFSET_SHIFT) - 1;
+
+/// Shift of the data offset in an unaligned-mode descriptor address
+/// (`XSK_UNALIGNED_BUF_OFFSET_SHIFT`).
+pub const UNALIGNED_OFFSET_SHIFT: u32 = 48;
 
 /// An AF_XDP socket bound to one (interface, queue), with its UMEM registered and its rings
 /// mapped. The UMEM must outlive the socket (the owner drops the socket first).
@@ -191,7 +203,11 @@ impl XskSocket {
             len: umem.len() as u64,
             chunk_size: umem.chunk().bytes(),
             headroom: 0,
-            flags: 0,
+            flags: if opts.unaligned_chunks {
+                libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG
+            } else {
+                0
+            },
             tx_metadata_len: 0,
         };
         setsockopt(raw, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
