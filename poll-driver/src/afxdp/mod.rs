@@ -14,7 +14,11 @@
 //!   needs a `sendto` per 32 descriptors, so [`crate::backend::Backend::flush`] kicks in a loop
 //!   until the TX ring is drained, reclaiming completions as it goes.
 //! * Frames larger than chunk − 256 bytes cannot be received (the kernel drops them
-//!   silently): [`AfXdpNic::max_frame_size`] / the device MTU tell the stack.
+//!   silently): [`AfXdpNic::max_frame_size`] / the device MTU tell the stack, unless
+//!   [`AfXdpConfig::multi_buffer`] is set: then frames travel as descriptor chains, built in
+//!   place on TX in runs of consecutive TX chunks and, in copy mode, read in place on RX
+//!   from RX buffers laid out so that consecutive buffers' data areas touch (see
+//!   poll-driver/README.md). [`AfXdpNic::chunk_counts`] accounts for every chunk.
 //! * [`XdpProgram`] / [`SteeringFilter`]: redirect only the engine's traffic (its IPv4/IPv6
 //!   addresses, ARP and NDP for them, optionally only some TCP ports); `XDP_PASS` the rest so
 //!   the host stack keeps working on the interface. A stale program (ours, by the `xwarp`
