@@ -1566,18 +1566,30 @@ fn chain_payload(seq: u32, len: usize) -> Vec<u8> {
 /// so a chunk leaked per frame (or even per few hundred) stalls the test; at the end every
 /// chunk is idle again and nothing was dropped. Copy mode on veth: chains are read in
 /// place (contiguous RX buffers), only the few that cross the end of the RX area are
-/// copied.
+/// copied. Native mode here, generic mode below.
 #[test]
 fn multi_buffer_chains_round_trip_verified_and_no_chunk_leaks() {
     require_root_and_afxdp!();
+    chains_round_trip(XdpMode::Native, 12);
+}
+
+/// [`multi_buffer_chains_round_trip_verified_and_no_chunk_leaks`] with the steering program
+/// in generic (skb) mode.
+#[test]
+fn multi_buffer_chains_round_trip_generic_mode() {
+    require_root_and_afxdp!();
+    chains_round_trip(XdpMode::Generic, 13);
+}
+
+fn chains_round_trip(mode: XdpMode, net: u8) {
     const ROUNDS: u32 = 300;
     const WINDOW: u32 = 8;
     // Payload sizes; frame = payload + 42. max_frame is 1792, the chunk 2048, MTU 9000.
     const SIZES: [usize; 11] = [
         18, 1750, 1751, 2006, 2007, 4054, 4055, 6000, 6143, 8000, 8972,
     ];
-    let pair = VethPair::new(12).expect("namespaces and veth pair");
-    let engine_ip = Ipv4Addr::new(10, 88, 12, 10);
+    let pair = VethPair::new(net).expect("namespaces and veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, net, 10);
     pair.a
         .ip(&["link", "set", &pair.if_a, "mtu", "9000"])
         .unwrap();
@@ -1635,7 +1647,7 @@ fn multi_buffer_chains_round_trip_verified_and_no_chunk_leaks() {
                 .run(move || {
                     let mut cfg =
                         AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![engine_ip], vec![]));
-                    cfg.mode = XdpMode::Native;
+                    cfg.mode = mode;
                     cfg.multi_buffer = true;
                     cfg.rx_frames = 128;
                     cfg.tx_frames = 64;
@@ -1745,7 +1757,7 @@ fn multi_buffer_chains_round_trip_verified_and_no_chunk_leaks() {
         echo.join().unwrap();
         let (start, end, chains_rx, chain_stats, zero_copy, xs, stats) = engine.join().unwrap();
         eprintln!(
-            "chunks start {start:?} end {end:?}; {chains_rx} chains received: {chain_stats:?}; \
+            "{mode:?}: chunks start {start:?} end {end:?}; {chains_rx} chains received: {chain_stats:?}; \
              kernel {xs:?}; engine {stats:?}"
         );
         assert_eq!(end, start, "every UMEM chunk is idle again (no leak)");
