@@ -36,7 +36,11 @@ usage: xwarp bench shim [options]   (root: creates namespaces and a veth pair; i
   --duration SECS  sockperf ping-pong seconds (default 5)
   --preload PATH   the shim library (default: $XWARP_PRELOAD, else libxwarp_preload.so
                    next to xwarp or one directory up)
-  --json FILE      also write the results as JSON";
+  --json FILE      also write the results as JSON
+  --only TEST      run only `redis` or only `sockperf` (both stacks); default: both
+
+The servers inherit the environment, so XWARP_SPIN_US, XWARP_ENGINE_SPIN_US and
+XWARP_YIELD reach the shimmed ones. With XWARP_LOG set, each server's stderr is printed.";
 
 /// Options of `xwarp bench shim`.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +57,10 @@ pub struct Options {
     pub preload: Option<PathBuf>,
     /// Where to write JSON results.
     pub json: Option<PathBuf>,
+    /// Run redis-benchmark.
+    pub redis: bool,
+    /// Run sockperf ping-pong.
+    pub sockperf: bool,
 }
 
 impl Default for Options {
@@ -64,6 +72,8 @@ impl Default for Options {
             duration: Duration::from_secs(5),
             preload: None,
             json: None,
+            redis: true,
+            sockperf: true,
         }
     }
 }
@@ -96,6 +106,11 @@ pub fn parse_args(args: &[OsString]) -> Result<Options, String> {
             "--duration" => o.duration = Duration::from_secs(int(3600)?),
             "--preload" => o.preload = Some(v.into()),
             "--json" => o.json = Some(v.into()),
+            "--only" => match v {
+                "redis" => (o.redis, o.sockperf) = (true, false),
+                "sockperf" => (o.redis, o.sockperf) = (false, true),
+                _ => return Err(format!("--only: expected redis or sockperf, got {v:?}")),
+            },
             _ => return Err(format!("unknown option {a}")),
         }
         i += 2;
@@ -261,7 +276,10 @@ impl Server {
             if let Some(mut err) = c.stderr.take() {
                 let mut s = String::new();
                 let _ = io::Read::read_to_string(&mut err, &mut s);
-                if s.contains("warning") || s.contains("error") {
+                if s.contains("warning")
+                    || s.contains("error")
+                    || std::env::var_os("XWARP_LOG").is_some()
+                {
                     eprintln!(
                         "xwarp bench shim: {} stderr ({status}):\n{}",
                         self.1,
@@ -365,10 +383,14 @@ pub fn run(o: &Options) -> io::Result<(StackResults, StackResults)> {
     for (is_shim, res) in [(false, &mut kernel), (true, &mut shim)] {
         let ip = if is_shim { net.engine } else { net.pair.addr_a };
         let label = if is_shim { "shim" } else { "kernel" };
-        eprintln!("xwarp bench shim: redis on {label} ({ip})");
-        res.redis = bench_redis(&net, o, is_shim, ip)?;
-        eprintln!("xwarp bench shim: sockperf on {label} ({ip})");
-        res.ping = Some(bench_sockperf(&net, o, is_shim, ip)?);
+        if o.redis {
+            eprintln!("xwarp bench shim: redis on {label} ({ip})");
+            res.redis = bench_redis(&net, o, is_shim, ip)?;
+        }
+        if o.sockperf {
+            eprintln!("xwarp bench shim: sockperf on {label} ({ip})");
+            res.ping = Some(bench_sockperf(&net, o, is_shim, ip)?);
+        }
     }
     Ok((kernel, shim))
 }
@@ -666,6 +688,12 @@ mod tests {
         assert_eq!(o.net, 93);
         assert_eq!(o.requests, 5000);
         assert_eq!(o.duration, Duration::from_secs(2));
+        assert!(o.redis && o.sockperf);
+        let o = parse_args(&args(&["--only", "sockperf"])).unwrap();
+        assert!(!o.redis && o.sockperf);
+        let o = parse_args(&args(&["--only", "redis"])).unwrap();
+        assert!(o.redis && !o.sockperf);
+        assert!(parse_args(&args(&["--only", "iperf"])).is_err());
         assert!(parse_args(&args(&["--net", "0"])).is_err());
         assert!(parse_args(&args(&["--requests"])).is_err());
         assert!(parse_args(&args(&["--bogus", "1"])).is_err());
