@@ -48,6 +48,12 @@ pub struct Config {
     pub connect: ConnectScope,
     /// Spin budget of blocking calls before they sleep (`XWARP_SPIN_US`).
     pub spin: Duration,
+    /// How long the idle engine thread keeps polling before it sleeps
+    /// (`XWARP_ENGINE_SPIN_US`).
+    pub engine_spin: Duration,
+    /// Spinning threads (blocking calls and the idle engine) give their core away with
+    /// `sched_yield` on every round instead of busy-spinning (`XWARP_YIELD`).
+    pub yield_spin: bool,
     /// Log level (`XWARP_LOG`: off, warn, info, debug).
     pub log: LogLevel,
     /// Exit instead of falling back to the kernel when the engine cannot start
@@ -56,6 +62,13 @@ pub struct Config {
     /// Engine MTU (`XWARP_MTU`, default 1500).
     pub mtu: usize,
 }
+
+/// Default of `XWARP_SPIN_US`.
+pub const SPIN_US_DEFAULT: u64 = 20;
+/// Default of `XWARP_ENGINE_SPIN_US` (the engine loop's own default).
+pub const ENGINE_SPIN_US_DEFAULT: u64 = 50;
+/// Default of `XWARP_YIELD`.
+pub const YIELD_DEFAULT: bool = false;
 
 fn parse_cidr<A: std::str::FromStr>(name: &str, v: &str, max: u8) -> Result<(A, u8), String> {
     let (a, p) = v
@@ -144,15 +157,25 @@ impl Config {
             Some("none") => ConnectScope::None,
             Some(v) => return Err(format!("XWARP_CONNECT={v:?}: expected subnet, all or none")),
         };
-        let spin = match get("XWARP_SPIN_US") {
-            None => Duration::from_micros(20),
-            Some(v) => Duration::from_micros(
-                v.trim()
+        let micros = |name: &str, default: u64| -> Result<Duration, String> {
+            match get(name) {
+                None => Ok(Duration::from_micros(default)),
+                Some(v) => v
+                    .trim()
                     .parse::<u64>()
                     .ok()
                     .filter(|u| *u <= 1_000_000)
-                    .ok_or_else(|| format!("XWARP_SPIN_US={v:?}: expected 0..=1000000"))?,
-            ),
+                    .map(Duration::from_micros)
+                    .ok_or_else(|| format!("{name}={v:?}: expected 0..=1000000")),
+            }
+        };
+        let spin = micros("XWARP_SPIN_US", SPIN_US_DEFAULT)?;
+        let engine_spin = micros("XWARP_ENGINE_SPIN_US", ENGINE_SPIN_US_DEFAULT)?;
+        let yield_spin = match get("XWARP_YIELD").as_deref().map(str::trim) {
+            None => YIELD_DEFAULT,
+            Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(format!("XWARP_YIELD={v:?}: expected 0 or 1")),
         };
         let log = match get("XWARP_LOG").as_deref().map(str::trim) {
             None | Some("warn") => LogLevel::Warn,
@@ -187,6 +210,8 @@ impl Config {
             ports,
             connect,
             spin,
+            engine_spin,
+            yield_spin,
             log,
             strict,
             mtu,
@@ -291,6 +316,8 @@ mod tests {
             ("XWARP_PORTS", "80, 8000-8100"),
             ("XWARP_CONNECT", "all"),
             ("XWARP_SPIN_US", "5"),
+            ("XWARP_ENGINE_SPIN_US", "0"),
+            ("XWARP_YIELD", "1"),
             ("XWARP_LOG", "debug"),
             ("XWARP_STRICT", "1"),
             ("XWARP_MTU", "1400"),
@@ -303,6 +330,8 @@ mod tests {
         assert_eq!(c.ports, Some(vec![80..=80, 8000..=8100]));
         assert_eq!(c.connect, ConnectScope::All);
         assert_eq!(c.spin, Duration::from_micros(5));
+        assert_eq!(c.engine_spin, Duration::ZERO);
+        assert!(c.yield_spin);
         assert_eq!(c.log, LogLevel::Debug);
         assert!(c.strict);
         assert_eq!(c.mtu, 1400);
@@ -320,6 +349,8 @@ mod tests {
             ("XWARP_PORTS", "0"),
             ("XWARP_CONNECT", "sometimes"),
             ("XWARP_SPIN_US", "-1"),
+            ("XWARP_ENGINE_SPIN_US", "1000001"),
+            ("XWARP_YIELD", "yes"),
             ("XWARP_LOG", "loud"),
             ("XWARP_STRICT", "yes"),
             ("XWARP_MTU", "100"),

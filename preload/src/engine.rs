@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
-use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle, SpinBudget};
 use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
 
 use crate::config::{Config, LogLevel};
@@ -94,6 +94,11 @@ fn start(cfg: &Config) -> io::Result<Running> {
     let engine = Engine::spawn(
         EngineConfig {
             name: "xwarp-engine".into(),
+            spin: if cfg.yield_spin {
+                SpinBudget::Yield(cfg.engine_spin)
+            } else {
+                SpinBudget::Duration(cfg.engine_spin)
+            },
             ..EngineConfig::default()
         },
         nic,

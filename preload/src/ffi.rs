@@ -19,7 +19,8 @@ use crate::epoll;
 use crate::fork;
 use crate::real;
 use crate::sock::{
-    self, block, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock, StreamSock,
+    self, block, block_hinted, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock,
+    StreamSock,
 };
 
 fn fail(e: c_int) -> c_int {
@@ -586,15 +587,25 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
     let timeout = st.common.opts().rcvtimeo;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && bufs.len() == 1;
     if !waitall {
-        return block(st.common.evfd, spin(), timeout, || st.read_once(bufs, peek));
+        return block_hinted(
+            st.common.evfd,
+            spin(),
+            timeout,
+            || st.read_hint(),
+            || st.read_once(bufs, peek),
+        );
     }
     let buf = &mut *bufs[0];
     let mut got = 0;
     while got < buf.len() {
         let mut rest = [&mut buf[got..]];
-        match block(st.common.evfd, spin(), timeout, || {
-            st.read_once(&mut rest, false)
-        }) {
+        match block_hinted(
+            st.common.evfd,
+            spin(),
+            timeout,
+            || st.read_hint(),
+            || st.read_once(&mut rest, false),
+        ) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if got == 0 => return Err(e),
@@ -649,7 +660,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         };
                     }
                     if now < start + spin {
-                        std::hint::spin_loop();
+                        sock::spin_pause();
                         continue;
                     }
                     // The eventfd also fires for readable data the program has not read:
@@ -1677,6 +1688,12 @@ unsafe fn poll_impl(
     let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xwa(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
     let orig: Vec<i16> = set.iter().map(|p| p.events).collect();
+    // Spin for `XWARP_SPIN_US` before sleeping (see `epoll::wait`).
+    let spin_until = crate::epoll::spin_deadline(if timeout.is_some_and(|t| t.is_zero()) {
+        0
+    } else {
+        -1
+    });
     loop {
         // Exact readiness of xwarp sockets first.
         let mut ready = 0;
@@ -1703,7 +1720,8 @@ unsafe fn poll_impl(
             }
         }
         let mut t: Option<Duration> = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if ready > 0 {
+        let spinning = spin_until.is_some_and(|u| Instant::now() < u);
+        if ready > 0 || spinning {
             t = Some(Duration::ZERO);
         } else {
             // Bound the sleep: a wakeup may have been consumed by another thread, and a
@@ -1746,6 +1764,9 @@ unsafe fn poll_impl(
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
+        }
+        if spinning {
+            sock::spin_pause();
         }
     }
 }

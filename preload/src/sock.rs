@@ -551,6 +551,18 @@ pub(crate) fn restart_after_signal() -> bool {
     true
 }
 
+/// One round of a spinning wait: `sched_yield` with `XWARP_YIELD=1` (the core goes to
+/// any other runnable thread, such as the engine or a local peer, and comes straight back
+/// when there is none), else a CPU spin hint.
+pub(crate) fn spin_pause() {
+    if crate::engine::config().is_some_and(|c| c.yield_spin) {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 /// Run `op` until it stops saying `EAGAIN`: spin for `spin`, then sleep on `fd`. A signal
 /// ends the call with `EINTR` unless it is restarted ([`restart_after_signal`]; never
 /// with a timeout, as the kernel does for `SO_RCVTIMEO`/`SO_SNDTIMEO`).
@@ -558,21 +570,42 @@ pub(crate) fn block<T>(
     fd: RawFd,
     spin: Duration,
     timeout: Option<Duration>,
+    op: impl FnMut() -> Result<T, c_int>,
+) -> Result<T, c_int> {
+    block_hinted(fd, spin, timeout, || true, op)
+}
+
+/// [`block`] with a cheap, syscall-free `hint` polled while spinning: `op` runs again
+/// only once `hint` says it may make progress (or the spin budget ran out and the call
+/// is about to sleep). `op` itself may cost syscalls (a failed read drains the eventfd).
+pub(crate) fn block_hinted<T>(
+    fd: RawFd,
+    spin: Duration,
+    timeout: Option<Duration>,
+    hint: impl Fn() -> bool,
     mut op: impl FnMut() -> Result<T, c_int>,
 ) -> Result<T, c_int> {
     let start = Instant::now();
     let deadline = timeout.map(|t| start + t);
+    let spin_end = start + spin;
     loop {
         match op() {
             Err(libc::EAGAIN) => {}
             r => return r,
         }
-        let now = Instant::now();
+        let mut now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Err(libc::EAGAIN);
         }
-        if now < start + spin {
-            std::hint::spin_loop();
+        if now < spin_end {
+            spin_pause();
+            while !hint() {
+                now = Instant::now();
+                if now >= spin_end || deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
+                spin_pause();
+            }
             continue;
         }
         match wait_readable(fd, deadline, MAX_SLEEP) {
@@ -850,6 +883,13 @@ impl StreamSock {
         ev
     }
 
+    /// Cheap check (no syscall, no copy) whether a read may make progress now: buffered
+    /// bytes, bytes in the ring, or a state change to report. For spinning readers.
+    pub(crate) fn read_hint(&self) -> bool {
+        let g = self.lock();
+        g.pos < g.plen || g.eof || g.read_shut || g.so_error.is_some() || g.stream.rx_ready()
+    }
+
     /// Bytes readable without blocking (`FIONREAD`).
     pub(crate) fn available(&self) -> usize {
         let mut g = self.lock();
@@ -1056,6 +1096,67 @@ pub(crate) mod tests {
         o.rcvbuf = Some(16384);
         assert_eq!(o.engine().recv_buffer, Some(16384));
         assert_eq!(o.engine().keepalive, Some(k));
+    }
+
+    #[test]
+    fn spinning_blocking_read_gets_bytes_through_the_hint_and_sleeps_after_the_budget() {
+        let (_a, _b, st, mut client) = connected();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !client.poll_connect().unwrap() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!st.read_hint(), "hint with nothing to read");
+        // A reader spinning for 2 s (on the hint, not on the eventfd) gets bytes written
+        // while it spins.
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = [0u8; 64];
+                let n = block_hinted(
+                    st.common.evfd,
+                    Duration::from_secs(2),
+                    Some(Duration::from_secs(5)),
+                    || st.read_hint(),
+                    || st.read_once(&mut [&mut buf[..]], false),
+                )
+                .unwrap();
+                buf[..n].to_vec()
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            client.try_write(b"ping").unwrap();
+            assert_eq!(reader.join().unwrap(), b"ping");
+        });
+        assert!(!st.read_hint(), "hint after the bytes were consumed");
+        // Past a zero spin budget the read sleeps on the descriptor and still wakes for
+        // new bytes; with nothing coming the timeout ends it with EAGAIN.
+        let t = Instant::now();
+        let mut buf = [0u8; 8];
+        let r = block_hinted(
+            st.common.evfd,
+            Duration::ZERO,
+            Some(Duration::from_millis(30)),
+            || st.read_hint(),
+            || st.read_once(&mut [&mut buf[..]], false),
+        );
+        assert_eq!(r, Err(libc::EAGAIN));
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        client.try_write(b"pong").unwrap();
+        let n = block_hinted(
+            st.common.evfd,
+            Duration::ZERO,
+            Some(Duration::from_secs(5)),
+            || st.read_hint(),
+            || st.read_once(&mut [&mut buf[..]], false),
+        )
+        .unwrap();
+        assert_eq!(&buf[..n], b"pong");
+        // End of stream shows in the hint.
+        client.shutdown_write().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !st.read_hint() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(st.read_hint(), "no hint for end of stream");
+        assert_eq!(st.read_once(&mut [&mut buf[..]], false), Ok(0));
     }
 
     #[test]

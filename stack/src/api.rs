@@ -287,6 +287,18 @@ impl Stream {
         Err(io::ErrorKind::WouldBlock.into())
     }
 
+    /// `true` if [`Stream::try_read`] would not say `WouldBlock` now: bytes in the
+    /// receive ring, end of stream, a failure or a closed connection. Lock-free and
+    /// syscall-free (for spinning readers); unlike `try_read` it registers no interest.
+    pub fn rx_ready(&self) -> bool {
+        self.rx.slots() > 0
+            || self.shared.rx_eof()
+            || self.shared.error().is_some()
+            || self.shared.phase() == Phase::Closed
+            || self.rx.is_abandoned()
+            || self.shared.engine_dropped()
+    }
+
     /// Queue bytes for sending; `WouldBlock` when the ring is full.
     pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.write_shut {
