@@ -22,7 +22,9 @@
 //! buffered bytes are out; unix end of stream → the buffered bytes go out, then
 //! `shutdown(SHUT_WR)` on the connection if the child only shut down writing (its end still
 //! exists), nothing if the child closed its end (`POLLHUP`: like the kernel, a copy closed
-//! in one process leaves the connection to the others). Connection reset or failure → the
+//! in one process leaves the connection to the others); a pair whose child end is gone
+//! (`POLLHUP`) reads nothing more from the connection, so bytes arriving after a child
+//! exited or `exec`ed stay for the parent or a sibling. Connection reset or failure → the
 //! unix end is closed. The parent shutting the connection down for writing → the child's
 //! writes fail (`SHUT_RD` on the unix end).
 
@@ -613,6 +615,15 @@ impl Pair {
             return Pumped::Done;
         };
         self.blocked = false;
+        // A child that closed its copy (exited, `exec` with `FD_CLOEXEC`) must not take
+        // bytes from the connection: they belong to whoever still reads it (the parent, a
+        // sibling served by another pair). The relay may learn of the close only after
+        // new bytes arrived (a loaded machine: the close and the bytes in one turn, this
+        // pair stepped first), and pulling them here would send them into a dead socket.
+        // `POLLHUP` before our own `SHUT_WR` means the child's end is gone.
+        if !self.a_done && !self.child_closed && !self.eng_eof && self.unix_hup() {
+            self.child_closed = true;
+        }
         for _ in 0..64 {
             let mut progress = false;
             // engine → child
@@ -1273,6 +1284,55 @@ mod tests {
         sock::retire(sock);
         let (got, eof) = engine_read(&mut client, 1, Duration::from_secs(10));
         assert!(got.is_empty() && eof, "no FIN after the last close");
+    }
+
+    #[test]
+    fn child_that_closed_its_copy_takes_no_bytes_meant_for_a_sibling() {
+        // fork + exec (FD_CLOEXEC closes the first child's copy), then a second fork whose
+        // child serves the connection. The request arrives before the relay has looked at
+        // the first pair since its child closed; the first pair is stepped first.
+        let (_a, _b, st, mut client) = connected();
+        established(&client);
+        let sock = Arc::new(Sock::Stream(st));
+        let Sock::Stream(st) = &*sock else {
+            unreachable!()
+        };
+        let (p1, c1, e1) = make_pair(st).expect("socketpair");
+        let (p2, c2, e2) = make_pair(st).expect("socketpair");
+        let mut relay = Relay::new().expect("relay");
+        for (unix, evfd) in [(p1, e1), (p2, e2)] {
+            relay.adopt(NewPair {
+                unix,
+                evfd,
+                sock: sock.clone(),
+            });
+        }
+        // SAFETY: our descriptors (the exec'd child's copy goes; the second child reads
+        // blocking, with a timeout).
+        unsafe {
+            libc::close(c1);
+            let fl = libc::fcntl(c2, libc::F_GETFL);
+            libc::fcntl(c2, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+        set_timeout(c2, 5);
+        engine_write(&mut client, 5, 100);
+        // Wait until the bytes are at the server socket (a peek leaves them there).
+        let mut peek = [0u8; 100];
+        wait_until("the request to arrive", || {
+            st.read_once(&mut [&mut peek[..]], true) == Ok(100)
+        });
+        for _ in 0..3 {
+            relay.turn();
+        }
+        let (got, eof) = unix_read(c2, 100);
+        assert!(!eof, "second child saw end of stream");
+        assert_eq!(got.len(), 100, "request lost to the closed first child");
+        assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(5, i)));
+        // The first pair is finished (its child is gone), the second still serves.
+        assert_eq!(relay.pairs.len(), 1);
+        drop(relay);
+        // SAFETY: our descriptor.
+        unsafe { libc::close(c2) };
     }
 
     #[test]
