@@ -266,16 +266,18 @@ impl Engine {
     {
         let core = match config.core {
             Some(id) => {
-                let ids = core_affinity::get_core_ids().unwrap_or_default();
-                match ids.into_iter().find(|c| c.id == id) {
-                    Some(c) => Some(c),
-                    None => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!("engine: core {id} is not available to this process"),
-                        ))
-                    }
+                // Any configured CPU. Not `core_affinity::get_core_ids`: that is the calling
+                // thread's mask, and the caller may have pinned itself elsewhere. Whether
+                // the cpuset allows the core is known when the engine thread pins itself.
+                // SAFETY: sysconf has no preconditions.
+                let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+                if n <= 0 || id >= n as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("engine: core {id} does not exist ({n} CPUs)"),
+                    ));
                 }
+                Some(core_affinity::CoreId { id })
             }
             None => None,
         };

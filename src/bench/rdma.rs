@@ -333,7 +333,7 @@ fn pin(side: usize) {
     if !PINNED.load(Ordering::Relaxed) {
         return;
     }
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let ids = process_cores();
     if ids.len() >= 2 {
         core_affinity::set_for_current(ids[side]);
     }
@@ -344,8 +344,16 @@ fn core_of(side: usize) -> Option<usize> {
     if !PINNED.load(Ordering::Relaxed) {
         return None;
     }
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let ids = process_cores();
     (ids.len() >= 2).then(|| ids[side].id)
+}
+
+/// The cores this process may use, read once by [`run`] before it pins anything:
+/// `core_affinity::get_core_ids` reports the *calling thread's* mask, so asking after the
+/// main thread pinned itself to side A would put every later thread on that one core.
+fn process_cores() -> &'static [core_affinity::CoreId] {
+    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
 /// Spin until `f` is true, `stop` is set (Ok(false)) or `WAIT` passes.
@@ -592,6 +600,7 @@ fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Re
 /// Run every measurement on a fresh veth pair (root needed).
 pub fn run(o: &Options) -> io::Result<Results> {
     PINNED.store(o.pin, Ordering::Relaxed);
+    let _ = process_cores();
     // This thread is the client of every test.
     pin(0);
     let net = VethPair::new(o.net)?;
