@@ -193,10 +193,6 @@ pub(crate) unsafe fn wait(
         return -1;
     }
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
-    // Before sleeping, spin for `XWARP_SPIN_US` polling the set without a timeout: the
-    // engine's next readiness signal is usually microseconds away (ping-pong), and a
-    // sleep costs a scheduler wakeup of this thread on top of the engine's.
-    let spin_until = spin_deadline(timeout);
     // SAFETY: caller guarantees `max` entries.
     let out = unsafe { std::slice::from_raw_parts_mut(events, max as usize) };
     loop {
@@ -240,7 +236,7 @@ pub(crate) unsafe fn wait(
                 .as_millis()
                 .min(i32::MAX as u128) as c_int,
         };
-        if n > 0 || spin_until.is_some_and(|u| Instant::now() < u) {
+        if n > 0 {
             t = 0;
         } else if poll_soon {
             // A writer waits for ring space the eventfd cannot announce: look again soon.
@@ -314,15 +310,5 @@ pub(crate) unsafe fn wait(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
         }
-        if t == 0 {
-            sock::spin_pause();
-        }
     }
-}
-
-/// Until when a wait with `timeout` (ms, `-1` forever) spins before it sleeps: `None`
-/// for a zero timeout or a zero `XWARP_SPIN_US`.
-pub(crate) fn spin_deadline(timeout: c_int) -> Option<Instant> {
-    let spin = crate::engine::config().map(|c| c.spin).unwrap_or_default();
-    (timeout != 0 && !spin.is_zero()).then(|| Instant::now() + spin)
 }

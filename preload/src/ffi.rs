@@ -1688,12 +1688,6 @@ unsafe fn poll_impl(
     let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xwa(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
     let orig: Vec<i16> = set.iter().map(|p| p.events).collect();
-    // Spin for `XWARP_SPIN_US` before sleeping (see `epoll::wait`).
-    let spin_until = crate::epoll::spin_deadline(if timeout.is_some_and(|t| t.is_zero()) {
-        0
-    } else {
-        -1
-    });
     loop {
         // Exact readiness of xwarp sockets first.
         let mut ready = 0;
@@ -1720,8 +1714,7 @@ unsafe fn poll_impl(
             }
         }
         let mut t: Option<Duration> = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let spinning = spin_until.is_some_and(|u| Instant::now() < u);
-        if ready > 0 || spinning {
+        if ready > 0 {
             t = Some(Duration::ZERO);
         } else {
             // Bound the sleep: a wakeup may have been consumed by another thread, and a
@@ -1764,9 +1757,6 @@ unsafe fn poll_impl(
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
-        }
-        if spinning {
-            sock::spin_pause();
         }
     }
 }
