@@ -121,8 +121,11 @@ pub struct Results {
     pub send_lat_us: f64,
     /// Kernel TCP bulk, 64 KiB writes.
     pub tcp_bulk_gbps: f64,
-    /// Kernel TCP ping-pong, half round trip p50.
+    /// Kernel TCP ping-pong, half round trip p50 (blocking reads: threads sleep).
     pub tcp_lat_us: f64,
+    /// Kernel TCP ping-pong with non-blocking reads polled (yielding) like the xwarp
+    /// waiters poll their memory and CQs: the like-for-like baseline for the latency ratio.
+    pub tcp_lat_poll_us: f64,
 }
 
 fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
@@ -555,17 +558,50 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<f64> {
     Ok(n as f64 * 8.0 / el.as_secs_f64() / 1e9)
 }
 
+/// `read_exact` that, with `poll`, spins on a non-blocking socket (yielding on every empty
+/// read) instead of sleeping in the kernel.
+fn read_full(s: &mut std::net::TcpStream, buf: &mut [u8], poll: bool) -> io::Result<()> {
+    if !poll {
+        return s.read_exact(buf);
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                std::thread::yield_now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Kernel TCP ping-pong of `size`-byte messages (echo verified). Half round trip p50, µs.
-fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Result<f64> {
+/// `poll`: both ends poll non-blocking sockets instead of sleeping in `read`.
+fn tcp_pingpong(
+    net: &VethPair,
+    port: u16,
+    size: usize,
+    dur: Duration,
+    poll: bool,
+) -> io::Result<f64> {
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
     let echo = std::thread::spawn(move || -> io::Result<()> {
         pin(1);
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
+        s.set_nonblocking(poll)?;
         let mut buf = vec![0u8; size];
         loop {
-            match s.read_exact(&mut buf) {
+            match read_full(&mut s, &mut buf, poll) {
                 Ok(()) => s.write_all(&buf)?,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
                 Err(e) => return Err(e),
@@ -577,6 +613,7 @@ fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Re
         .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
     c.set_nodelay(true)?;
     c.set_read_timeout(Some(WAIT))?;
+    c.set_nonblocking(poll)?;
     let mut lat = Vec::new();
     let mut back = vec![0u8; size];
     let t0 = Instant::now();
@@ -585,7 +622,7 @@ fn tcp_pingpong(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Re
         let data = vec![(i % 251) as u8; size];
         let t = Instant::now();
         c.write_all(&data)?;
-        c.read_exact(&mut back)?;
+        read_full(&mut c, &mut back, poll)?;
         lat.push(t.elapsed());
         if back != data {
             return Err(err(format!("kernel ping-pong: echo {i} differs")));
@@ -612,7 +649,8 @@ pub fn run(o: &Options) -> io::Result<Results> {
     let mut r = Results::default();
     if o.runs("tcp") {
         r.tcp_bulk_gbps = tcp_bulk(&net, 5201, o.duration)?;
-        r.tcp_lat_us = tcp_pingpong(&net, 5202, o.small, o.duration)?;
+        r.tcp_lat_us = tcp_pingpong(&net, 5202, o.small, o.duration, false)?;
+        r.tcp_lat_poll_us = tcp_pingpong(&net, 5203, o.small, o.duration, true)?;
     }
     let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
@@ -737,7 +775,10 @@ pub fn table(o: &Options, r: &Results) -> String {
          write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
          read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
          write_lat p50 (µs, 1/2)  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
-         send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n",
+         send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n\
+         write_lat vs polled TCP  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
+         (kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
+         \x20as the xwarp waiters poll)\n",
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
@@ -754,6 +795,9 @@ pub fn table(o: &Options, r: &Results) -> String {
         r.send_lat_us,
         r.tcp_lat_us,
         ratio(r.send_lat_us, r.tcp_lat_us),
+        r.write_lat_us,
+        r.tcp_lat_poll_us,
+        ratio(r.write_lat_us, r.tcp_lat_poll_us),
     )
 }
 
@@ -763,7 +807,8 @@ pub fn json(o: &Options, r: &Results) -> String {
         "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
          \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
-         \"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3}}}",
+         \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
+         \"write_lat_poll_ratio\":{:.3}}}",
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
@@ -774,8 +819,10 @@ pub fn json(o: &Options, r: &Results) -> String {
         r.send_lat_us,
         r.tcp_bulk_gbps,
         r.tcp_lat_us,
+        r.tcp_lat_poll_us,
         ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
         ratio(r.write_lat_us, r.tcp_lat_us),
+        ratio(r.write_lat_us, r.tcp_lat_poll_us),
     )
 }
 
