@@ -215,6 +215,35 @@ fn file_sha256(p: &Path) -> ([u8; 32], u64) {
     (sha256(&data), data.len() as u64)
 }
 
+/// Read `s` to end of stream: (bytes, SHA-256).
+fn read_to_end_sha256(s: &mut TcpStream) -> (u64, [u8; 32]) {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut n = 0u64;
+    loop {
+        let k = s.read(&mut buf).expect("read");
+        if k == 0 {
+            return (n, h.finalize().into());
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+}
+
+/// Write `total` bytes (whole MiB) of the `fill_body` stream `seed` to `s`; its SHA-256.
+fn write_pattern_sha256(s: &mut TcpStream, seed: u64, total: u64) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < total {
+        http_server::fill_body(seed, off, &mut buf);
+        h.update(&buf);
+        s.write_all(&buf).unwrap();
+        off += buf.len() as u64;
+    }
+    h.finalize().into()
+}
+
 /// The engine's address in /24 `net`.
 fn engine_ip(net: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 88, net, 10)
@@ -483,19 +512,8 @@ fn xwarp_to_xwarp_across_namespaces_64mib_verified() {
     let receiver = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().expect("accept");
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 256 << 10];
-        let mut n = 0u64;
-        loop {
-            let k = s.read(&mut buf).expect("read");
-            if k == 0 {
-                break;
-            }
-            h.update(&buf[..k]);
-            n += k as u64;
-        }
+        let (n, d) = read_to_end_sha256(&mut s);
         // Reply with the digest so the sender knows the receiver saw everything.
-        let d: [u8; 32] = h.finalize().into();
         s.write_all(&d).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
         n
@@ -507,23 +525,14 @@ fn xwarp_to_xwarp_across_namespaces_64mib_verified() {
     )
     .expect("connect engine to engine");
     s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
     let t0 = Instant::now();
-    let mut off = 0u64;
-    while off < total {
-        http_server::fill_body(51, off, &mut buf);
-        h.update(&buf);
-        s.write_all(&buf).unwrap();
-        off += buf.len() as u64;
-    }
+    let want = write_pattern_sha256(&mut s, 51, total);
     s.shutdown(Shutdown::Write).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut digest = Vec::new();
     s.read_to_end(&mut digest).unwrap();
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(receiver.join().expect("receiver"), total);
-    let want: [u8; 32] = h.finalize().into();
     assert_eq!(digest, want, "receiver's digest of 64 MiB");
     let _ = writeln!(
         io::stderr(),
@@ -764,20 +773,9 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
         let (mut s, _) = listener.accept().expect("accept");
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 256 << 10];
-        let mut got = 0u64;
-        loop {
-            let k = s.read(&mut buf).expect("read");
-            if k == 0 {
-                break;
-            }
-            h.update(&buf[..k]);
-            got += k as u64;
-        }
+        let (got, d) = read_to_end_sha256(&mut s);
         s.write_all(&payload(53, down)).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
-        let d: [u8; 32] = h.finalize().into();
         (got, d)
     });
     let mut s = TcpStream::connect_timeout(
@@ -788,15 +786,7 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
     .expect("connect engine to engine");
     s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0u64;
-    while off < up {
-        http_server::fill_body(52, off, &mut buf);
-        h.update(&buf);
-        s.write_all(&buf).unwrap();
-        off += buf.len() as u64;
-    }
+    let want = write_pattern_sha256(&mut s, 52, up);
     s.shutdown(Shutdown::Write).unwrap();
     let mut back = Vec::new();
     if let Err(e) = s.read_to_end(&mut back) {
@@ -827,7 +817,6 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
     }
     let (got, digest) = receiver.join().expect("receiver");
     assert_eq!(got, up, "bytes received by B");
-    let want: [u8; 32] = h.finalize().into();
     assert_eq!(digest, want, "B's digest of the upload");
     assert_eq!(back.len(), down, "bytes received by A");
     assert_eq!(sha256(&back), sha256(&payload(53, down)), "A's download");
