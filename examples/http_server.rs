@@ -23,8 +23,7 @@ mod xdp_server;
 
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
 
 use xwarp::net::{Shutdown, TcpListener, TcpStream};
 
@@ -197,38 +196,10 @@ pub fn handle(mut s: TcpStream) -> io::Result<()> {
     s.shutdown(Shutdown::Write)
 }
 
-/// Accept connections until `stop` is set or the listener fails, one thread each.
-/// Returns the number of connections accepted.
-///
-/// The accept is non-blocking with a 1 ms nap while idle: a blocking `accept` is not woken
-/// when the engine stops (reported to the stack owner; see `tests/xdp_tcp.rs`,
-/// `blocked_accept_returns_when_engine_stops`), so a blocking loop could never be ended.
-pub fn serve_until(mut listener: TcpListener, stop: &AtomicBool) -> u64 {
-    let mut accepted = 0;
-    if let Err(e) = listener.set_nonblocking(true) {
-        eprintln!("http_server: {e}");
-        return 0;
-    }
-    while !stop.load(Ordering::Acquire) {
-        match listener.accept() {
-            Ok((s, peer)) => {
-                accepted += 1;
-                std::thread::spawn(move || {
-                    if let Err(e) = handle(s) {
-                        eprintln!("http_server: {peer}: {e}");
-                    }
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(1))
-            }
-            Err(e) => {
-                eprintln!("http_server: accept: {e}");
-                break;
-            }
-        }
-    }
-    accepted
+/// Accept connections until `stop` is set or the listener fails, one thread each
+/// ([`xdp_server::accept_until`]). Returns the number of connections accepted.
+pub fn serve_until(listener: TcpListener, stop: &AtomicBool) -> u64 {
+    xdp_server::accept_until("http_server", listener, stop, handle)
 }
 
 fn main() -> ExitCode {

@@ -2,11 +2,13 @@
 //! `tcp_echo`): `--ifname IFACE --ip ADDR/PREFIX [--port PORT]`, an engine on that
 //! interface, one listener, then the example's accept loop.
 
+use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use xwarp::net::TcpListener;
+use xwarp::net::{TcpListener, TcpStream};
 use xwarp::toe::{start_xdp_engine, XdpEngineConfig};
 
 /// Parse `ADDR/PREFIX`.
@@ -67,4 +69,41 @@ pub fn run(
     eprintln!("{name}: {}", banner(addr, port, &ifname));
     serve(listener, &AtomicBool::new(false));
     ExitCode::FAILURE
+}
+
+/// Accept connections until `stop` is set or the listener fails, serving each with
+/// `handle` on a thread of its own (errors are printed with `name`). Returns the number of
+/// connections accepted. The accept is non-blocking with a 1 ms nap while idle, so the
+/// loop sees `stop` without a connection arriving.
+pub fn accept_until<R: 'static>(
+    name: &'static str,
+    mut listener: TcpListener,
+    stop: &AtomicBool,
+    handle: fn(TcpStream) -> io::Result<R>,
+) -> u64 {
+    let mut accepted = 0;
+    if let Err(e) = listener.set_nonblocking(true) {
+        eprintln!("{name}: {e}");
+        return 0;
+    }
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((s, peer)) => {
+                accepted += 1;
+                std::thread::spawn(move || {
+                    if let Err(e) = handle(s) {
+                        eprintln!("{name}: {peer}: {e}");
+                    }
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => {
+                eprintln!("{name}: accept: {e}");
+                break;
+            }
+        }
+    }
+    accepted
 }
