@@ -4,13 +4,17 @@
 //! need root and AF_XDP; without them they print `SKIPPED: <reason>` to stderr and return.
 #![cfg(target_os = "linux")]
 
+#[macro_use]
+#[path = "support/afxdp_skip.rs"]
+mod afxdp_skip;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use xwarp::poll_driver::netns::{self, VethPair};
+use xwarp::poll_driver::netns::VethPair;
 use xwarp::verbs::perftest::{parse, run_vwire, Test};
 
 fn run(test: Test, args: &[&str]) -> String {
@@ -118,36 +122,6 @@ fn verify_mode_checks_every_tool_over_a_lossy_wire() {
 
 // ---------------------------------------------------------------------------------------
 // The example binaries as two processes.
-
-/// `Some(reason)` if the two-process tests cannot run here.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("two-process perftest tests need root".into());
-    }
-    if !xwarp::poll_driver::afxdp::available() {
-        return Some("AF_XDP sockets are not available in this kernel".into());
-    }
-    if netns::ip(&["-V"]).is_err() {
-        return Some("the `ip` tool (iproute2) is missing".into());
-    }
-    None
-}
-
-macro_rules! require_root_and_afxdp {
-    () => {
-        if let Some(reason) = skip_reason() {
-            // Straight to fd 2: libtest's capture only swallows the print macros.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {reason} ({}:{})",
-                file!(),
-                line!()
-            );
-            return;
-        }
-    };
-}
 
 /// The two-process runs one at a time: each has four busy threads (two engines, two
 /// waiting ends) on a small shared machine.

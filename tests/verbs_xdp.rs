@@ -5,12 +5,15 @@
 //! AF_XDP every test prints `SKIPPED: <reason>` to stderr and returns.
 #![cfg(target_os = "linux")]
 
-use std::io::Write;
+#[macro_use]
+#[path = "support/afxdp_skip.rs"]
+mod afxdp_skip;
+
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use xwarp::poll_driver::afxdp::AfXdpNic;
-use xwarp::poll_driver::netns::{self, VethPair};
+use xwarp::poll_driver::netns::VethPair;
 use xwarp::toe::{RxChecksum, XdpEngineConfig};
 use xwarp::verbs::{
     Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
@@ -18,36 +21,6 @@ use xwarp::verbs::{
 };
 
 const T: Duration = Duration::from_secs(20);
-
-/// `Some(reason)` if these tests cannot run here.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("verbs xdp tests need root".into());
-    }
-    if !xwarp::poll_driver::afxdp::available() {
-        return Some("AF_XDP sockets are not available in this kernel".into());
-    }
-    if netns::ip(&["-V"]).is_err() {
-        return Some("the `ip` tool (iproute2) is missing".into());
-    }
-    None
-}
-
-macro_rules! require_root_and_afxdp {
-    () => {
-        if let Some(reason) = skip_reason() {
-            // Straight to fd 2: libtest's capture only swallows the print macros.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {reason} ({}:{})",
-                file!(),
-                line!()
-            );
-            return;
-        }
-    };
-}
 
 /// Two verbs engines on a veth pair: `10.88.<n>.10` on veth-a (namespace A) and
 /// `10.88.<n>.20` on veth-b (namespace B). The namespaces outlive the engines (field order).

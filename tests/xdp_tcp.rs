@@ -6,6 +6,9 @@
 //! command with a timeout, and tears everything down on drop (also on panic).
 #![cfg(target_os = "linux")]
 
+#[macro_use]
+#[path = "support/afxdp_skip.rs"]
+mod afxdp_skip;
 #[path = "../examples/http_server.rs"]
 mod http_server;
 #[path = "../examples/tcp_echo.rs"]
@@ -25,36 +28,6 @@ use sha2::{Digest, Sha256};
 use xwarp::net::{Shutdown, TcpListener, TcpStream};
 use xwarp::poll_driver::netns::{self, NetNs, VethPair};
 use xwarp::toe::{start_xdp_engine, RxChecksum, XdpEngine, XdpEngineConfig};
-
-/// `Some(reason)` if these tests cannot run here.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("xdp tests need root".into());
-    }
-    if !xwarp::poll_driver::afxdp::available() {
-        return Some("AF_XDP sockets are not available in this kernel".into());
-    }
-    if netns::ip(&["-V"]).is_err() {
-        return Some("the `ip` tool (iproute2) is missing".into());
-    }
-    None
-}
-
-macro_rules! require_root_and_afxdp {
-    () => {
-        if let Some(reason) = skip_reason() {
-            // Straight to fd 2: libtest's capture only swallows the print macros.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {reason} ({}:{})",
-                file!(),
-                line!()
-            );
-            return;
-        }
-    };
-}
 
 /// Make sure `bin` exists, installing Debian package `pkg` with apt if it does not (we are
 /// root here). Panics if it cannot be had: a missing tool is a broken CI machine.
@@ -732,15 +705,7 @@ fn rx_checksum_verify_drops_partial_checksums_from_a_veth_peer() {
 #[test]
 fn multi_buffer_jumbo_frames_both_ways_verified() {
     use xwarp::poll_driver::backend::Backend;
-    if let Some(reason) = skip_reason() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: {reason} ({}:{})",
-            file!(),
-            line!()
-        );
-        return;
-    }
+    require_root_and_afxdp!();
     ensure_tool("nc", "netcat-openbsd");
     let n = 29;
     let net = VethPair::new(n).expect("veth pair");
