@@ -21,13 +21,6 @@ use xwarp::rdmap::verbs::{Resources, SendOp, SendWr};
 use xwarp::rdmap::{QpConfig, RqConfig};
 use xwarp::verbs::{Access, CmEvent, CompletionStatus, SendRequest, Sge, Stag, WcOpcode};
 
-fn term(layer: u8, etype: u8, code: u8) -> (CmEvent, CmEvent) {
-    (
-        CmEvent::TerminateSent { layer, etype, code },
-        CmEvent::TerminateReceived { layer, etype, code },
-    )
-}
-
 /// After the error both QPs are in ERROR: new work on either side is flushed.
 fn assert_flushed_afterwards(c: &End, s: &End) {
     let m = mr(c, 64);

@@ -112,28 +112,10 @@ fn send_write_read_roundtrip() {
         victim.addr(),
     ))
     .unwrap();
-    expect_events(
-        &s.qp,
-        &[
-            CmEvent::TerminateSent {
-                layer: 1,
-                etype: 1,
-                code: 0,
-            },
-            CmEvent::Disconnected,
-        ],
-    );
-    expect_events(
-        &c.qp,
-        &[
-            CmEvent::TerminateReceived {
-                layer: 1,
-                etype: 1,
-                code: 0,
-            },
-            CmEvent::Disconnected,
-        ],
-    );
+    // DDP layer, tagged buffer error, invalid STag.
+    let (sent, received) = term(1, 1, 0);
+    expect_events(&s.qp, &[sent, CmEvent::Disconnected]);
+    expect_events(&c.qp, &[received, CmEvent::Disconnected]);
 }
 
 /// Local Invalidate: a region invalidated locally refuses a remote Write (Terminate);
@@ -177,14 +159,7 @@ fn local_invalidate_revokes_remote_access() {
         dst.addr(),
     ))
     .unwrap();
-    expect_events(
-        &s.qp,
-        &[CmEvent::TerminateSent {
-            layer: 1,
-            etype: 1,
-            code: 0,
-        }],
-    );
+    expect_events(&s.qp, &[term(1, 1, 0).0]);
 }
 
 /// Unsignaled work produces no completion; a fenced Send waits for the Read before it.

@@ -8,19 +8,18 @@
 #[macro_use]
 #[path = "support/afxdp_skip.rs"]
 mod afxdp_skip;
+mod verbs_common;
+
+use verbs_common::{end, expect_events, mr, pattern, term, wc, End, T};
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
 use xwarp::poll_driver::afxdp::AfXdpNic;
 use xwarp::poll_driver::netns::VethPair;
 use xwarp::toe::{RxChecksum, XdpEngineConfig};
 use xwarp::verbs::{
-    Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
-    ProtectionDomain, QpInitAttr, QueuePair, SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+    Access, CmEvent, CompletionStatus, ConnectParams, Context, SendOpcode, SendRequest, WcOpcode,
 };
-
-const T: Duration = Duration::from_secs(20);
 
 /// Two verbs engines on a veth pair: `10.88.<n>.10` on veth-a (namespace A) and
 /// `10.88.<n>.20` on veth-b (namespace B). The namespaces outlive the engines (field order).
@@ -52,30 +51,13 @@ fn net(n: u8) -> Net {
     }
 }
 
-/// One end: PD, CQs, QP.
-struct End {
-    pd: ProtectionDomain,
-    scq: CompletionQueue,
-    rcq: CompletionQueue,
-    qp: QueuePair,
-}
-
-fn end(ctx: &Context<AfXdpNic>) -> End {
-    let dev = ctx.device();
-    let pd = dev.alloc_pd();
-    let scq = dev.create_cq(256).unwrap();
-    let rcq = dev.create_cq(256).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(&scq, &rcq)).unwrap();
-    End { pd, scq, rcq, qp }
-}
-
 /// Connect a client on engine A to a server on engine B (port `port`), private data
 /// checked both ways; returns (client, server) once both saw Established.
 fn connect(net: &Net, port: u16) -> (End, End) {
     let addr = SocketAddr::from((net.b_ip, port));
     let listener = net.b.device().listen(addr, 8).unwrap();
-    let client = end(&net.a);
-    let server = end(&net.b);
+    let client = end(&net.a, |_| {});
+    let server = end(&net.b, |_| {});
     client
         .qp
         .connect(
@@ -100,15 +82,6 @@ fn connect(net: &Net, port: u16) -> (End, End) {
     (client, server)
 }
 
-fn mr(e: &End, len: usize) -> MemoryRegion {
-    e.pd.alloc_mr(
-        len,
-        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
-        false,
-    )
-    .unwrap()
-}
-
 /// Wait until `e`'s engine applied every work request posted so far (a synchronous
 /// registration queues behind them). A receive posted just before the peer sends can
 /// otherwise still sit in the command queue when the engine hands the arriving Send to
@@ -116,27 +89,6 @@ fn mr(e: &End, len: usize) -> MemoryRegion {
 /// only at the start of an engine iteration): DDP Terminate "no buffer".
 fn applied(e: &End) {
     drop(e.pd.alloc_mr(64, Access::LOCAL_WRITE, false).unwrap());
-}
-
-fn wc(cq: &CompletionQueue) -> WorkCompletion {
-    cq.next(T).expect("completion")
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
-
-/// Read CM events until every one of `want` was seen (in any order).
-fn expect_events(qp: &QueuePair, want: &[CmEvent]) {
-    let mut seen = Vec::new();
-    while !want.iter().all(|w| seen.contains(w)) {
-        match qp.next_event(T) {
-            Ok(e) => seen.push(e),
-            Err(err) => panic!("waiting for {want:?}: {err}; seen {seen:?}"),
-        }
-    }
 }
 
 /// Send (two SGEs, 100 KB, many segments), Send with Solicited Event, Send with
@@ -216,28 +168,10 @@ fn xdp_send_send_se_send_inv() {
         victim.addr(),
     ))
     .unwrap();
-    expect_events(
-        &s.qp,
-        &[
-            CmEvent::TerminateSent {
-                layer: 1,
-                etype: 1,
-                code: 0,
-            },
-            CmEvent::Disconnected,
-        ],
-    );
-    expect_events(
-        &c.qp,
-        &[
-            CmEvent::TerminateReceived {
-                layer: 1,
-                etype: 1,
-                code: 0,
-            },
-            CmEvent::Disconnected,
-        ],
-    );
+    // DDP layer, tagged buffer error, invalid STag.
+    let (sent, received) = term(1, 1, 0);
+    expect_events(&s.qp, &[sent, CmEvent::Disconnected]);
+    expect_events(&c.qp, &[received, CmEvent::Disconnected]);
     assert_eq!(victim.to_vec(0, 16).unwrap(), vec![0u8; 16]);
 }
 
@@ -338,22 +272,9 @@ fn xdp_local_invalidate() {
         dst.addr(),
     ))
     .unwrap();
-    expect_events(
-        &s.qp,
-        &[CmEvent::TerminateSent {
-            layer: 1,
-            etype: 1,
-            code: 0,
-        }],
-    );
-    expect_events(
-        &c.qp,
-        &[CmEvent::TerminateReceived {
-            layer: 1,
-            etype: 1,
-            code: 0,
-        }],
-    );
+    let (sent, received) = term(1, 1, 0);
+    expect_events(&s.qp, &[sent]);
+    expect_events(&c.qp, &[received]);
     assert_eq!(dst.to_vec(0, 6).unwrap(), b"before");
 }
 

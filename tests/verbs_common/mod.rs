@@ -1,10 +1,12 @@
-//! Shared setup of the verbs tests: two engines on a virtual wire and connected QPs.
+//! Shared setup of the verbs tests: ends (PD, CQs, QP) on any engine, two engines on a
+//! virtual wire and connected QPs, completion and CM-event helpers.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use xwarp::net::PairConfig;
+use xwarp::poll_driver::backend::Backend;
 use xwarp::poll_driver::vwire::{VirtualNic, WireConfig};
 use xwarp::verbs::{
     vwire_pair, Access, CmEvent, CompletionQueue, ConnectParams, Context, MemoryRegion,
@@ -33,7 +35,10 @@ pub fn server_addr(port: u16) -> SocketAddr {
     SocketAddr::from(([10, 77, 0, 2], port))
 }
 
-pub fn end(ctx: &Context<VirtualNic>, tweak: impl FnOnce(&mut QpInitAttr<'_>)) -> End {
+pub fn end<B: Backend + Send + 'static>(
+    ctx: &Context<B>,
+    tweak: impl FnOnce(&mut QpInitAttr<'_>),
+) -> End {
     let dev = ctx.device();
     let pd = dev.alloc_pd();
     let scq = dev.create_cq(256).unwrap();
@@ -135,4 +140,12 @@ pub fn expect_events(qp: &QueuePair, want: &[CmEvent]) -> Vec<CmEvent> {
         }
     }
     seen
+}
+
+/// The Terminate events of one error, as (the sender's, the receiver's).
+pub fn term(layer: u8, etype: u8, code: u8) -> (CmEvent, CmEvent) {
+    (
+        CmEvent::TerminateSent { layer, etype, code },
+        CmEvent::TerminateReceived { layer, etype, code },
+    )
 }
