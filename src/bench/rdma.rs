@@ -737,8 +737,7 @@ pub fn run(o: &Options) -> io::Result<Results> {
 /// busy-spin, a yielding engine would lose a whole scheduler slice per yield; sleeping at
 /// once, `--spin-us 0`, is the better choice there.)
 fn engine_spin(o: &Options) -> SpinBudget {
-    o.spin
-        .unwrap_or(SpinBudget::Yield(Duration::from_micros(50)))
+    o.spin.unwrap_or(SpinBudget::SHARED_CORES)
 }
 
 fn spin_name(o: &Options) -> String {

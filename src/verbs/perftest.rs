@@ -874,13 +874,10 @@ fn client_silent(heard: Instant) -> Result<(), String> {
     Ok(())
 }
 
-/// Idle policy of the engines the tools start: stay awake 50 µs after the last work but
-/// give the core away on every idle round. Both ends of `--vwire`/`--veth` share the
-/// machine's cores with the waiting application threads: an engine that busy-spins keeps
-/// the thread it just served off the core (measured with `xwarp bench rdma`: busy-spin
-/// 50 µs gave 135 µs half round trips on 2 cores, yielding 16 µs).
+/// Idle policy of the engines the tools start: both ends of `--vwire`/`--veth` share
+/// the machine's cores with the waiting application threads (which yield, see [`Spin`]).
 const ENGINE_SPIN: xwarp_poll_driver::engine::SpinBudget =
-    xwarp_poll_driver::engine::SpinBudget::Yield(Duration::from_micros(50));
+    xwarp_poll_driver::engine::SpinBudget::SHARED_CORES;
 
 /// A waiting application thread: yield on every idle round, so an engine woken on the same
 /// core runs at once (a busy-spinning waiter next to a yielding engine costs it a whole
