@@ -38,6 +38,11 @@ SEND_FPDU_LEN = 40
 #: (iwarp-wire.md §4.6: layer/etype nibbles swapped vs RFC 5040's `20 02 00 00`).
 SIW_TERM_CTRL_LLP_CRC = bytes([0x02, 0x02, 0x00, 0x00])
 RFC_TERM_CTRL_LLP_CRC = bytes([0x20, 0x02, 0x00, 0x00])
+#: Peer exit code: every check passed up to the corrupted Send, then siw closed the
+#: connection before a whole Terminate arrived. Seen once in about ten runs (a siw race between
+#: sending the Terminate and rping's disconnect after the error, interop/README.md): the
+#: case then runs once more, loudly, and that run must pass every check.
+CLOSED_WITHOUT_TERMINATE = 3
 
 
 def read_fpdu(sock: socket.socket) -> bytes:
@@ -93,7 +98,8 @@ def peer(accept_timeout: float) -> int:
             term = read_fpdu(conn)
         except (EOFError, socket.timeout, ConnectionResetError) as e:
             c.check("siw answers a CRC error with a Terminate", False, f"{type(e).__name__}: {e}")
-            return 1
+            return CLOSED_WITHOUT_TERMINATE if isinstance(e, EOFError) and c.failed == [
+                "siw answers a CRC error with a Terminate"] else 1
         print(f"  [host] siw's answer: {term.hex(' ')}", flush=True)
         ulpdu_len, ddp_ctrl, rdmap_ctrl = struct.unpack(">HBB", term[0:4])
         qn, msn, mo = struct.unpack(">III", term[8:20])
@@ -142,18 +148,9 @@ def capture_checks(c: Checks, pcap: Path) -> None:
     check_no_malformed(c, pcap, allow_errors=f"tcp.srcport == {RPING_PORT}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--accept-timeout", type=float, default=120.0, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
-                    help="directory for the pcap and the console log")
-    ap.add_argument("--timeout", type=float, default=150.0, help="bound for the whole case (s)")
-    a = ap.parse_args()
-    if a.peer:
-        return peer(a.accept_timeout)
-
-    out, t0, c = case_start(a)
+def run_once(a, out: Path) -> tuple[Checks, int | None]:
+    """Boot the guest, run its rping client against the host responder, check the capture."""
+    c = Checks("case")
     pcap = out / f"{NAME}.pcap"
     guest_cmd = (f"rping -c -a {vm.HOST_IP} -C 1 -S {RPING_SIZE} -v; "
                  "echo \"rping client exit $?\"")
@@ -174,6 +171,27 @@ def main() -> int:
             f"rc={res.rc} total {res.total_s:.1f} s")
     c.eq("host responder checks", peer_rc, 0)
     capture_checks(c, pcap)
+    return c, peer_rc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--accept-timeout", type=float, default=120.0, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
+                    help="directory for the pcap and the console log")
+    ap.add_argument("--timeout", type=float, default=150.0, help="bound for the whole case (s)")
+    a = ap.parse_args()
+    if a.peer:
+        return peer(a.accept_timeout)
+
+    out, t0, _ = case_start(a)
+    for attempt in (1, 2):
+        c, peer_rc = run_once(a, out)
+        if peer_rc != CLOSED_WITHOUT_TERMINATE or attempt == 2:
+            break
+        print(f"RETRY {NAME}: siw closed the connection without its CRC Terminate (a siw race, "
+              "interop/README.md); running the case once more", flush=True)
     return case_verdict(c, NAME, t0)
 
 
