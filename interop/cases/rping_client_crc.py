@@ -39,7 +39,7 @@ SEND_FPDU_LEN = 40
 SIW_TERM_CTRL_LLP_CRC = bytes([0x02, 0x02, 0x00, 0x00])
 RFC_TERM_CTRL_LLP_CRC = bytes([0x20, 0x02, 0x00, 0x00])
 #: Peer exit code: every check passed up to the corrupted Send, then siw closed the
-#: connection before a whole Terminate arrived. Seen once in about ten runs (a siw race between
+#: connection before a whole Terminate arrived. Seen twice in about ten runs (a siw race between
 #: sending the Terminate and rping's disconnect after the error, interop/README.md): the
 #: case then runs once more, loudly, and that run must pass every check.
 CLOSED_WITHOUT_TERMINATE = 3
