@@ -66,7 +66,8 @@ impl StackHandle {
         &self.config
     }
 
-    /// Counters published by the engine after each poll.
+    /// Counters published by the engine after each poll; `accepted` is published before
+    /// the connection reaches the accept queue, so it already counts every accepted stream.
     pub fn stats(&self) -> StackStats {
         self.stats.load()
     }

@@ -761,6 +761,9 @@ impl TcpService {
             rx: rx_cons,
             tx: tx_prod,
         };
+        // Publish before handing the connection over, so a thread that has accepted it
+        // already sees it counted in `accepted` (tests and monitoring rely on that).
+        self.stats.inner.store(&self.counters);
         let delivered = match self.listeners.get(&listener) {
             Some(l) if l.accept.send(conn).is_ok() => {
                 l.shared.notify_accept();
