@@ -9,12 +9,19 @@
 //! count) and three identical copies (three duplicate ACKs: smoltcp fast-retransmits the
 //! first unacknowledged segment). Nothing extra goes on the wire; the effect is a
 //! retransmission timeout floor of `rto_floor` instead of 1 s (Linux: 200 ms).
+//!
+//! The replayed copies get a fresh checksum, so a template must first pass the checksums
+//! smoltcp itself verifies: otherwise a bit flipped on the wire in the ACK number would be
+//! laundered into a valid ACK for data the peer never received, smoltcp would drop those
+//! bytes from its send buffer and the connection would wait forever for the hole to be
+//! filled (seen in tests/net_lossy.rs: the sender's SND.UNA 8192 bytes (bit 13) past the
+//! receiver's RCV.NXT, every retransmission and ACK then ignored as out of range).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
-use smoltcp::phy::{Device, DeviceCapabilities, RxToken};
+use smoltcp::phy::{ChecksumCapabilities, Device, DeviceCapabilities, RxToken};
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
 };
@@ -79,6 +86,9 @@ pub(crate) struct AckWatch {
     pub(crate) full_ports: Vec<u16>,
     /// SYNs dropped that way.
     pub(crate) syn_drops: u64,
+    /// The checksums smoltcp verifies on received frames (the device's capabilities; the
+    /// default verifies all): a pure ACK becomes a template only if it passes them too.
+    pub(crate) checksums: ChecksumCapabilities,
 }
 
 struct Parsed {
@@ -107,6 +117,29 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
         window: tcp.window_len(),
         pure_ack: tcp.payload().is_empty() && !tcp.fin(),
     })
+}
+
+/// `true` if the IPv4 and TCP checksums of `frame` (an IPv4 TCP frame) are correct, as far as
+/// `caps` has smoltcp verify them on receive (RFC 9293 §3.1: a segment with a bad checksum
+/// is discarded; a device with checksum offload has verified them already).
+fn checksums_valid(frame: &[u8], caps: &ChecksumCapabilities) -> bool {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return false;
+    };
+    if caps.ipv4.rx() && !ip.verify_checksum() {
+        return false;
+    }
+    if !caps.tcp.rx() {
+        return true;
+    }
+    let (src, dst) = (
+        IpAddress::Ipv4(ip.src_addr()),
+        IpAddress::Ipv4(ip.dst_addr()),
+    );
+    TcpPacket::new_checked(ip.payload()).is_ok_and(|t| t.verify_checksum(&src, &dst))
 }
 
 /// `true` if `frame` is a TCP SYN (without ACK), over IPv4 or IPv6, to one of `ports`.
@@ -150,6 +183,14 @@ impl AckWatch {
             if k == key && ack == p.ack && (!p.pure_ack || template_ack == seen) {
                 return;
             }
+        }
+        // A pure ACK may become the template whose copies are replayed with a fresh
+        // checksum: one that smoltcp would discard must be ignored here too (headers only,
+        // so cheap). Data frames are not verified (that would checksum every payload
+        // twice); a corrupted one can at worst fake ACK progress and postpone a rescue by
+        // one `floor`, as it never becomes a template.
+        if p.pure_ack && !checksums_valid(frame, &self.checksums) {
+            return;
         }
         match self.flows.get_mut(&key) {
             Some(f) => {
@@ -412,6 +453,86 @@ mod tests {
         buf
     }
 
+    /// Recompute the IPv4 and TCP checksums of a frame built by [`ack_frame`].
+    fn refill_checksums(frame: &mut [u8]) {
+        let mut eth = EthernetFrame::new_checked(frame).unwrap();
+        let mut ip = Ipv4Packet::new_checked(eth.payload_mut()).unwrap();
+        ip.fill_checksum();
+        let (src, dst) = (
+            IpAddress::Ipv4(ip.src_addr()),
+            IpAddress::Ipv4(ip.dst_addr()),
+        );
+        TcpPacket::new_checked(ip.payload_mut())
+            .unwrap()
+            .fill_checksum(&src, &dst);
+    }
+
+    /// The regression of the stall in tests/net_lossy.rs: a pure ACK whose ACK number had
+    /// bit 13 flipped on the wire became the template, its replay carried a fresh checksum,
+    /// and smoltcp took it as an acknowledgement of 8192 bytes the peer never received.
+    /// Every single-bit flip in the IPv4 and TCP headers of a pure ACK must leave the
+    /// template (and the set of flows) untouched.
+    #[test]
+    fn rfc9293_segment_with_bad_checksum_never_becomes_a_replayed_ack() {
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        let genuine = ack_frame(1000, 500, &[]);
+        let newer = ack_frame(1000 + 1460, 500, &[]);
+        let expect = nudge_window(&genuine).unwrap();
+        let mut accepted_changes = 0;
+        for bit in 14 * 8..newer.len() * 8 {
+            let mut bad = newer.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let t0 = Instant::now();
+            let mut w = AckWatch::default();
+            w.observe(&genuine, t0);
+            w.observe(&bad, t0);
+            assert_eq!(w.flows.len(), 1, "bit {bit}: a corrupted frame made a flow");
+            let mut out = VecDeque::new();
+            assert!(w.rescue(&key, t0 + floor, floor, &mut out), "bit {bit}");
+            assert_eq!(out.len(), 4);
+            for f in &out {
+                if f != &expect {
+                    accepted_changes += 1;
+                }
+            }
+        }
+        assert_eq!(accepted_changes, 0, "corrupted templates were replayed");
+        // The same ACK intact does become the template.
+        let t0 = Instant::now();
+        let mut w = AckWatch::default();
+        w.observe(&genuine, t0);
+        w.observe(&newer, t0);
+        let mut out = VecDeque::new();
+        assert!(w.rescue(&key, t0 + floor, floor, &mut out));
+        assert_eq!(out[0], nudge_window(&newer).unwrap());
+    }
+
+    #[test]
+    fn offloaded_checksums_are_not_required_of_templates() {
+        // A device that verified checksums itself (smoltcp told not to): a frame whose
+        // checksum fields are not filled in is still a template, and the replay carries a
+        // correct TCP checksum.
+        let mut frame = ack_frame(1000, 500, &[]);
+        frame[14 + 20 + 16] = 0;
+        frame[14 + 20 + 17] = 0;
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        let t0 = Instant::now();
+        let mut strict = AckWatch::default();
+        strict.observe(&frame, t0);
+        let mut out = VecDeque::new();
+        assert!(!strict.rescue(&key, t0 + floor, floor, &mut out));
+        let mut w = AckWatch {
+            checksums: ChecksumCapabilities::ignored(),
+            ..AckWatch::default()
+        };
+        w.observe(&frame, t0);
+        assert!(w.rescue(&key, t0 + floor, floor, &mut out));
+        assert_eq!(out.len(), 4);
+        assert!(checksums_valid(&out[0], &ChecksumCapabilities::default()));
+    }
+
     #[test]
     fn only_a_bare_syn_to_a_full_port_is_recognised() {
         let mut syn = ack_frame(0, 500, &[]);
@@ -494,7 +615,9 @@ mod tests {
         w.observe(&ack_frame(1500, 700, &[]), t0 + floor);
         let mut other = ack_frame(9000, 100, &[]);
         other[14 + 20 + 1] ^= 1; // another source port
+        refill_checksums(&mut other);
         w.observe(&other, t0 + floor);
+        assert_eq!(w.flows.len(), 2);
         w.observe(&ack_frame(1500, 700, &[]), t0 + floor);
         assert!(w.rescue(&key, t0 + 3 * floor, floor, &mut out));
         check(&out[0], 1500, 699);

@@ -1104,6 +1104,8 @@ impl<B: Backend> Service<B> for TcpService {
                     inner: &mut *backend,
                     max_frame,
                 };
+                // Rescue templates must pass the checksums smoltcp verifies (rescue.rs).
+                self.watch.checksums = smoltcp::phy::Device::capabilities(&dev).checksum;
                 self.make_iface(&mut dev, now)
             }
         };
