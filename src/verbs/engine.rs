@@ -19,13 +19,15 @@ use xwarp_rdmap::verbs::{
     Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, Sge, SrqId,
     WcOpcode as RWcOpcode,
 };
+use xwarp_rdmap::wire::{RdmapErrorCode, RdmapEtype, TerminateCause};
 use xwarp_rdmap::{Access, MemError, PdId, QpConfig, Stag};
 use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
 use xwarp_stack::{Readiness, SocketError};
 
 use super::mem::{EngineRegion, RawBuf};
 use super::{
-    CmEvent, ConnectParams, CqShared, MpaAttr, SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+    CmEvent, ConnectParams, CqShared, MpaAttr, QpAttr, QpModify, QpState, SendOpcode, SendRequest,
+    WcOpcode, WorkCompletion,
 };
 
 /// Most raw bytes kept while a Request is pending (MPA header + 512 private data).
@@ -93,6 +95,15 @@ pub(crate) enum Cmd {
     Disconnect {
         qpn: u32,
     },
+    QueryQp {
+        qpn: u32,
+        reply: Sender<Option<QpAttr>>,
+    },
+    ModifyQp {
+        qpn: u32,
+        m: QpModify,
+        reply: Sender<Result<(), String>>,
+    },
     Listen {
         token: u64,
         addr: SocketAddr,
@@ -145,9 +156,39 @@ struct QpSlot {
     destroyed: bool,
     finished: bool,
     disconnect_requested: bool,
+    /// The connection failed (error, Terminate, modify to ERROR): it ends in ERROR, not IDLE.
+    errored: bool,
+    /// Send work behind a Local Invalidate that waits for the send queue (see
+    /// [`VerbsHost::pump_held`]).
+    held: std::collections::VecDeque<Early>,
+    /// Local and peer TCP addresses once connected.
+    addrs: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl QpSlot {
+    /// The verbs state, derived from the connection and its QP.
+    fn state(&self) -> QpState {
+        use xwarp_rdmap::QpState as Q;
+        match &self.conn {
+            Some(c) if c.is_closed() => {
+                match (self.disconnect_requested && !self.errored, self.finished) {
+                    (true, true) => QpState::Idle,
+                    (true, false) => QpState::Closing,
+                    (false, _) => QpState::Error,
+                }
+            }
+            Some(c) => match c.qp().map(|q| q.state()) {
+                None | Some(Q::Idle) => QpState::Idle,
+                Some(Q::Rts) => QpState::Rts,
+                Some(Q::Closing) => QpState::Closing,
+                Some(Q::Terminate) => QpState::Terminate,
+                Some(Q::Error) => QpState::Error,
+            },
+            None if self.finished || self.errored => QpState::Error,
+            None => QpState::Idle,
+        }
+    }
+
     fn event(&self, e: CmEvent) {
         let _ = self.events.send(e);
         self.ready.signal();
@@ -196,6 +237,15 @@ impl QpSlot {
             self.send_completion(&c, op);
         }
         for e in evs {
+            if matches!(
+                e,
+                ConnEvent::Error(_)
+                    | ConnEvent::Rejected { .. }
+                    | ConnEvent::TerminateReceived(_)
+                    | ConnEvent::TerminateSent(_)
+            ) {
+                self.errored = true;
+            }
             let out = match e {
                 ConnEvent::ConnectRequest(_) => None,
                 ConnEvent::Established(n) => {
@@ -283,6 +333,7 @@ enum Owner {
     /// Accepted; the MPA Request is being read or waits for the ULP's answer.
     Pending {
         token: u64,
+        local: SocketAddr,
         peer: SocketAddr,
         probe: Connection,
         raw: Vec<u8>,
@@ -373,13 +424,80 @@ impl VerbsHost {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let Some(conn) = slot.conn.as_mut() else {
+        if slot.conn.is_none() {
+            slot.early.push(e);
             if slot.finished {
-                slot.early.push(e);
                 slot.flush_early();
-            } else {
-                slot.early.push(e);
             }
+            return;
+        }
+        // A Local Invalidate, and send work behind one, wait in order (see `pump_held`).
+        let hold = match &e {
+            Early::LocalInv { .. } => true,
+            Early::Send(_) => !slot.held.is_empty(),
+            Early::Recv(_) => false,
+        };
+        if hold {
+            slot.held.push_back(e);
+            self.pump_held(qpn);
+        } else {
+            self.post_now(qpn, e);
+        }
+    }
+
+    /// Local Invalidate ordering: a Local Invalidate takes effect only once every earlier
+    /// send work request of the QP completed (the QP's send side is drained: nothing
+    /// queued or being sent, no Read outstanding), so an earlier Send/Write has read its
+    /// source and an earlier Read has placed its data before the STag dies; send work
+    /// posted after it waits behind it, so a later WR using the STag sees it invalid. In
+    /// ERROR, TERMINATE, CLOSING or after the connection died it is flushed instead.
+    fn pump_held(&mut self, qpn: u32) {
+        use xwarp_rdmap::QpState as Q;
+        let mut moved = false;
+        loop {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            let Some(front) = slot.held.front() else {
+                break;
+            };
+            if matches!(front, Early::LocalInv { .. }) {
+                let Some(conn) = slot.conn.as_ref() else {
+                    return;
+                };
+                let ready = conn.is_closed()
+                    || match conn.qp() {
+                        None => false,
+                        Some(q) => q.state() != Q::Rts || q.is_drained(),
+                    };
+                if !ready {
+                    return;
+                }
+                // Earlier completions first.
+                slot.drain();
+            }
+            if let Some(e) = slot.held.pop_front() {
+                moved = true;
+                self.post_now(qpn, e);
+            }
+        }
+        // A disconnect waits for the held work to reach the QP (graceful: it drains).
+        if let Some(slot) = self.qps.get_mut(&qpn) {
+            if moved && slot.disconnect_requested {
+                if let Some(c) = slot.conn.as_mut() {
+                    c.close();
+                    slot.drain();
+                }
+            }
+        }
+    }
+
+    /// Hand one work request to the connection (which exists).
+    fn post_now(&mut self, qpn: u32, e: Early) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(conn) = slot.conn.as_mut() else {
             return;
         };
         match e {
@@ -416,7 +534,10 @@ impl VerbsHost {
                 stag,
                 signaled,
             } => {
-                let ok = if conn.is_closed() {
+                let live = conn
+                    .qp()
+                    .is_some_and(|q| q.state() == xwarp_rdmap::QpState::Rts);
+                let ok = if conn.is_closed() || !live {
                     None
                 } else {
                     Some(self.res.stags.invalidate(stag, slot.qp.pd).is_ok())
@@ -646,6 +767,9 @@ impl VerbsHost {
                         destroyed: false,
                         finished: false,
                         disconnect_requested: false,
+                        errored: false,
+                        held: std::collections::VecDeque::new(),
+                        addrs: None,
                     },
                 );
             }
@@ -661,18 +785,16 @@ impl VerbsHost {
             }
             Cmd::PostSend { qpn, wr } => self.post_send(qpn, wr),
             Cmd::PostRecv { qpn, wr } => self.post_to_conn(qpn, Early::Recv(wr)),
-            Cmd::Disconnect { qpn } => {
-                if let Some(slot) = self.qps.get_mut(&qpn) {
-                    slot.disconnect_requested = true;
-                    match slot.conn.as_mut() {
-                        Some(c) => {
-                            c.close();
-                            slot.drain();
-                        }
-                        None if slot.conn_id.is_some() => slot.abort = true,
-                        None => {}
-                    }
-                }
+            Cmd::Disconnect { qpn } => self.disconnect(qpn),
+            Cmd::QueryQp { qpn, reply } => {
+                let _ = reply.send(self.qps.get(&qpn).map(|s| {
+                    let neg = s.conn.as_ref().and_then(|c| c.negotiated());
+                    let inline = s.inline.map_or(0, |i| i.1);
+                    QpAttr::build(s.qpn, s.state(), &s.qp, &s.mpa, neg, inline, s.addrs)
+                }));
+            }
+            Cmd::ModifyQp { qpn, m, reply } => {
+                let _ = reply.send(self.modify_qp(qpn, &m));
             }
             Cmd::Accept {
                 conn,
@@ -689,9 +811,101 @@ impl VerbsHost {
         }
     }
 
+    /// Graceful disconnect (also modify to CLOSING).
+    fn disconnect(&mut self, qpn: u32) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        slot.disconnect_requested = true;
+        if !slot.held.is_empty() {
+            return; // `pump_held` closes once the held work reached the QP
+        }
+        match slot.conn.as_mut() {
+            Some(c) => {
+                c.close();
+                slot.drain();
+            }
+            None if slot.conn_id.is_some() => slot.abort = true,
+            None => {}
+        }
+    }
+
+    /// `QueuePair::modify`: check (`super::check_modify`), then apply.
+    fn modify_qp(&mut self, qpn: u32, m: &QpModify) -> Result<(), String> {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return Err("QP not found".into());
+        };
+        let cur = slot.state();
+        super::check_modify(cur, slot.conn_id.is_some() || slot.finished, m)?;
+        if let Some(n) = m.max_inline_data {
+            if !slot.early.is_empty() {
+                return Err("max_inline_data cannot change while work is queued".into());
+            }
+            let len = n
+                .checked_mul(slot.qp.sq_depth)
+                .ok_or("max_inline_data too large")?;
+            let new = if n > 0 {
+                let r = self.res.stags.register(
+                    slot.qp.pd,
+                    Access::LOCAL_WRITE,
+                    0,
+                    Box::new(vec![0u8; len]),
+                );
+                Some((r.map_err(|e| format!("inline buffer: {e:?}"))?, n, 0))
+            } else {
+                None
+            };
+            if let Some((old, _, _)) = std::mem::replace(&mut slot.inline, new) {
+                let _ = self.res.stags.deregister(old);
+            }
+        }
+        slot.qp.ird = m.ird.unwrap_or(slot.qp.ird);
+        slot.qp.ord = m.ord.unwrap_or(slot.qp.ord);
+        slot.mpa.crc = m.crc.unwrap_or(slot.mpa.crc);
+        slot.mpa.markers = m.markers.unwrap_or(slot.mpa.markers);
+        match m.state {
+            Some(to) if to == cur => {}
+            Some(QpState::Closing) => self.disconnect(qpn),
+            Some(QpState::Terminate) => {
+                slot.errored = true;
+                if let Some(q) = slot.conn.as_mut().and_then(|c| c.qp_mut()) {
+                    q.terminate(TerminateCause::Rdmap(
+                        RdmapEtype::LocalCatastrophic,
+                        RdmapErrorCode::Unspecified,
+                    ));
+                }
+            }
+            Some(QpState::Error) => {
+                // Abortive (siw: flush SQ and RQ, drop the connection): flush here, reset
+                // TCP; `on_closed` reports Disconnected.
+                slot.errored = true;
+                if let Some(c) = slot.conn.as_mut() {
+                    match c.qp_mut() {
+                        Some(q) => q.modify_to_error(),
+                        None => c.close(),
+                    }
+                }
+                slot.drain();
+                slot.flush_early();
+                if slot.conn_id.is_some() && !slot.finished {
+                    slot.abort = true;
+                } else {
+                    slot.finished = true;
+                }
+                self.pump_held(qpn);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn accept(&mut self, conn_id: ProtoConnId, qpn: u32, private_data: Vec<u8>, now: Instant) {
         let Some(Owner::Pending {
-            raw, probe, peer, ..
+            raw,
+            probe,
+            local,
+            peer,
+            ..
         }) = self.owners.remove(&conn_id)
         else {
             if let Some(slot) = self.qps.get(&qpn) {
@@ -699,12 +913,21 @@ impl VerbsHost {
             }
             return;
         };
-        let Some(slot) = self.qps.get(&qpn) else {
-            // The accepting QP is gone: drop the connection.
+        let slot = match self.qps.get(&qpn) {
+            Some(s) if s.conn_id.is_none() && !s.finished => Some(s),
+            Some(s) => {
+                s.event(CmEvent::ConnectError("QP already used".into()));
+                None
+            }
+            None => None,
+        };
+        let Some(slot) = slot else {
+            // The accepting QP is gone or used: drop the connection.
             self.owners.insert(
                 conn_id,
                 Owner::Pending {
                     token: 0,
+                    local,
                     peer,
                     probe,
                     raw,
@@ -742,6 +965,7 @@ impl VerbsHost {
         }
         slot.conn = Some(conn);
         slot.conn_id = Some(conn_id);
+        slot.addrs = Some((local, peer));
         self.owners.insert(conn_id, Owner::Qp(qpn));
         self.give_early(qpn);
     }
@@ -853,7 +1077,7 @@ impl ProtocolHost for VerbsHost {
         &mut self,
         token: u64,
         conn: ProtoConnId,
-        _local: SocketAddr,
+        local: SocketAddr,
         peer: SocketAddr,
         now: Instant,
     ) {
@@ -872,6 +1096,7 @@ impl ProtocolHost for VerbsHost {
             conn,
             Owner::Pending {
                 token,
+                local,
                 peer,
                 probe,
                 raw: Vec::new(),
@@ -884,8 +1109,8 @@ impl ProtocolHost for VerbsHost {
     fn on_established(
         &mut self,
         conn: ProtoConnId,
-        _local: SocketAddr,
-        _peer: SocketAddr,
+        local: SocketAddr,
+        peer: SocketAddr,
         now: Instant,
     ) {
         let Some(Owner::Qp(qpn)) = self.owners.get(&conn) else {
@@ -906,6 +1131,7 @@ impl ProtocolHost for VerbsHost {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return;
         };
+        slot.addrs = Some((local, peer));
         match r {
             Ok(c) => {
                 slot.conn = Some(c);
@@ -926,10 +1152,14 @@ impl ProtocolHost for VerbsHost {
         self.apply_queued(now);
         match self.owners.get_mut(&conn) {
             Some(Owner::Qp(qpn)) => {
-                if let Some(slot) = self.qps.get_mut(qpn) {
+                let qpn = *qpn;
+                if let Some(slot) = self.qps.get_mut(&qpn) {
                     if let Some(c) = slot.conn.as_mut() {
                         let _ = c.handle_input(now, data, &mut self.res);
                         slot.drain();
+                        if !slot.held.is_empty() {
+                            self.pump_held(qpn);
+                        }
                     }
                 }
             }
@@ -940,6 +1170,7 @@ impl ProtocolHost for VerbsHost {
                 raw,
                 reported,
                 abort,
+                ..
             }) => {
                 if raw.len() + data.len() > MAX_PENDING_RAW {
                     *abort = true;
@@ -984,6 +1215,10 @@ impl ProtocolHost for VerbsHost {
                 };
                 let n = fpdu_direct(c, &self.res, buf);
                 slot.drain();
+                if !slot.held.is_empty() {
+                    let qpn = slot.qpn;
+                    self.pump_held(qpn);
+                }
                 n
             }
             Some(Owner::Detached { conn }) => fpdu_direct(conn, &self.res, buf),
@@ -1059,6 +1294,12 @@ impl ProtocolHost for VerbsHost {
                 slot.flush_early();
             }
         }
+        if !slot.held.is_empty() {
+            self.pump_held(qpn);
+        }
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
         if !slot.finished {
             slot.finished = true;
             slot.event(CmEvent::Disconnected);

@@ -22,7 +22,9 @@
 //!   an fd usable from epoll.
 //! * [`QueuePair`] — RC QP: post_send (Send, Send with SE / Invalidate, Write, Read,
 //!   Local Invalidate; SGLs, signaled/unsignaled, inline, fence), post_recv, connect,
-//!   disconnect, CM events ([`CmEvent`]).
+//!   disconnect, CM events ([`CmEvent`]); the QP state machine through
+//!   [`QueuePair::state`], [`QueuePair::query`] ([`QpAttr`]) and [`QueuePair::modify`]
+//!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`.
 //! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
 //!   the peer's IRD/ORD; accept or reject with private data.
 //!
@@ -35,7 +37,7 @@ pub mod perftest;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -371,7 +373,7 @@ impl ProtectionDomain {
         Ok(QueuePair {
             dev: self.dev.clone(),
             qpn,
-            max_inline: attr.max_inline_data,
+            max_inline: AtomicUsize::new(attr.max_inline_data),
             max_send_wr: attr.max_send_wr,
             events: ev_rx,
             ready,
@@ -785,8 +787,15 @@ pub enum SendOpcode {
         /// Peer tagged offset.
         remote_addr: u64,
     },
-    /// Local Invalidate of one of our STags (completes on the send CQ when the engine
-    /// has handed every earlier work request of this QP to the protocol).
+    /// Local Invalidate of one of our STags, completed on the send CQ. Ordering: it is a
+    /// barrier on the send queue. It takes effect only after every earlier send work
+    /// request of this QP has completed (Sends and Writes fully handed to TCP, so their
+    /// source bytes were read; Reads answered and placed, so their sink was written),
+    /// and no later send work request starts before it took effect (a later one using
+    /// the STag fails with `LocalProtectionError`). That is what verbs give a Local
+    /// Invalidate with the fence flag; here the fence is implied. Posted before the
+    /// connection is up, it waits for it. In ERROR (or after a disconnect) it completes
+    /// with `WrFlushError` and invalidates nothing.
     LocalInvalidate(Stag),
 }
 
@@ -883,11 +892,208 @@ pub enum CmEvent {
     Disconnected,
 }
 
+/// QP states visible to the application (RFC 5040 §6 / the RDMAC verbs QP states; siw
+/// names them IDLE, RTR, RTS, CLOSING, TERMINATE, ERROR).
+///
+/// siw's RTR (a connection being set up) is reported as [`QpState::Idle`] here: the QP
+/// enters RTS when the connection manager finished MPA (and, for a P2P Responder, the
+/// RTR arrived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Created, not connected (or connecting). Attributes may change; work may be posted
+    /// (it waits for the connection).
+    Idle,
+    /// Ready to send: the connection is up.
+    Rts,
+    /// Graceful close in progress: no new send work, queued work drains, then TCP closes.
+    /// After a clean graceful close the QP is `Idle` again (as in siw; it cannot connect
+    /// again, create a new QP).
+    Closing,
+    /// A Terminate is queued; the QP reaches `Error` once it is sent.
+    Terminate,
+    /// The stream is dead: every outstanding and later work request completes with
+    /// `WrFlushError`.
+    Error,
+}
+
+/// MPA parameters negotiated for a QP's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NegotiatedMpa {
+    /// MPA revision in use (the Reply's).
+    pub revision: u8,
+    /// CRC32c on FPDUs, both directions.
+    pub crc: bool,
+    /// We insert markers in the FPDUs we send.
+    pub markers_tx: bool,
+    /// The peer inserts markers in the FPDUs we receive.
+    pub markers_rx: bool,
+    /// P2P: the RTR message type the Initiator sends first (`None`: no P2P).
+    pub p2p_rtr: Option<RtrType>,
+    /// The peer's IRD from its MPA v2 block.
+    pub peer_ird: Option<u16>,
+    /// The peer's ORD from its MPA v2 block.
+    pub peer_ord: Option<u16>,
+}
+
+/// What [`QueuePair::query`] reports (after `ibv_query_qp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpAttr {
+    /// QP number.
+    pub qp_num: u32,
+    /// Current state.
+    pub state: QpState,
+    /// Inbound RDMA Read depth: the negotiated one once MPA finished, else requested.
+    pub ird: u32,
+    /// Outbound RDMA Read depth: the negotiated one once MPA finished, else requested.
+    pub ord: u32,
+    /// Largest inline payload.
+    pub max_inline_data: usize,
+    /// Send queue depth.
+    pub max_send_wr: usize,
+    /// Receive queue depth (`None`: the QP takes receives from a shared receive queue).
+    pub max_recv_wr: Option<usize>,
+    /// MPA settings the QP asks for (or accepts with) when it connects.
+    pub mpa: MpaAttr,
+    /// What MPA negotiated (`None` before negotiation finished).
+    pub negotiated: Option<NegotiatedMpa>,
+    /// Our TCP address, once the connection exists.
+    pub local_addr: Option<SocketAddr>,
+    /// The peer's TCP address, once the connection exists.
+    pub peer_addr: Option<SocketAddr>,
+}
+
+impl QpAttr {
+    /// Engine side: assemble the attributes of one QP.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        qp_num: u32,
+        state: QpState,
+        qp: &xwarp_rdmap::QpConfig,
+        mpa: &MpaAttr,
+        neg: Option<&xwarp_ddp::mpa::Negotiated>,
+        max_inline_data: usize,
+        addrs: Option<(SocketAddr, SocketAddr)>,
+    ) -> QpAttr {
+        QpAttr {
+            qp_num,
+            state,
+            ird: neg.map_or(qp.ird, |n| u32::from(n.ird)),
+            ord: neg.map_or(qp.ord, |n| u32::from(n.ord)),
+            max_inline_data,
+            max_send_wr: qp.sq_depth,
+            max_recv_wr: match qp.rq {
+                xwarp_rdmap::RqConfig::Own(d) => Some(d),
+                xwarp_rdmap::RqConfig::Shared(_) => None,
+            },
+            mpa: mpa.clone(),
+            negotiated: neg.map(|n| NegotiatedMpa {
+                revision: n.revision,
+                crc: n.crc,
+                markers_tx: n.markers_tx,
+                markers_rx: n.markers_rx,
+                p2p_rtr: n.rtr,
+                peer_ird: n.peer_ird,
+                peer_ord: n.peer_ord,
+            }),
+            local_addr: addrs.map(|a| a.0),
+            peer_addr: addrs.map(|a| a.1),
+        }
+    }
+}
+
+/// A change for [`QueuePair::modify`] (after `ibv_modify_qp`): a new state and/or new
+/// attributes; `None` fields stay as they are.
+///
+/// Transitions (siw's `siw_qp_modify`; anything else is `InvalidInput`):
+/// * IDLE → ERROR (queued work is flushed; a connect in progress is aborted);
+/// * RTS → CLOSING (graceful disconnect, like [`QueuePair::disconnect`]), RTS →
+///   TERMINATE (a Terminate, RDMAP layer, local catastrophic error, code 0xff, then the
+///   connection closes), RTS → ERROR (abortive: work is flushed, TCP is reset);
+/// * CLOSING → ERROR, TERMINATE → ERROR (abortive);
+/// * to the current state: nothing happens (IDLE → IDLE only carries attributes).
+///
+/// RTS is entered by [`QueuePair::connect`] / [`ConnRequest::accept`] only (siw needs the
+/// LLP handle for it), and a QP never leaves ERROR. Attributes change only in IDLE before
+/// the connection was started (connect or accept): after that they are negotiated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QpModify {
+    /// Move to this state.
+    pub state: Option<QpState>,
+    /// Requested inbound RDMA Read depth (at most 0x3FFF, the MPA v2 field).
+    pub ird: Option<u32>,
+    /// Requested outbound RDMA Read depth (at most 0x3FFF).
+    pub ord: Option<u32>,
+    /// Require CRC32c on FPDUs.
+    pub crc: Option<bool>,
+    /// Require markers in the FPDUs we receive.
+    pub markers: Option<bool>,
+    /// Largest inline payload (0 disables inline). Refused while work is queued.
+    pub max_inline_data: Option<usize>,
+}
+
+impl QpModify {
+    /// A state change only.
+    pub fn to_state(state: QpState) -> QpModify {
+        QpModify {
+            state: Some(state),
+            ..QpModify::default()
+        }
+    }
+
+    /// Whether any attribute (not the state) is changed.
+    pub fn has_attrs(&self) -> bool {
+        self.ird.is_some()
+            || self.ord.is_some()
+            || self.crc.is_some()
+            || self.markers.is_some()
+            || self.max_inline_data.is_some()
+    }
+}
+
+/// Whether `m` is legal for a QP in `cur` (`started`: a connect or accept was already
+/// applied to it). `Err` carries the reason.
+pub(crate) fn check_modify(cur: QpState, started: bool, m: &QpModify) -> Result<(), String> {
+    use QpState::*;
+    if m.has_attrs() {
+        if cur != Idle || started {
+            return Err(format!(
+                "QP attributes can change only before connect/accept (the QP is {cur:?}{})",
+                if cur == Idle {
+                    ", connection started"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let max = u32::from(xwarp_ddp::mpa::frame::IRD_ORD_MAX);
+        if m.ird.is_some_and(|v| v > max) || m.ord.is_some_and(|v| v > max) {
+            return Err(format!("IRD/ORD must be at most {max} (MPA v2)"));
+        }
+    }
+    let Some(to) = m.state else {
+        return Ok(());
+    };
+    match (cur, to) {
+        (a, b) if a == b => Ok(()),
+        (Idle | Rts | Closing | Terminate, Error) => Ok(()),
+        (Rts, Closing | Terminate) => Ok(()),
+        (_, Rts) => Err(format!(
+            "{cur:?} -> Rts: RTS is entered by connect or accept"
+        )),
+        (Error, _) => Err(format!(
+            "Error -> {to:?}: a QP in ERROR stays there (create a new QP)"
+        )),
+        (Idle, Closing | Terminate) => Err(format!("Idle -> {to:?}: the QP is not connected")),
+        _ => Err(format!("{cur:?} -> {to:?} is not a QP state transition")),
+    }
+}
+
 /// An RC queue pair.
 pub struct QueuePair {
     dev: Device,
     qpn: u32,
-    max_inline: usize,
+    /// Changed by [`QueuePair::modify`] (before connect only).
+    max_inline: AtomicUsize,
     max_send_wr: usize,
     events: Receiver<CmEvent>,
     ready: Arc<Readiness>,
@@ -933,7 +1139,7 @@ impl QueuePair {
     /// `LocalQpOperationError`.
     pub fn post_send(&self, wr: SendRequest) -> Result<(), PostError> {
         if let Some(data) = &wr.inline {
-            if data.len() > self.max_inline
+            if data.len() > self.max_inline.load(Ordering::Relaxed)
                 || matches!(
                     wr.opcode,
                     SendOpcode::Read { .. } | SendOpcode::LocalInvalidate(_)
@@ -1000,6 +1206,38 @@ impl QueuePair {
     /// Graceful disconnect: queued work drains, then TCP closes; `Disconnected` follows.
     pub fn disconnect(&self) -> io::Result<()> {
         self.dev.inner.send(Cmd::Disconnect { qpn: self.qpn })
+    }
+
+    /// The current state (an engine round trip; see [`QpState`]).
+    pub fn state(&self) -> io::Result<QpState> {
+        Ok(self.query()?.state)
+    }
+
+    /// The QP's attributes as the engine knows them now (after `ibv_query_qp`).
+    pub fn query(&self) -> io::Result<QpAttr> {
+        let qpn = self.qpn;
+        self.dev
+            .inner
+            .call(|reply| Cmd::QueryQp { qpn, reply })?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "QP not found"))
+    }
+
+    /// Change the state and/or attributes (after `ibv_modify_qp`; the rules are on
+    /// [`QpModify`]). An illegal transition or an attribute change after the connection
+    /// was started fails with `InvalidInput` and changes nothing. To ERROR is abortive:
+    /// every outstanding and later work request completes with `WrFlushError` (exactly
+    /// once), the connection is reset and [`CmEvent::Disconnected`] follows.
+    pub fn modify(&self, m: &QpModify) -> io::Result<()> {
+        let qpn = self.qpn;
+        let m2 = m.clone();
+        self.dev
+            .inner
+            .call(|reply| Cmd::ModifyQp { qpn, m: m2, reply })?
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        if let Some(n) = m.max_inline_data {
+            self.max_inline.store(n, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The next CM event, if any.
