@@ -1407,3 +1407,87 @@ impl Drop for ConnRequest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{check_modify, QpModify, QpState};
+
+    const ALL: [QpState; 5] = [
+        QpState::Idle,
+        QpState::Rts,
+        QpState::Closing,
+        QpState::Terminate,
+        QpState::Error,
+    ];
+
+    /// siw_qp_modify's table (siw_qp_nextstate_from_idle/_rts/_term/_close): from IDLE
+    /// only ERROR (RTS needs the LLP handle, so only connect/accept enter it); from RTS
+    /// CLOSING, TERMINATE, ERROR; from CLOSING and TERMINATE only ERROR; ERROR is final.
+    /// To the current state is a no-op; every other pair is refused with a reason.
+    #[test]
+    fn siw_qp_modify_transition_table() {
+        use QpState::*;
+        let legal = |from: QpState, to: QpState| {
+            from == to
+                || matches!(
+                    (from, to),
+                    (Idle | Rts | Closing | Terminate, Error) | (Rts, Closing | Terminate)
+                )
+        };
+        let mut n_legal = 0;
+        for from in ALL {
+            for to in ALL {
+                for started in [false, true] {
+                    let r = check_modify(from, started, &QpModify::to_state(to));
+                    if legal(from, to) {
+                        assert_eq!(r, Ok(()), "{from:?} -> {to:?}");
+                        n_legal += 1;
+                    } else {
+                        let why = r.expect_err(&format!("{from:?} -> {to:?} accepted"));
+                        assert!(why.contains(&format!("{to:?}")), "{why}");
+                    }
+                }
+            }
+        }
+        // 5 no-ops + 4 to ERROR + 2 from RTS, with and without a started connection.
+        assert_eq!(n_legal, 2 * (5 + 4 + 2));
+    }
+
+    /// Attributes change only in IDLE before connect/accept; IRD/ORD fit the 14-bit MPA
+    /// v2 fields (RFC 6581 §3); a refused attribute fails the whole modify.
+    #[test]
+    fn rfc6581_attributes_only_before_connect_and_within_14_bits() {
+        let attrs = QpModify {
+            ird: Some(0x3FFF),
+            ord: Some(1),
+            crc: Some(true),
+            markers: Some(false),
+            max_inline_data: Some(0),
+            ..QpModify::default()
+        };
+        assert!(attrs.has_attrs());
+        assert_eq!(check_modify(QpState::Idle, false, &attrs), Ok(()));
+        assert!(check_modify(QpState::Idle, true, &attrs).is_err());
+        for s in ALL.into_iter().filter(|&s| s != QpState::Idle) {
+            assert!(check_modify(s, true, &attrs).is_err(), "{s:?}");
+            let with_state = QpModify {
+                state: Some(QpState::Error),
+                ..attrs.clone()
+            };
+            assert!(check_modify(s, true, &with_state).is_err(), "{s:?}");
+        }
+        for bad in [
+            QpModify {
+                ird: Some(0x4000),
+                ..QpModify::default()
+            },
+            QpModify {
+                ord: Some(u32::MAX),
+                ..QpModify::default()
+            },
+        ] {
+            assert!(check_modify(QpState::Idle, false, &bad).is_err());
+        }
+        assert!(!QpModify::to_state(QpState::Error).has_attrs());
+    }
+}

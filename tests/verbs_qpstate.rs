@@ -1,0 +1,772 @@
+//! The QP state machine seen by the application (`QueuePair::state`, `query`, `modify`,
+//! after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`), and Local
+//! Invalidate ordering on the send queue, over the virtual wire.
+
+mod verbs_common;
+
+use std::collections::HashMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use verbs_common::*;
+use xwarp::poll_driver::vwire::WireConfig;
+use xwarp::verbs::{
+    CmEvent, CompletionQueue, CompletionStatus, ConnectParams, QpModify, QpState, QueuePair,
+    SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+};
+
+fn state(qp: &QueuePair) -> QpState {
+    qp.state().expect("query")
+}
+
+/// Poll `qp` until it reports `want` (the engine moves it asynchronously).
+fn wait_state(qp: &QueuePair, want: QpState) {
+    let deadline = Instant::now() + T;
+    loop {
+        let s = state(qp);
+        if s == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "state {s:?}, waiting for {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn assert_invalid(r: io::Result<()>, what: &str) {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+        other => panic!("{what}: expected InvalidInput, got {other:?}"),
+    }
+}
+
+/// Collect completions until every id in `ids` was seen; each must come exactly once,
+/// and nothing else may follow within a short grace period.
+fn collect_exactly_once(cq: &CompletionQueue, ids: &[u64]) -> HashMap<u64, WorkCompletion> {
+    let mut seen: HashMap<u64, WorkCompletion> = HashMap::new();
+    while seen.len() < ids.len() {
+        let w = cq
+            .next(T)
+            .unwrap_or_else(|e| panic!("{e}: saw {} of {} completions", seen.len(), ids.len()));
+        assert!(ids.contains(&w.wr_id), "unexpected completion {w:?}");
+        assert!(seen.insert(w.wr_id, w).is_none(), "second completion {w:?}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(cq.poll_one(), None, "a completion after all were seen");
+    seen
+}
+
+/// A fresh QP is IDLE and reports what it was created with; connect moves both ends to
+/// RTS and query then reports the connection's addresses.
+#[test]
+fn verbs_qp_is_idle_after_create_and_rts_after_connect() {
+    let (a, b) = pair(WireConfig::default());
+    let e = end(&a, |q| {
+        q.max_send_wr = 32;
+        q.max_recv_wr = 16;
+        q.max_inline_data = 64;
+    });
+    let q = e.qp.query().unwrap();
+    assert_eq!(q.state, QpState::Idle);
+    assert_eq!(q.qp_num, e.qp.qp_num());
+    assert_eq!((q.ird, q.ord), (16, 16));
+    assert_eq!((q.max_send_wr, q.max_recv_wr), (32, Some(16)));
+    assert_eq!(q.max_inline_data, 64);
+    assert_eq!(
+        (q.mpa.revision, q.mpa.crc, q.mpa.markers),
+        (2, false, false)
+    );
+    assert_eq!(
+        (q.negotiated, q.local_addr, q.peer_addr),
+        (None, None, None)
+    );
+
+    let (c, s) = connect(&a, &b, 6000, |_| {});
+    let (qc, qs) = (c.qp.query().unwrap(), s.qp.query().unwrap());
+    assert_eq!((qc.state, qs.state), (QpState::Rts, QpState::Rts));
+    assert_eq!(qs.local_addr, Some(server_addr(6000)));
+    assert_eq!(qc.peer_addr, Some(server_addr(6000)));
+    assert_eq!(qs.peer_addr, qc.local_addr);
+    assert_eq!(
+        qc.local_addr.map(|a| a.ip()),
+        a.device().local_ipv4().map(Into::into)
+    );
+    let nc = qc.negotiated.expect("client negotiated");
+    let ns = qs.negotiated.expect("server negotiated");
+    assert_eq!((nc.revision, ns.revision), (2, 2));
+    assert_eq!((nc.crc, ns.crc), (false, false));
+    assert_eq!(nc.p2p_rtr, Some(xwarp::verbs::RtrType::Write));
+    assert_eq!(ns.p2p_rtr, Some(xwarp::verbs::RtrType::Write));
+}
+
+/// RFC 6581 §3 IRD/ORD negotiation as siw does it: the Responder's ORD is lowered to
+/// the Initiator's IRD, the Responder's IRD is raised to the Initiator's ORD when that
+/// is at most 128 (siw's relaxed negotiation, iwarp-wire.md §4.3), and the Initiator
+/// lowers its ORD to the Responder's IRD. Query reports the negotiated depths and the
+/// peer's advertised ones.
+#[test]
+fn rfc6581_query_reports_negotiated_ird_ord_min_rules() {
+    let (a, b) = pair(WireConfig::default());
+    let listener = b.device().listen(server_addr(6001), 4).unwrap();
+    let c = end(&a, |q| {
+        q.ird = 4;
+        q.ord = 200;
+    });
+    let s = end(&b, |q| {
+        q.ird = 16;
+        q.ord = 8;
+    });
+    c.qp.connect(server_addr(6001), ConnectParams::default())
+        .unwrap();
+    let req = listener.get_request(T).unwrap();
+    assert_eq!((req.peer_ird, req.peer_ord), (Some(4), Some(200)));
+    req.accept(&s.qp, b"").unwrap();
+    let (ec, es) = (c.qp.next_event(T).unwrap(), s.qp.next_event(T).unwrap());
+    assert!(
+        matches!(
+            ec,
+            CmEvent::Established {
+                ird: 4,
+                ord: 16,
+                ..
+            }
+        ),
+        "{ec:?}"
+    );
+    assert!(
+        matches!(
+            es,
+            CmEvent::Established {
+                ird: 16,
+                ord: 4,
+                ..
+            }
+        ),
+        "{es:?}"
+    );
+    let (qc, qs) = (c.qp.query().unwrap(), s.qp.query().unwrap());
+    // Server ORD 8 -> min(8, client IRD 4); client ORD 200 -> min(200, server IRD 16);
+    // client ORD 200 > 128, so the server's IRD is not raised.
+    assert_eq!((qc.ird, qc.ord), (4, 16));
+    assert_eq!((qs.ird, qs.ord), (16, 4));
+    let (nc, ns) = (qc.negotiated.unwrap(), qs.negotiated.unwrap());
+    assert_eq!((nc.peer_ird, nc.peer_ord), (Some(16), Some(4)));
+    assert_eq!((ns.peer_ird, ns.peer_ord), (Some(4), Some(200)));
+    // Every ORD is within the peer's IRD.
+    assert!(qc.ord <= qs.ird && qs.ord <= qc.ird);
+    // The requested values stay visible next to the negotiated ones: the relaxed rule
+    // raises the server's IRD from the requested 2 to the client's ORD 8.
+    let listener2 = b.device().listen(server_addr(6002), 4).unwrap();
+    let c2 = end(&a, |q| {
+        q.ird = 4;
+        q.ord = 8;
+    });
+    let s2 = end(&b, |q| {
+        q.ird = 2;
+        q.ord = 16;
+    });
+    c2.qp
+        .connect(server_addr(6002), ConnectParams::default())
+        .unwrap();
+    listener2
+        .get_request(T)
+        .unwrap()
+        .accept(&s2.qp, b"")
+        .unwrap();
+    c2.qp.next_event(T).unwrap();
+    s2.qp.next_event(T).unwrap();
+    let (qc, qs) = (c2.qp.query().unwrap(), s2.qp.query().unwrap());
+    assert_eq!((qs.ird, qs.ord), (8, 4));
+    assert_eq!((qc.ird, qc.ord), (4, 8));
+}
+
+/// Attributes may change in IDLE before connect (siw/rdma-core: they are negotiated at
+/// connect time); CRC asked by one side is used by both (RFC 5044 §7.1.2).
+#[test]
+fn verbs_modify_attributes_before_connect_take_effect() {
+    let (a, b) = pair(WireConfig::default());
+    let listener = b.device().listen(server_addr(6003), 4).unwrap();
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    c.qp.modify(&QpModify {
+        ird: Some(3),
+        ord: Some(5),
+        crc: Some(true),
+        max_inline_data: Some(8),
+        ..QpModify::default()
+    })
+    .unwrap();
+    s.qp.modify(&QpModify {
+        markers: Some(true),
+        ..QpModify::default()
+    })
+    .unwrap();
+    let q = c.qp.query().unwrap();
+    assert_eq!(
+        (q.state, q.ird, q.ord, q.mpa.crc),
+        (QpState::Idle, 3, 5, true)
+    );
+    assert_eq!(q.max_inline_data, 8);
+    assert!(s.qp.query().unwrap().mpa.markers);
+    // The new inline limit applies at once.
+    let big = SendRequest {
+        inline: Some(vec![1; 9]),
+        ..SendRequest::send(1, vec![])
+    };
+    assert!(c.qp.post_send(big).is_err());
+
+    c.qp.connect(server_addr(6003), ConnectParams::default())
+        .unwrap();
+    let req = listener.get_request(T).unwrap();
+    assert!(req.crc);
+    assert_eq!((req.peer_ird, req.peer_ord), (Some(3), Some(5)));
+    req.accept(&s.qp, b"").unwrap();
+    assert!(matches!(
+        c.qp.next_event(T).unwrap(),
+        CmEvent::Established { crc: true, .. }
+    ));
+    assert!(matches!(
+        s.qp.next_event(T).unwrap(),
+        CmEvent::Established { crc: true, .. }
+    ));
+    let (nc, ns) = (
+        c.qp.query().unwrap().negotiated.unwrap(),
+        s.qp.query().unwrap().negotiated.unwrap(),
+    );
+    assert!(nc.crc && ns.crc);
+    // The server asked for markers in what it receives: the client inserts them.
+    assert!(nc.markers_tx && ns.markers_rx);
+    assert!(!nc.markers_rx && !ns.markers_tx);
+
+    // Data moves with the changed settings (CRC + markers), an 8-byte inline Send too.
+    let sbuf = mr(&s, 4096);
+    s.qp.post_recv(7, &[sbuf.sge(0, 64).unwrap()]).unwrap();
+    c.qp.post_send(SendRequest {
+        inline: Some(b"8 bytes!".to_vec()),
+        ..SendRequest::send(2, vec![])
+    })
+    .unwrap();
+    let r = wc(&s.rcq);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (7, CompletionStatus::Success, 8)
+    );
+    assert_eq!(sbuf.to_vec(0, 8).unwrap(), b"8 bytes!");
+    assert_eq!(wc(&c.scq).status, CompletionStatus::Success);
+}
+
+/// siw_qp_modify: attribute changes after the connection started, RTS from IDLE (only
+/// connect/accept enter it), IDLE → CLOSING/TERMINATE, RTS → IDLE are refused with
+/// InvalidInput and change nothing; to the current state is accepted and does nothing.
+#[test]
+fn siw_qp_modify_illegal_transitions_are_invalid_input() {
+    let (a, b) = pair(WireConfig::default());
+    let idle = end(&a, |_| {});
+    for to in [QpState::Rts, QpState::Closing, QpState::Terminate] {
+        assert_invalid(
+            idle.qp.modify(&QpModify::to_state(to)),
+            &format!("Idle -> {to:?}"),
+        );
+    }
+    assert_invalid(
+        idle.qp.modify(&QpModify {
+            ird: Some(0x4000),
+            ..QpModify::default()
+        }),
+        "IRD above the 14-bit MPA v2 field",
+    );
+    idle.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    assert_eq!(state(&idle.qp), QpState::Idle);
+    assert_eq!(idle.qp.query().unwrap().ird, 16, "refused change applied");
+
+    let (c, s) = connect(&a, &b, 6004, |_| {});
+    for (what, m) in [
+        (
+            "IRD after RTS",
+            QpModify {
+                ird: Some(2),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "ORD after RTS",
+            QpModify {
+                ord: Some(2),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "CRC after RTS",
+            QpModify {
+                crc: Some(true),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "markers after RTS",
+            QpModify {
+                markers: Some(true),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "max inline after RTS",
+            QpModify {
+                max_inline_data: Some(1),
+                ..QpModify::default()
+            },
+        ),
+        ("Rts -> Idle", QpModify::to_state(QpState::Idle)),
+        (
+            "Rts -> Error with an attribute",
+            QpModify {
+                state: Some(QpState::Error),
+                crc: Some(true),
+                ..QpModify::default()
+            },
+        ),
+    ] {
+        assert_invalid(c.qp.modify(&m), what);
+    }
+    c.qp.modify(&QpModify::to_state(QpState::Rts)).unwrap();
+    assert_eq!(state(&c.qp), QpState::Rts);
+    let q = c.qp.query().unwrap();
+    assert_eq!(
+        (q.ird, q.ord, q.mpa.crc, q.max_inline_data),
+        (16, 16, false, 256)
+    );
+    // Still works.
+    let sbuf = mr(&s, 64);
+    s.qp.post_recv(1, &[sbuf.sge(0, 64).unwrap()]).unwrap();
+    c.qp.post_send(SendRequest {
+        inline: Some(b"alive".to_vec()),
+        ..SendRequest::send(1, vec![])
+    })
+    .unwrap();
+    assert_eq!(wc(&s.rcq).byte_len, 5);
+    assert_eq!(sbuf.to_vec(0, 5).unwrap(), b"alive");
+}
+
+/// IDLE → ERROR (siw: flush, state ERROR): work queued before connect completes with
+/// WrFlushError exactly once, later work too; a QP in ERROR never leaves it (every other
+/// target is InvalidInput), cannot connect and takes no attributes.
+#[test]
+fn siw_modify_idle_to_error_flushes_queued_work_and_error_is_final() {
+    let (a, _b) = pair(WireConfig::default());
+    let e = end(&a, |_| {});
+    let m = mr(&e, 4096);
+    for i in 0..4u64 {
+        e.qp.post_recv(100 + i, &[m.sge(0, 64).unwrap()]).unwrap();
+        e.qp.post_send(SendRequest::send(i, vec![m.sge(0, 8).unwrap()]))
+            .unwrap();
+    }
+    e.qp.post_send(SendRequest::new(
+        9,
+        SendOpcode::LocalInvalidate(m.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    e.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    assert_eq!(state(&e.qp), QpState::Error);
+    let sends = collect_exactly_once(&e.scq, &[0, 1, 2, 3, 9]);
+    assert!(sends
+        .values()
+        .all(|w| w.status == CompletionStatus::WrFlushError));
+    assert_eq!(sends[&9].opcode, WcOpcode::LocalInvalidate);
+    let recvs = collect_exactly_once(&e.rcq, &[100, 101, 102, 103]);
+    assert!(recvs
+        .values()
+        .all(|w| w.status == CompletionStatus::WrFlushError && w.opcode == WcOpcode::Recv));
+    // Later work is flushed as well.
+    e.qp.post_send(SendRequest::send(20, vec![m.sge(0, 8).unwrap()]))
+        .unwrap();
+    e.qp.post_recv(120, &[m.sge(0, 8).unwrap()]).unwrap();
+    assert_eq!(wc(&e.scq).status, CompletionStatus::WrFlushError);
+    assert_eq!(wc(&e.rcq).status, CompletionStatus::WrFlushError);
+    // ERROR is final.
+    for to in [
+        QpState::Idle,
+        QpState::Rts,
+        QpState::Closing,
+        QpState::Terminate,
+    ] {
+        assert_invalid(
+            e.qp.modify(&QpModify::to_state(to)),
+            &format!("Error -> {to:?}"),
+        );
+    }
+    assert_invalid(
+        e.qp.modify(&QpModify {
+            ord: Some(1),
+            ..QpModify::default()
+        }),
+        "attributes in ERROR",
+    );
+    e.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    e.qp.connect(server_addr(6005), ConnectParams::default())
+        .unwrap();
+    assert!(matches!(
+        e.qp.next_event(T).unwrap(),
+        CmEvent::ConnectError(_)
+    ));
+    assert_eq!(state(&e.qp), QpState::Error);
+}
+
+/// RTS → CLOSING is a graceful disconnect (RFC 5040 §6, verbs disconnect): queued work
+/// drains, both ends see Disconnected; the closing side ends IDLE (as siw after a clean
+/// close), the side whose peer closed ends ERROR (siw: LLP close in RTS). CLOSING →
+/// RTS/TERMINATE is refused.
+#[test]
+fn rfc5040_modify_to_closing_is_a_graceful_disconnect() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6006, |_| {});
+    let src = mr(&c, 256 * 1024);
+    let dst = mr(&s, 256 * 1024);
+    let data = pattern(256 * 1024, 5);
+    src.write(0, &data).unwrap();
+    c.qp.post_send(SendRequest::write(
+        1,
+        vec![src.sge_all().unwrap()],
+        dst.rkey(),
+        dst.addr(),
+    ))
+    .unwrap();
+    s.qp.post_recv(1, &[dst.sge(0, 16).unwrap()]).unwrap();
+    s.qp.post_recv(2, &[dst.sge(16, 16).unwrap()]).unwrap();
+    c.qp.modify(&QpModify::to_state(QpState::Closing)).unwrap();
+    let st = state(&c.qp);
+    assert!(matches!(st, QpState::Closing | QpState::Idle), "{st:?}");
+    if st == QpState::Closing {
+        for to in [QpState::Rts, QpState::Terminate, QpState::Idle] {
+            let r = c.qp.modify(&QpModify::to_state(to));
+            // The close may have finished meanwhile (then IDLE → x is judged).
+            if state(&c.qp) == QpState::Closing {
+                assert_invalid(r, &format!("Closing -> {to:?}"));
+            }
+        }
+    }
+    assert_eq!(wc(&c.scq).status, CompletionStatus::Success);
+    expect_event(&c.qp, &CmEvent::Disconnected);
+    expect_event(&s.qp, &CmEvent::Disconnected);
+    wait_state(&c.qp, QpState::Idle);
+    wait_state(&s.qp, QpState::Error);
+    // The Write drained before the close; the server's receives were flushed once each.
+    let r = collect_exactly_once(&s.rcq, &[1, 2]);
+    assert!(r
+        .values()
+        .all(|w| w.status == CompletionStatus::WrFlushError));
+    let mut got = vec![0u8; data.len()];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got[32..], data[32..]);
+    // Work after the close is flushed.
+    c.qp.post_send(SendRequest::send(2, vec![src.sge(0, 4).unwrap()]))
+        .unwrap();
+    assert_eq!(wc(&c.scq).status, CompletionStatus::WrFlushError);
+}
+
+/// RTS → TERMINATE (siw: Terminate, RDMAP layer, local catastrophic, unspecified, then
+/// the connection drops): the peer receives that Terminate (layer 0, etype 0, code
+/// 0xff), we report it sent, both ends see Disconnected and end in ERROR.
+#[test]
+fn rfc5040_modify_to_terminate_sends_a_terminate() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6007, |_| {});
+    let m = mr(&s, 64);
+    s.qp.post_recv(1, &[m.sge(0, 64).unwrap()]).unwrap();
+    c.qp.modify(&QpModify::to_state(QpState::Terminate))
+        .unwrap();
+    let st = state(&c.qp);
+    assert!(matches!(st, QpState::Terminate | QpState::Error), "{st:?}");
+    let (sent, received) = term(0, 0, 0xff);
+    expect_events(&s.qp, &[received, CmEvent::Disconnected]);
+    expect_events(&c.qp, &[sent, CmEvent::Disconnected]);
+    wait_state(&c.qp, QpState::Error);
+    wait_state(&s.qp, QpState::Error);
+    // The peer's receive was flushed by its ERROR.
+    let r = wc(&s.rcq);
+    assert_eq!((r.wr_id, r.status), (1, CompletionStatus::WrFlushError));
+    // ERROR -> ERROR is a no-op.
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+}
+
+/// RTS → ERROR during traffic (siw: "emergency close", flush SQ and RQ, drop the
+/// connection): every work request gets exactly one completion, data reported complete
+/// is correct, work posted afterwards is flushed, the connection is reset (the peer
+/// counts the reset, sees Disconnected and its receives flush exactly once).
+#[test]
+fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
+    const CHUNK: usize = 64 * 1024;
+    const N: u64 = 48;
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6008, |_| {});
+    let csrc = mr(&c, 32 * CHUNK);
+    let csink = mr(&c, 32 * CHUNK);
+    let ssink = mr(&s, 64 * CHUNK);
+    let sread = mr(&s, 32 * CHUNK);
+    let src_data = pattern(32 * CHUNK, 11);
+    let read_data = pattern(32 * CHUNK, 12);
+    csrc.write(0, &src_data).unwrap();
+    sread.write(0, &read_data).unwrap();
+    let recv_ids: Vec<u64> = (1000..1032).collect();
+    for (m, id) in recv_ids.iter().enumerate() {
+        s.qp.post_recv(*id, &[ssink.sge(m * CHUNK, CHUNK).unwrap()])
+            .unwrap();
+    }
+    let mut reads = Vec::new();
+    let (mut nsend, mut nread) = (0usize, 0usize);
+    for i in 0..N {
+        let wr = match i % 3 {
+            0 => {
+                nsend += 1;
+                SendRequest::send(i, vec![csrc.sge((nsend - 1) * CHUNK, CHUNK).unwrap()])
+            }
+            1 => SendRequest::write(
+                i,
+                vec![csrc.sge((i as usize % 32) * CHUNK, CHUNK).unwrap()],
+                ssink.rkey(),
+                ssink.addr() + (32 + i as usize % 32) as u64 * CHUNK as u64,
+            ),
+            _ => {
+                let j = nread;
+                nread += 1;
+                reads.push((i, j));
+                SendRequest::read(
+                    i,
+                    csink.sge(j * CHUNK, CHUNK).unwrap(),
+                    sread.rkey(),
+                    sread.addr() + (j * CHUNK) as u64,
+                )
+            }
+        };
+        c.qp.post_send(wr).unwrap();
+    }
+    // Abort once traffic is moving.
+    let first = wc(&c.scq);
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    assert_eq!(state(&c.qp), QpState::Error);
+    c.qp.post_send(SendRequest::send(N, vec![csrc.sge(0, 8).unwrap()]))
+        .unwrap();
+    c.qp.post_recv(N + 1, &[csink.sge(0, 8).unwrap()]).unwrap();
+
+    let ids: Vec<u64> = (0..=N).filter(|&i| i != first.wr_id).collect();
+    let mut all = collect_exactly_once(&c.scq, &ids);
+    all.insert(first.wr_id, first);
+    let ok = all
+        .values()
+        .filter(|w| w.status == CompletionStatus::Success)
+        .count();
+    let flushed = all
+        .values()
+        .filter(|w| w.status == CompletionStatus::WrFlushError)
+        .count();
+    assert_eq!(ok + flushed, all.len(), "only success or flush: {all:?}");
+    assert!(flushed > 0, "the abort came after everything completed");
+    assert_eq!(all[&N].status, CompletionStatus::WrFlushError);
+    for (id, j) in &reads {
+        if all[id].status == CompletionStatus::Success {
+            assert_eq!(all[id].byte_len as usize, CHUNK);
+            assert_eq!(
+                csink.to_vec(j * CHUNK, CHUNK).unwrap(),
+                read_data[j * CHUNK..(j + 1) * CHUNK],
+                "Read {id} reported complete with wrong data"
+            );
+        }
+    }
+    let r = wc(&c.rcq);
+    assert_eq!((r.wr_id, r.status), (N + 1, CompletionStatus::WrFlushError));
+
+    // The peer: reset counted, Disconnected, receives completed exactly once each, the
+    // ones reported complete hold the Sends' bytes in order.
+    expect_event(&s.qp, &CmEvent::Disconnected);
+    expect_event(&c.qp, &CmEvent::Disconnected);
+    assert!(b.stack_stats().resets >= 1, "{:?}", b.stack_stats());
+    let recvs = collect_exactly_once(&s.rcq, &recv_ids);
+    for (m, id) in recv_ids.iter().enumerate() {
+        let w = recvs[id];
+        match w.status {
+            CompletionStatus::Success => {
+                assert_eq!(w.byte_len as usize, CHUNK);
+                assert_eq!(
+                    ssink.to_vec(m * CHUNK, CHUNK).unwrap(),
+                    src_data[m * CHUNK..(m + 1) * CHUNK]
+                );
+            }
+            CompletionStatus::WrFlushError => {}
+            other => panic!("receive {id}: {other:?}"),
+        }
+    }
+    wait_state(&s.qp, QpState::Error);
+    assert_eq!(state(&c.qp), QpState::Error);
+}
+
+/// Local Invalidate ordering (verbs: send work is processed in order): a Write posted
+/// before a Local Invalidate of its source STag completes successfully with its data
+/// delivered, then the Local Invalidate completes, and a Write posted after it that
+/// uses the STag fails with LocalProtectionError.
+#[test]
+fn verbs_local_invalidate_waits_for_an_earlier_write_from_the_stag() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6009, |_| {});
+    let src = mr(&c, 2 << 20);
+    let dst = mr(&s, 2 << 20);
+    let data = pattern(2 << 20, 21);
+    src.write(0, &data).unwrap();
+    c.qp.post_send(SendRequest::write(
+        1,
+        vec![src.sge_all().unwrap()],
+        dst.rkey(),
+        dst.addr(),
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::new(
+        2,
+        SendOpcode::LocalInvalidate(src.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::write(
+        3,
+        vec![src.sge(0, 16).unwrap()],
+        dst.rkey(),
+        dst.addr(),
+    ))
+    .unwrap();
+    let w1 = wc(&c.scq);
+    assert_eq!((w1.wr_id, w1.status), (1, CompletionStatus::Success));
+    let w2 = wc(&c.scq);
+    assert_eq!(
+        (w2.wr_id, w2.opcode, w2.status),
+        (2, WcOpcode::LocalInvalidate, CompletionStatus::Success)
+    );
+    let w3 = wc(&c.scq);
+    assert_eq!(
+        (w3.wr_id, w3.status),
+        (3, CompletionStatus::LocalProtectionError)
+    );
+    // The first Write's bytes arrived (a Send after it would be refused now: the QP
+    // took a local error; read the server's region once its side settled).
+    let deadline = Instant::now() + T;
+    while dst.to_vec(0, data.len()).unwrap() != data {
+        assert!(Instant::now() < deadline, "Write data incomplete");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Local Invalidate ordering: an unfenced Local Invalidate of a Read's sink STag posted
+/// right after the Read waits until the Read Response was placed (the Read completes
+/// with the right data), then invalidates; a later Read into the STag is refused.
+#[test]
+fn verbs_local_invalidate_waits_for_an_earlier_read_into_the_stag() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6010, |_| {});
+    let sink = mr(&c, 1 << 20);
+    let remote = mr(&s, 1 << 20);
+    let data = pattern(1 << 20, 31);
+    remote.write(0, &data).unwrap();
+    c.qp.post_send(SendRequest::read(
+        1,
+        sink.sge_all().unwrap(),
+        remote.rkey(),
+        remote.addr(),
+    ))
+    .unwrap();
+    let li = SendRequest::new(2, SendOpcode::LocalInvalidate(sink.lkey()), vec![]);
+    assert!(!li.fence);
+    c.qp.post_send(li).unwrap();
+    c.qp.post_send(SendRequest::read(
+        3,
+        sink.sge(0, 64).unwrap(),
+        remote.rkey(),
+        remote.addr(),
+    ))
+    .unwrap();
+    let w1 = wc(&c.scq);
+    assert_eq!(
+        (w1.wr_id, w1.status, w1.byte_len),
+        (1, CompletionStatus::Success, 1 << 20)
+    );
+    assert_eq!(sink.to_vec(0, 1 << 20).unwrap(), data);
+    let w2 = wc(&c.scq);
+    assert_eq!((w2.wr_id, w2.status), (2, CompletionStatus::Success));
+    let w3 = wc(&c.scq);
+    assert_eq!(
+        (w3.wr_id, w3.status),
+        (3, CompletionStatus::LocalProtectionError)
+    );
+}
+
+/// A Local Invalidate posted before the connection is up waits for it and for the work
+/// posted before it; completions come in posting order; an unsignaled one that
+/// succeeds completes silently, while a Send after it goes out normally.
+#[test]
+fn verbs_local_invalidate_posted_before_connect_keeps_posting_order() {
+    let (a, b) = pair(WireConfig::default());
+    let listener = b.device().listen(server_addr(6011), 4).unwrap();
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    let src = mr(&c, 128 * 1024);
+    let other = mr(&c, 4096);
+    let dst = mr(&s, 256 * 1024);
+    let data = pattern(128 * 1024, 41);
+    src.write(0, &data).unwrap();
+    other.write(0, b"after").unwrap();
+    // Posted while IDLE: a Write from `src`, a Local Invalidate of `src`, a Send from
+    // `other` (still valid, so it goes out behind the Local Invalidate).
+    c.qp.post_send(SendRequest::write(
+        1,
+        vec![src.sge_all().unwrap()],
+        dst.rkey(),
+        dst.addr(),
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::new(
+        2,
+        SendOpcode::LocalInvalidate(src.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::send(3, vec![other.sge(0, 5).unwrap()]))
+        .unwrap();
+    s.qp.post_recv(9, &[dst.sge(200 * 1024, 64).unwrap()])
+        .unwrap();
+    assert_eq!(c.scq.poll_one(), None);
+    c.qp.connect(server_addr(6011), ConnectParams::default())
+        .unwrap();
+    listener.get_request(T).unwrap().accept(&s.qp, b"").unwrap();
+    let ids: Vec<(u64, CompletionStatus)> = (0..3)
+        .map(|_| {
+            let w = wc(&c.scq);
+            (w.wr_id, w.status)
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (1, CompletionStatus::Success),
+            (2, CompletionStatus::Success),
+            (3, CompletionStatus::Success)
+        ]
+    );
+    let r = wc(&s.rcq);
+    assert_eq!((r.wr_id, r.byte_len), (9, 5));
+    assert_eq!(dst.to_vec(200 * 1024, 5).unwrap(), b"after");
+    assert_eq!(dst.to_vec(0, data.len()).unwrap(), data);
+    // An unsignaled Local Invalidate that succeeds produces no completion.
+    let mut li = SendRequest::new(4, SendOpcode::LocalInvalidate(other.lkey()), vec![]);
+    li.signaled = false;
+    c.qp.post_send(li).unwrap();
+    c.qp.post_send(SendRequest::write(
+        5,
+        vec![other.sge(0, 5).unwrap()],
+        dst.rkey(),
+        dst.addr(),
+    ))
+    .unwrap();
+    let w = wc(&c.scq);
+    assert_eq!(
+        (w.wr_id, w.status),
+        (5, CompletionStatus::LocalProtectionError)
+    );
+}
