@@ -8,7 +8,7 @@
 
 mod net_common;
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
@@ -19,16 +19,30 @@ use xwarp::poll_driver::vwire::{LinkConfig, WireConfig};
 /// No progress for this long fails the test.
 const STALL: Duration = Duration::from_secs(60);
 
+/// Fail the test over error `e` of `what` on `s`, with what the engine knows about the
+/// connection (a stall shows up as the sender's `bytes_acked` against the receiver's
+/// `bytes_received`, its state, queues and rescue count).
+fn fail(s: &TcpStream, what: &str, e: io::Error) -> ! {
+    panic!(
+        "{what} on {:?} -> {:?}: {e}; TCP_INFO {:?}",
+        s.local_addr(),
+        s.peer_addr(),
+        s.tcp_info()
+    )
+}
+
 /// Send `total` bytes of stream `seed` and close the write half.
 fn send(mut s: TcpStream, seed: u64, total: u64) -> (u64, u64) {
     // A stall fails the test instead of hanging it.
     s.set_read_timeout(Some(STALL)).unwrap();
     s.set_write_timeout(Some(STALL)).unwrap();
-    let h = send_stream(&mut s, seed, total, 64 << 10).unwrap();
+    let h = send_stream(&mut s, seed, total, 64 << 10).unwrap_or_else(|e| fail(&s, "send", e));
     s.shutdown(Shutdown::Write).unwrap();
     // Keep the connection open until the peer has read everything and closed.
     let mut rest = Vec::new();
-    s.read_to_end(&mut rest).unwrap();
+    if let Err(e) = s.read_to_end(&mut rest) {
+        fail(&s, "waiting for the peer's FIN", e);
+    }
     assert!(rest.is_empty());
     h
 }
@@ -36,7 +50,7 @@ fn send(mut s: TcpStream, seed: u64, total: u64) -> (u64, u64) {
 /// Receive and verify stream `seed` until EOF.
 fn recv(mut s: TcpStream, seed: u64) -> (u64, u64) {
     s.set_read_timeout(Some(STALL)).unwrap();
-    recv_stream(&mut s, seed, true).unwrap()
+    recv_stream(&mut s, seed, true).unwrap_or_else(|e| fail(&s, "recv", e))
 }
 
 #[test]
