@@ -516,8 +516,13 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
     }
     let mut reads = Vec::new();
     let (mut nsend, mut nread) = (0usize, 0usize);
+    // A Local Invalidate in the middle: the work behind it is held in the engine until
+    // the work before it completed, and must be flushed from there too.
+    let victim = mr(&c, 64);
+    const LI: u64 = N / 2;
     for i in 0..N {
         let wr = match i % 3 {
+            _ if i == LI => SendRequest::new(i, SendOpcode::LocalInvalidate(victim.lkey()), vec![]),
             0 => {
                 nsend += 1;
                 SendRequest::send(i, vec![csrc.sge((nsend - 1) * CHUNK, CHUNK).unwrap()])
@@ -542,17 +547,21 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
         };
         c.qp.post_send(wr).unwrap();
     }
-    // Abort once traffic is moving.
-    let first = wc(&c.scq);
+    // Abort once traffic is moving (three completions in).
+    let early: Vec<WorkCompletion> = (0..3).map(|_| wc(&c.scq)).collect();
     c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
     assert_eq!(state(&c.qp), QpState::Error);
     c.qp.post_send(SendRequest::send(N, vec![csrc.sge(0, 8).unwrap()]))
         .unwrap();
     c.qp.post_recv(N + 1, &[csink.sge(0, 8).unwrap()]).unwrap();
 
-    let ids: Vec<u64> = (0..=N).filter(|&i| i != first.wr_id).collect();
+    let ids: Vec<u64> = (0..=N)
+        .filter(|i| !early.iter().any(|w| w.wr_id == *i))
+        .collect();
     let mut all = collect_exactly_once(&c.scq, &ids);
-    all.insert(first.wr_id, first);
+    for w in early {
+        assert!(all.insert(w.wr_id, w).is_none());
+    }
     let ok = all
         .values()
         .filter(|w| w.status == CompletionStatus::Success)
@@ -562,7 +571,16 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
         .filter(|w| w.status == CompletionStatus::WrFlushError)
         .count();
     assert_eq!(ok + flushed, all.len(), "only success or flush: {all:?}");
-    assert!(flushed > 0, "the abort came after everything completed");
+    let flushed_before = all
+        .values()
+        .filter(|w| w.wr_id < N && w.status == CompletionStatus::WrFlushError)
+        .count();
+    eprintln!("flushed {flushed_before} of {N}");
+    assert!(
+        flushed_before > 0,
+        "the abort came after everything completed"
+    );
+    assert_eq!(all[&LI].opcode, WcOpcode::LocalInvalidate);
     assert_eq!(all[&N].status, CompletionStatus::WrFlushError);
     for (id, j) in &reads {
         if all[id].status == CompletionStatus::Success {
@@ -769,4 +787,61 @@ fn verbs_local_invalidate_posted_before_connect_keeps_posting_order() {
         (w.wr_id, w.status),
         (5, CompletionStatus::LocalProtectionError)
     );
+}
+
+/// A graceful disconnect right after a Local Invalidate that is still waiting: the work
+/// behind the Local Invalidate still drains (RFC 5040 §6 graceful close: queued work
+/// completes), then the connection closes and the QP ends IDLE.
+#[test]
+fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6012, |_| {});
+    let sink = mr(&c, 1 << 20);
+    let victim = mr(&c, 64);
+    let note = mr(&c, 64);
+    let remote = mr(&s, 1 << 20);
+    let data = pattern(1 << 20, 51);
+    remote.write(0, &data).unwrap();
+    note.write(0, b"last").unwrap();
+    s.qp.post_recv(7, &[remote.sge(0, 64).unwrap()]).unwrap();
+    c.qp.post_send(SendRequest::read(
+        1,
+        sink.sge_all().unwrap(),
+        remote.rkey(),
+        remote.addr(),
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::new(
+        2,
+        SendOpcode::LocalInvalidate(victim.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::send(3, vec![note.sge(0, 4).unwrap()]))
+        .unwrap();
+    c.qp.disconnect().unwrap();
+    let got: Vec<(u64, CompletionStatus)> = (0..3)
+        .map(|_| {
+            let w = wc(&c.scq);
+            (w.wr_id, w.status)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, CompletionStatus::Success),
+            (2, CompletionStatus::Success),
+            (3, CompletionStatus::Success)
+        ]
+    );
+    assert_eq!(sink.to_vec(0, 1 << 20).unwrap(), data);
+    let r = wc(&s.rcq);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (7, CompletionStatus::Success, 4)
+    );
+    assert_eq!(remote.to_vec(0, 4).unwrap(), b"last");
+    expect_event(&c.qp, &CmEvent::Disconnected);
+    expect_event(&s.qp, &CmEvent::Disconnected);
+    wait_state(&c.qp, QpState::Idle);
 }
