@@ -701,20 +701,22 @@ c.sendall(b"k"); print("fallback", s.recv(1).decode())
     assert!(String::from_utf8_lossy(&out.stderr).contains("XWARP_STRICT=1"));
 }
 
-#[test]
-fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
-    require_root_and_afxdp!();
-    let _g = serial();
+/// nginx (`daemon on`, master + `workers` workers) under the shim on `net`: curl fetches
+/// the index page `curls` times on new connections and a 10 MiB file three times (bodies
+/// verified), then wrk runs 3 s with 20 connections (no socket errors, no non-2xx).
+/// Returns nginx's error log (where nginx sends its stderr, hence the shim's messages) and
+/// the master's pid.
+fn nginx_serves_curl_and_wrk(net_id: u8, workers: u32, curls: usize) -> (String, String) {
     ensure_tool("nginx", "nginx-light");
     ensure_tool("wrk", "wrk");
     ensure_tool("curl", "curl");
-    let net = Net::new(66);
-    let dir = scratch("nginx");
+    let net = Net::new(net_id);
+    let dir = scratch(&format!("nginx{workers}"));
     let blob = random_file(&dir, 10);
     let want = sha256(&blob);
     std::fs::write(dir.join("index.html"), "hello from nginx\n").expect("index");
     let conf = format!(
-        "daemon on;\nmaster_process on;\nworker_processes 1;\n\
+        "daemon on;\nmaster_process on;\nworker_processes {workers};\n\
          # The worker opens the engine (AF_XDP needs root): keep root.\nuser root;\n\
          pid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
          events {{ worker_connections 1024; }}\n\
@@ -727,11 +729,14 @@ fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
     let dir_s = dir.to_str().unwrap().to_string();
     let conf_s = format!("{dir_s}/nginx.conf");
+    let mut start = net.shimmed(20, "nginx", &["-c", &conf_s, "-p", &dir_s]);
+    if workers > 1 {
+        // Only one process can run the engine on the interface: the others fall back to
+        // the kernel (with XWARP_STRICT=1 they would exit and nginx would respawn them).
+        start.env("XWARP_STRICT", "0");
+    }
     // nginx daemonizes: the command returns once the master runs in the background.
-    run(
-        net.shimmed(20, "nginx", &["-c", &conf_s, "-p", &dir_s]),
-        "nginx start",
-    );
+    run(start, "nginx start");
     struct Stop(PathBuf);
     impl Drop for Stop {
         fn drop(&mut self) {
@@ -748,22 +753,38 @@ fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
     let _stop = Stop(dir.join("nginx.pid"));
     wait_port(&net, net.engine, 8080);
     let url = format!("http://{}:8080", net.engine);
+    // One new connection per request.
     let page = run(
-        net.kernel(false, 10, "curl", &["-sS", &format!("{url}/index.html")]),
-        "curl index",
-    );
-    assert_eq!(String::from_utf8_lossy(&page.stdout), "hello from nginx\n");
-    let dl = dir.join("download");
-    run(
         net.kernel(
             false,
-            30,
-            "curl",
-            &["-sS", "-o", dl.to_str().unwrap(), &format!("{url}/blob")],
+            60,
+            "sh",
+            &[
+                "-c",
+                &format!("for i in $(seq {curls}); do curl -sS {url}/index.html || exit 1; done"),
+            ],
         ),
-        "curl blob",
+        "curl loop",
     );
-    assert_eq!(sha256(&dl), want, "sendfile body differs");
+    assert_eq!(
+        String::from_utf8_lossy(&page.stdout),
+        "hello from nginx\n".repeat(curls),
+        "curl loop bodies"
+    );
+    let dl = dir.join("download");
+    for i in 0..3 {
+        let _ = std::fs::remove_file(&dl);
+        run(
+            net.kernel(
+                false,
+                30,
+                "curl",
+                &["-sS", "-o", dl.to_str().unwrap(), &format!("{url}/blob")],
+            ),
+            "curl blob",
+        );
+        assert_eq!(sha256(&dl), want, "sendfile body {i} differs");
+    }
     let w = run(
         net.kernel(
             false,
@@ -787,17 +808,86 @@ fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
         "wrk made only {reqs} requests (keep-alive stalled?):\n{text}"
     );
     assert!(
-        !text.contains("Socket errors"),
-        "wrk saw socket errors:\n{text}"
+        !text.contains("Socket errors") && !text.contains("Non-2xx"),
+        "wrk saw errors:\n{text}"
     );
     let _ = writeln!(
         io::stderr(),
-        "nginx (shim, daemon, master+worker) wrk -c20 3s:\n{text}"
+        "nginx (shim, daemon, master + {workers} worker(s)) wrk -c20 3s:\n{text}"
     );
     let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
     assert!(
         !log.contains("[alert]") && !log.contains("[emerg]"),
         "nginx error log:\n{log}"
+    );
+    let master = std::fs::read_to_string(dir.join("nginx.pid"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    drop(_stop);
+    let _ = std::fs::remove_dir_all(&dir);
+    (log, master)
+}
+
+#[test]
+fn nginx_daemon_master_and_worker_under_shim_serve_curl_and_wrk() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let (log, _) = nginx_serves_curl_and_wrk(66, 1, 5);
+    assert!(!log.contains("engine cannot start"), "{log}");
+}
+
+#[test]
+fn nginx_with_two_workers_serves_every_request_on_the_engine_and_the_second_worker_says_why_it_cannot(
+) {
+    // The documented limit, tested: one process per interface runs the engine. The first
+    // worker to use the listener runs it; the second cannot bind AF_XDP (queue taken),
+    // says so once, naming itself and the reason, and stays on the kernel, where nothing
+    // reaches it (the engine's address is not the kernel's).
+    require_root_and_afxdp!();
+    let _g = serial();
+    let (log, master) = nginx_serves_curl_and_wrk(76, 2, 40);
+    let _ = writeln!(io::stderr(), "nginx error log (shim lines):");
+    for l in log.lines().filter(|l| l.contains("xwarp-preload")) {
+        let _ = writeln!(io::stderr(), "  {l}");
+    }
+    let started: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("engine started"))
+        .collect();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("engine cannot start"))
+        .collect();
+    assert_eq!(started.len(), 1, "one worker runs the engine:\n{log}");
+    assert_eq!(
+        failed.len(),
+        1,
+        "one warning, from the other worker:\n{log}"
+    );
+    let w = failed[0];
+    assert!(
+        w.contains("queue 0 is taken") && w.contains("another worker"),
+        "the warning gives the reason: {w}"
+    );
+    // It names the process: a worker (nginx renames a worker only after it opened its
+    // listeners, hence the parent pid), not the master, not the engine's worker.
+    let pid = |l: &str| {
+        l.split_once("xwarp-preload[")
+            .and_then(|(_, r)| r.split_once(']'))
+            .map(|(p, _)| p.to_string())
+            .unwrap_or_default()
+    };
+    assert!(w.contains("in process `nginx"), "{w}");
+    assert!(
+        w.contains(&format!("(parent {master})")),
+        "not a worker of master {master}: {w}"
+    );
+    assert_ne!(pid(w), master, "the master tried to start the engine");
+    assert_ne!(
+        pid(started[0]),
+        pid(w),
+        "the same process started and failed"
     );
 }
 
@@ -1377,4 +1467,75 @@ fn ipv6_and_dual_stack_listener_and_ipv6_client() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine started"));
     assert_eq!(sha256(&dl), want, "IPv6 client download");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scenarios of the close tests, as a kernel peer in B sees a server at `host:port`
+/// (`tests/preload/close_server.py` under the shim, or on the kernel for comparison).
+fn close_peer(net: &Net, host: Ipv4Addr, port: u16) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/close_peer.py");
+    let out = run(
+        net.kernel(
+            false,
+            40,
+            "python3",
+            &[
+                script.to_str().unwrap(),
+                &host.to_string(),
+                &port.to_string(),
+            ],
+        ),
+        "close peer",
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn rfc2525_close_with_unread_input_resets_like_the_kernel_and_a_full_read_closes_with_fin() {
+    // The same server program on the kernel (A's address) and under the shim (the
+    // engine's): a close with unread input resets (the peer's recv: ECONNRESET), a close
+    // after reading everything sends all the data then FIN, and input arriving after the
+    // close resets the orphaned connection; the peer sees the same outcome from both.
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(77);
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/close_server.py");
+    let server = server.to_str().unwrap();
+    let kernel_srv = spawn(
+        net.kernel(
+            true,
+            60,
+            "python3",
+            &[server, &net.pair.addr_a.to_string(), "7700"],
+        ),
+        "kernel close server",
+    );
+    let shim_srv = spawn(
+        net.shimmed(60, "python3", &[server, &net.engine.to_string(), "7700"]),
+        "shimmed close server",
+    );
+    wait_port(&net, net.pair.addr_a, 7700);
+    wait_port(&net, net.engine, 7700);
+    let kernel = close_peer(&net, net.pair.addr_a, 7700);
+    let shim = close_peer(&net, net.engine, 7700);
+    let _ = writeln!(io::stderr(), "kernel server:\n{kernel}shim server:\n{shim}");
+    for want in [
+        "unread: ConnectionResetError",
+        "read: fin 1048576 bytes intact",
+        "late: bye, then BrokenPipeError",
+        "fork: go digest ok fin",
+    ] {
+        assert!(
+            kernel.contains(want),
+            "kernel reference lacks `{want}`:\n{kernel}"
+        );
+    }
+    assert_eq!(shim, kernel, "the shim's closes differ from the kernel's");
+    for srv in [shim_srv, kernel_srv] {
+        let out = srv.wait_output(Duration::from_secs(10));
+        assert!(
+            out.status.success(),
+            "server failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -138,22 +138,60 @@ pub(crate) fn engine() -> Option<&'static Running> {
             Some(r)
         }
         Err(e) => {
+            let why = busy_hint(&e);
             if cfg.strict {
                 eprintln!(
-                    "xwarp-preload: engine cannot start on {}: {e} (XWARP_STRICT=1: exiting)",
-                    cfg.iface
+                    "xwarp-preload[{}]: engine cannot start on {} in process `{}`: {e}{why} (XWARP_STRICT=1: exiting)",
+                    std::process::id(),
+                    cfg.iface,
+                    process_name()
                 );
                 std::process::exit(1);
             }
             xlog!(
                 Warn,
-                "engine cannot start on {}: {e}; using the kernel TCP stack",
-                cfg.iface
+                "engine cannot start on {} in process `{}` (parent {}): {e}{why}; this process's sockets use the kernel TCP stack",
+                cfg.iface,
+                process_name(),
+                // SAFETY: getppid has no preconditions.
+                unsafe { libc::getppid() }
             );
             *st = State::Failed;
             None
         }
     }
+}
+
+/// Why a failed start most likely failed, when the error says the interface is taken.
+fn busy_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::ResourceBusy || e.raw_os_error() == Some(libc::EBUSY) {
+        " (the interface's AF_XDP queue 0 is taken, most likely by another process running \
+         the shim on it, such as another worker of a multi-process server: one process per \
+         interface runs the engine)"
+    } else {
+        ""
+    }
+}
+
+/// The process as `ps` shows it (`/proc/self/cmdline`, which servers such as nginx
+/// rewrite to name their role, e.g. `nginx: worker process`), at most 80 characters.
+fn process_name() -> String {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let mut s: String = String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter(|a| !a.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.is_empty() {
+        s = std::fs::read_to_string("/proc/self/comm")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+    }
+    if s.chars().count() > 80 {
+        s = s.chars().take(77).collect::<String>() + "...";
+    }
+    s
 }
 
 #[cfg_attr(test, allow(dead_code))]

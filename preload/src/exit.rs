@@ -5,8 +5,6 @@
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use xwarp_stack::Phase;
-
 use crate::sock::{self, Closing, Sock};
 
 /// How long `exit` waits at most for connections to finish.
@@ -17,15 +15,13 @@ const QUIET_GRACE: Duration = Duration::from_millis(50);
 
 extern "C" fn flush_at_exit() {
     let deadline = Instant::now() + EXIT_LINGER;
-    // Connections still open: FIN after their queued data, like the kernel's close on exit.
+    // Connections still open: FIN after their queued data, like the kernel's close on
+    // exit; RST for those with unread input (RFC 2525 §2.17, as Linux).
     let open = sock::all_streams();
     for s in &open {
         if let Sock::Stream(st) = &**s {
             if st.common.alive() {
-                let mut g = st.lock();
-                if g.stream.phase() == Phase::Established {
-                    let _ = g.stream.shutdown_write();
-                }
+                st.close_at_exit();
             }
         }
     }

@@ -622,7 +622,7 @@ impl Pair {
         // pair stepped first), and pulling them here would send them into a dead socket.
         // `POLLHUP` before our own `SHUT_WR` means the child's end is gone.
         if !self.a_done && !self.child_closed && !self.eng_eof && self.unix_hup() {
-            self.child_closed = true;
+            self.child_gone(st, None);
         }
         for _ in 0..64 {
             let mut progress = false;
@@ -651,9 +651,8 @@ impl Pair {
                     match self.flush_to_child() {
                         Ok(true) => progress = true,
                         Ok(false) => {}
-                        Err(_) => {
-                            self.child_closed = true;
-                            self.to_child.clear();
+                        Err(e) => {
+                            self.child_gone(st, Some(e));
                             progress = true;
                         }
                     }
@@ -665,8 +664,8 @@ impl Pair {
                     progress = true;
                 }
             }
-            if self.child_closed {
-                self.to_child.clear();
+            if self.child_closed && !self.to_child.is_empty() {
+                self.child_gone(st, None);
             }
             // child → engine
             if !self.b_done {
@@ -686,15 +685,15 @@ impl Pair {
                         progress = true;
                     } else if n == 0 {
                         self.unix_eof = true;
-                        if self.unix_hup() {
-                            self.child_closed = true;
+                        if !self.child_closed && self.unix_hup() {
+                            self.child_gone(st, None);
                         }
                         progress = true;
                     } else {
                         let e = errno();
                         if e != libc::EAGAIN && e != libc::EINTR {
                             self.unix_eof = true;
-                            self.child_closed = true;
+                            self.child_gone(st, Some(e));
                             progress = true;
                         }
                     }
@@ -735,6 +734,47 @@ impl Pair {
             }
         }
         Pumped::Live
+    }
+
+    /// The child closed its copy (or its end failed with `err`). Bytes the relay took for
+    /// it and could not hand over go back to the connection, ahead of the rest, for the
+    /// parent or a sibling (a kernel socket keeps them for the other copies). Bytes
+    /// already in the child's socket are gone with it: the kernel then reports
+    /// `ECONNRESET` on our end, and the connection is marked as having lost input (its
+    /// last close resets it, as a close with unread input does).
+    fn child_gone(&mut self, st: &StreamSock, err: Option<c_int>) {
+        let first = !self.child_closed;
+        self.child_closed = true;
+        if !self.to_child.is_empty() {
+            st.unread(self.to_child.data());
+            self.to_child.clear();
+        }
+        if !first {
+            return;
+        }
+        // The reset may have been reported already (`err`) or still be pending.
+        let pending = {
+            let mut e: c_int = 0;
+            let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+            // SAFETY: our descriptor, an int-sized out value.
+            unsafe {
+                real::getsockopt(
+                    self.unix,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&mut e as *mut c_int).cast(),
+                    &mut len,
+                )
+            };
+            e
+        };
+        if err == Some(libc::ECONNRESET) || pending == libc::ECONNRESET {
+            xlog!(
+                Warn,
+                "fork relay: a child closed its copy of a connection without reading bytes already handed to it; they are lost (the connection's last close resets it)"
+            );
+            st.input_lost();
+        }
     }
 
     /// Write buffered bytes to the unix end: `Ok(true)` if some went, `Err` if the child's
@@ -1356,5 +1396,74 @@ mod tests {
             "read after reset: {n} {e:?}"
         );
         wait_until("the relay to let go", || Arc::strong_count(&sock) == 1);
+    }
+
+    #[test]
+    fn child_closing_with_unread_bytes_hands_the_relays_bytes_back_to_the_parent() {
+        let (_a, _b, st, mut client) = connected();
+        established(&client);
+        let sock = Arc::new(Sock::Stream(st));
+        let mut r = Running::start(sock.clone());
+        // The peer sends 1 MiB and ends; the child reads none of it.
+        let writer = std::thread::spawn(move || {
+            engine_write(&mut client, 3, MIB);
+            client.shutdown_write().unwrap();
+            client
+        });
+        // The child's socket fills up, then the relay's own buffer.
+        wait_until("the child's socket to fill", || {
+            let mut n: c_int = 0;
+            // SAFETY: FIONREAD into an int.
+            unsafe { libc::ioctl(r.child, libc::FIONREAD, &mut n) };
+            n > 64 << 10
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: our descriptor (the child exits without reading).
+        unsafe { libc::close(r.child) };
+        r.child = -1;
+        wait_until("the relay to let go", || Arc::strong_count(&sock) == 1);
+        let Sock::Stream(st) = &*sock else {
+            unreachable!()
+        };
+        // The parent reads on: what the relay held comes first, then the rest, in order.
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match st.read_once(&mut [&mut buf[..]], false) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(libc::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("parent read: {e}"),
+            }
+            assert!(Instant::now() < deadline, "parent read stalled");
+        }
+        let client = writer.join().unwrap();
+        // Only what already sat in the child's socket is gone: the parent got the exact
+        // tail of the stream, including the relay's buffered bytes (64 KiB).
+        let lost = MIB - got.len();
+        assert!(
+            got.len() >= RELAY_BUF,
+            "relay's bytes lost: got {}",
+            got.len()
+        );
+        assert!(lost > 0, "the child's socket held nothing");
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(i, &b)| b == pattern(3, lost + i)),
+            "the parent's bytes are not the tail of the stream"
+        );
+        // Bytes were lost unread: the last close resets the connection.
+        sock::retire(sock);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while client.error().is_none() {
+            assert!(Instant::now() < deadline, "no reset after losing input");
+            let _ = client.wait(Some(Instant::now() + Duration::from_millis(5)));
+        }
+        assert_eq!(
+            client.error().map(|e| e.to_io().kind()),
+            Some(io::ErrorKind::ConnectionReset)
+        );
     }
 }

@@ -11,14 +11,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
 use xwarp_stack::{socket_buffer_size, KeepAlive, ListenSocket, Phase, SocketOptions, Stream};
 
-use crate::engine::GENERATION;
+use crate::engine::{xlog, GENERATION};
 use crate::real;
 
 /// Largest sleep of a blocking call before it re-checks (bounds the cost of a wakeup
@@ -216,6 +216,9 @@ pub(crate) struct StreamInner {
     pub(crate) so_error: Option<c_int>,
     /// A connect failure was already reported to the program.
     pub(crate) reported: bool,
+    /// Input was lost unread (a forked child closed its relayed copy with bytes in its
+    /// socket): the last close resets the connection, as a close with unread input does.
+    lost: bool,
 }
 
 /// An xwarp TCP connection.
@@ -336,14 +339,26 @@ pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
 /// engine's own FIN timeout.
 const LINGER_LIMIT: Duration = Duration::from_secs(60);
 
+/// A connection the program closed, kept until its close finished.
+#[derive(Debug)]
+struct Lingering {
+    stream: Stream,
+    /// When the program closed it.
+    since: Instant,
+    /// The peer's FIN arrived: no more input can come, nothing to watch for.
+    eof: bool,
+}
+
 /// Connections the program closed: FIN is queued after their data; they are kept until the
-/// engine reports them closed, so `exit` can wait for their data like the kernel would.
-static LINGER: Mutex<Vec<(Stream, Instant)>> = Mutex::new(Vec::new());
+/// engine reports them closed, so `exit` can wait for their data like the kernel would,
+/// and so input arriving after the close resets them (RFC 2525 §2.17, as Linux does for an
+/// orphaned socket).
+static LINGER: Mutex<Vec<Lingering>> = Mutex::new(Vec::new());
 
 /// How far a closed (or closing-at-exit) connection got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Closing {
-    /// Closed or failed: nothing left to do.
+    /// Closed, failed or reset: nothing left to do.
     Done,
     /// End of stream received and every byte handed to the engine: only the final
     /// handshake (or TIME-WAIT) remains.
@@ -352,42 +367,100 @@ pub(crate) enum Closing {
     Busy,
 }
 
-fn closing(s: &mut Stream) -> Closing {
-    // Discard what the peer still sends, so its FIN can arrive.
+/// What reading a closed connection's input to the end found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    /// Nothing new (and no end of stream yet).
+    Nothing,
+    /// Data bytes (discarded).
+    Data,
+    /// End of stream and no data before it.
+    Eof,
+    /// The connection failed.
+    Failed,
+}
+
+/// Read `s`'s receive ring to the end (discarding), with read interest registered, so the
+/// readiness descriptor fires when more arrives.
+fn read_input(s: &mut Stream) -> Input {
     let mut scratch = [0u8; 4096];
-    let mut eof = false;
+    let mut data = false;
     loop {
         match s.try_read(&mut scratch) {
-            Ok(0) => {
-                eof = true;
-                break;
+            Ok(0) if data => return Input::Data,
+            Ok(0) => return Input::Eof,
+            Ok(_) => data = true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return if data { Input::Data } else { Input::Nothing };
             }
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => return Closing::Done,
+            Err(_) if data => return Input::Data,
+            Err(_) => return Input::Failed,
         }
     }
-    if s.phase() == Phase::Closed || s.error().is_some() {
+}
+
+/// One look at a connection the program closed: input that arrives after the close resets
+/// it (Linux: data for an orphaned socket in FIN-WAIT → RST, `tcp_rcv_state_process`;
+/// RFC 2525 §2.17); otherwise how far the close got. Returns the state and whether the
+/// peer's end of stream was seen.
+fn closing(s: &mut Stream, eof_seen: bool) -> (Closing, bool) {
+    let input = if eof_seen { Input::Eof } else { read_input(s) };
+    match input {
+        Input::Data => {
+            xlog!(Debug, "input after close: resetting the connection");
+            let _ = s.abort();
+            return (Closing::Done, false);
+        }
+        Input::Failed => return (Closing::Done, false),
+        Input::Nothing | Input::Eof => {}
+    }
+    let eof = input == Input::Eof;
+    let c = if s.phase() == Phase::Closed || s.error().is_some() {
         Closing::Done
     } else if eof && s.tx_queued() == 0 {
         Closing::Quiet
     } else {
         Closing::Busy
+    };
+    (c, eof)
+}
+
+/// RFC 2525 §2.17 (Linux `tcp_close`: "data was lost"): a connection closed with unread
+/// input is reset, not closed with FIN, so the peer learns its data was not read. Discards
+/// the input held by the shim and the receive ring; `true` if there was any (or some was
+/// lost earlier, see [`StreamSock::input_lost`]). Bytes the engine has not moved to the
+/// ring yet arrive after the close and reset the connection then ([`closing`]).
+fn discard_unread(inner: &mut StreamInner) -> bool {
+    let mut unread = inner.pos < inner.plen || inner.lost;
+    inner.pos = 0;
+    inner.plen = 0;
+    if !inner.eof && inner.so_error.is_none() {
+        match read_input(&mut inner.stream) {
+            Input::Data => unread = true,
+            Input::Eof => inner.eof = true,
+            Input::Nothing | Input::Failed => {}
+        }
     }
+    unread
 }
 
 /// The program closed its last descriptor of `sock`: close gracefully in the background,
 /// or as `SO_LINGER` says: `{on, 0}` resets the connection (RST), `{on, t}` blocks up to
 /// `t` seconds until every byte and the FIN are acknowledged, then goes on in the
-/// background (Linux semantics; `close` returns 0 either way).
+/// background (Linux semantics; `close` returns 0 either way). Unread input resets the
+/// connection whatever `SO_LINGER` says ([`discard_unread`]).
 pub(crate) fn retire(sock: Arc<Sock>) {
     // `into_inner`, not `try_unwrap`: when the program's close and the fork relay drop
     // their references at the same time, exactly one of them gets to close.
     if let Some(Sock::Stream(st)) = Arc::into_inner(sock) {
         let linger = st.common.opts().linger_policy();
-        let inner = st.inner.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut inner = st.inner.into_inner().unwrap_or_else(|p| p.into_inner());
+        let unread = discard_unread(&mut inner);
         let mut stream = inner.stream;
-        if linger.is_some_and(|t| t.is_zero()) {
+        if unread {
+            xlog!(Debug, "close with unread input: resetting the connection");
+        }
+        if unread || linger.is_some_and(|t| t.is_zero()) {
             let _ = stream.abort();
             drop(stream);
             reap();
@@ -396,7 +469,10 @@ pub(crate) fn retire(sock: Arc<Sock>) {
         if let Some(t) = linger {
             if stream.phase() == Phase::Established {
                 let _ = stream.shutdown_write();
-                linger_wait(&mut stream, Instant::now() + t);
+                if !linger_wait(&mut stream, Instant::now() + t) {
+                    reap();
+                    return;
+                }
             }
         }
         if stream.phase() == Phase::Established {
@@ -404,41 +480,162 @@ pub(crate) fn retire(sock: Arc<Sock>) {
             LINGER
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((stream, Instant::now()));
+                .push(Lingering {
+                    stream,
+                    since: Instant::now(),
+                    eof: inner.eof,
+                });
+            watch_lingering();
         }
     }
     reap();
 }
 
 /// Block until `stream`'s FIN is acknowledged, it failed or closed, or `deadline`.
-fn linger_wait(stream: &mut Stream, deadline: Instant) {
+/// `false` if it was reset meanwhile (input arrived) or is done.
+fn linger_wait(stream: &mut Stream, deadline: Instant) -> bool {
+    let mut eof = false;
     loop {
         if stream.fin_acked() || stream.error().is_some() || stream.phase() == Phase::Closed {
-            return;
+            return true;
         }
-        // Discard input so the peer's data cannot hold the FIN back.
-        if closing(stream) == Closing::Done {
-            return;
+        // Input arriving now resets the connection, as on Linux.
+        let (c, e) = closing(stream, eof);
+        eof = e;
+        if c == Closing::Done {
+            return false;
         }
         let now = Instant::now();
         if now >= deadline {
-            return;
+            return true;
         }
         let _ = stream.wait(Some(deadline.min(now + MAX_SLEEP)));
     }
 }
 
+/// Wake descriptor of this process's lingering-connection watcher: `-1` not started,
+/// `-2` being started.
+static WATCH_WAKE: AtomicI32 = AtomicI32::new(-1);
+
+/// Longest sleep of the watcher (bounds how late a finished close is forgotten).
+const WATCH_SLEEP: Duration = Duration::from_secs(1);
+
+/// Shortest time between two watcher rounds (bounds its cost when many closed
+/// connections keep firing).
+const WATCH_MIN_ROUND: Duration = Duration::from_millis(2);
+
+/// A connection was added to [`LINGER`]: make sure a thread watches the lingering
+/// connections, so input arriving after a close resets the connection promptly even
+/// when the program makes no further socket call.
+fn watch_lingering() {
+    let w = WATCH_WAKE.load(Ordering::SeqCst);
+    if w >= 0 {
+        signal(w);
+        return;
+    }
+    if w == -2
+        || WATCH_WAKE
+            .compare_exchange(-1, -2, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return;
+    }
+    // SAFETY: plain descriptor creation.
+    let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if wake < 0 {
+        xlog!(
+            Warn,
+            "cannot watch closed connections (eventfd: {}); input after a close is noticed at the next close",
+            io::Error::last_os_error()
+        );
+        WATCH_WAKE.store(-1, Ordering::SeqCst);
+        return;
+    }
+    // The watcher blocks every signal (it inherits the mask of the creating thread): the
+    // program's handlers run on the program's threads.
+    // SAFETY: all-zero sigsets are valid to be filled.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain signal-mask calls on local sets.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let r = std::thread::Builder::new()
+        .name("xwarp-linger".into())
+        .spawn(move || watcher(wake));
+    // SAFETY: restoring this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    match r {
+        Ok(_) => WATCH_WAKE.store(wake, Ordering::SeqCst),
+        Err(e) => {
+            xlog!(
+                Warn,
+                "cannot watch closed connections ({e}); input after a close is noticed at the next close"
+            );
+            // SAFETY: our descriptor.
+            unsafe { real::close(wake) };
+            WATCH_WAKE.store(-1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The watcher thread: sleep on the readiness descriptors of lingering connections that
+/// may still receive input, then [`reap`].
+fn watcher(wake: RawFd) {
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let any = {
+            let l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
+            for c in l.iter().filter(|c| !c.eof) {
+                fds.push(libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            !l.is_empty()
+        };
+        let ms = if any {
+            WATCH_SLEEP.as_millis() as c_int
+        } else {
+            -1
+        };
+        // SAFETY: our vector of pollfds. A descriptor closed meanwhile (its connection
+        // reaped by another thread) only causes an early, harmless wakeup.
+        unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        drain(wake);
+        let t = Instant::now();
+        reap();
+        std::thread::sleep(WATCH_MIN_ROUND.saturating_sub(t.elapsed()));
+    }
+}
+
 /// In the child after `fork`: the lingering connections belong to the parent's engine.
 /// Forget them without dropping (a drop would talk to an engine that does not exist
-/// here); skipped if another thread of the parent held the list at `fork`.
+/// here); skipped if another thread of the parent held the list at `fork`. The parent's
+/// watcher thread does not exist here either.
 pub(crate) fn forget_lingering_after_fork() {
     if let Ok(mut l) = LINGER.try_lock() {
         std::mem::forget(std::mem::take(&mut *l));
     }
+    let w = WATCH_WAKE.swap(-1, Ordering::SeqCst);
+    if w >= 0 {
+        // SAFETY: raw syscall (async-signal-safe) on the parent watcher's descriptor.
+        unsafe { libc::syscall(libc::SYS_close, w as libc::c_long) };
+    }
 }
 
-/// Drop lingering connections that finished (or waited too long); returns how many
-/// remain that still move data (`Busy`).
+/// Drop lingering connections that finished (or waited too long), reset those that
+/// received input after their close; returns how many remain that still move data
+/// (`Busy`).
 pub(crate) fn reap() -> usize {
     let mut l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
     if l.is_empty() {
@@ -446,12 +643,17 @@ pub(crate) fn reap() -> usize {
     }
     let now = Instant::now();
     let mut busy = 0;
-    l.retain_mut(|(s, t)| {
-        let c = closing(s);
-        if c == Closing::Busy {
+    l.retain_mut(|c| {
+        if !c.eof {
+            // Drained before the re-check: input arriving after it fires again.
+            drain(c.stream.as_raw_fd());
+        }
+        let (state, eof) = closing(&mut c.stream, c.eof);
+        c.eof = eof;
+        if state == Closing::Busy {
             busy += 1;
         }
-        c != Closing::Done && now.duration_since(*t) < LINGER_LIMIT
+        state != Closing::Done && now.duration_since(c.since) < LINGER_LIMIT
     });
     busy
 }
@@ -642,6 +844,7 @@ impl StreamSock {
                 write_shut: false,
                 so_error: None,
                 reported: false,
+                lost: false,
             }),
             ring_size,
         }
@@ -903,9 +1106,59 @@ impl StreamSock {
         g.pos < g.plen || g.eof
     }
 
-    /// At exit: discard unread input; how far the close got.
+    /// At exit, before waiting: the process's close of the connection. Unread input
+    /// resets it (RFC 2525 §2.17, [`discard_unread`]); otherwise FIN after the queued
+    /// data.
+    pub(crate) fn close_at_exit(&self) {
+        let mut g = self.lock();
+        if g.stream.phase() != Phase::Established {
+            return;
+        }
+        if discard_unread(&mut g) {
+            let _ = g.stream.abort();
+        } else {
+            g.write_shut = true;
+            let _ = g.stream.shutdown_write();
+        }
+    }
+
+    /// At exit: how far the close got (input arriving now resets the connection).
     pub(crate) fn closing(&self) -> Closing {
-        closing(&mut self.lock().stream)
+        let mut g = self.lock();
+        let eof = g.eof;
+        let (c, eof) = closing(&mut g.stream, eof);
+        g.eof = eof;
+        c
+    }
+
+    /// Give back bytes taken from the connection that nobody read (a fork relay whose
+    /// child closed its copy): they are served before anything else, and count as unread
+    /// input for the last close.
+    pub(crate) fn unread(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut g = self.lock();
+        let mut v = Vec::with_capacity((bytes.len() + g.plen - g.pos.min(g.plen)).max(PROBE_BYTES));
+        v.extend_from_slice(bytes);
+        if g.pos < g.plen {
+            let (pos, plen) = (g.pos, g.plen);
+            v.extend_from_slice(&g.pending[pos..plen]);
+        }
+        let n = v.len();
+        v.resize(n.max(PROBE_BYTES), 0);
+        g.pending = v;
+        g.plen = n;
+        g.pos = 0;
+        drop(g);
+        // Readable now: keep the descriptor's invariant.
+        signal(self.common.evfd);
+    }
+
+    /// Input was lost before anybody read it (a fork relay's child closed its copy with
+    /// bytes still in its socket): the last close resets the connection.
+    pub(crate) fn input_lost(&self) {
+        self.lock().lost = true;
     }
 
     /// `shutdown(SHUT_WR)`: FIN after the queued data; later writes fail with `EPIPE`.
@@ -1261,5 +1514,130 @@ pub(crate) mod tests {
         }
         assert_eq!(got, sent);
         assert!(st.readiness(libc::POLLOUT) & libc::POLLOUT != 0);
+    }
+
+    /// Wait (bounded) until `f` holds.
+    fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Write all of `data` on the client stream.
+    fn client_write(client: &mut Stream, data: &[u8]) {
+        let mut off = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while off < data.len() {
+            match client.try_write(&data[off..]) {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = client.wait(Some(Instant::now() + Duration::from_millis(5)));
+                }
+                Err(e) => panic!("client write: {e}"),
+            }
+            assert!(Instant::now() < deadline, "client write stalled");
+        }
+    }
+
+    /// Read on the client until end of stream or failure: the bytes and how it ended.
+    fn client_read_to_end(client: &mut Stream) -> (Vec<u8>, io::Result<()>) {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match client.try_read(&mut buf) {
+                Ok(0) => return (got, Ok(())),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = client.wait(Some(Instant::now() + Duration::from_millis(5)));
+                }
+                Err(e) => return (got, Err(e)),
+            }
+            assert!(Instant::now() < deadline, "client read never ended");
+        }
+    }
+
+    #[test]
+    fn rfc2525_close_with_unread_input_in_the_shims_buffer_resets_the_connection() {
+        let (_a, _b, st, mut client) = connected();
+        client_write(&mut client, b"request nobody reads");
+        // A readiness probe moved the bytes into the shim's own buffer.
+        wait_for("the request", Duration::from_secs(5), || {
+            st.available() == 20
+        });
+        retire(Arc::new(Sock::Stream(st)));
+        let (got, end) = client_read_to_end(&mut client);
+        assert!(got.is_empty());
+        assert_eq!(
+            end.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset),
+            "the peer must learn that its request was not read"
+        );
+    }
+
+    #[test]
+    fn rfc2525_close_with_unread_input_in_the_ring_resets_even_with_a_linger_timeout() {
+        let (_a, _b, st, mut client) = connected();
+        // SO_LINGER {1, 5}: Linux still resets at once when input is unread.
+        st.common.opts().linger = (1, 5);
+        client_write(&mut client, &[7u8; 3000]);
+        wait_for("the bytes in the ring", Duration::from_secs(5), || {
+            st.lock().stream.rx_ready()
+        });
+        let t = Instant::now();
+        retire(Arc::new(Sock::Stream(st)));
+        assert!(t.elapsed() < Duration::from_secs(2), "close lingered");
+        let (_, end) = client_read_to_end(&mut client);
+        assert_eq!(
+            end.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset)
+        );
+    }
+
+    #[test]
+    fn rfc2525_close_after_reading_everything_sends_the_data_then_fin() {
+        let (_a, _b, st, mut client) = connected();
+        client_write(&mut client, b"GET /");
+        let mut req = [0u8; 5];
+        wait_for("the request", Duration::from_secs(5), || {
+            st.read_once(&mut [&mut req[..]], false) == Ok(5)
+        });
+        assert_eq!(&req, b"GET /");
+        let reply: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut off = 0;
+        while off < reply.len() {
+            match st.write_once(&[&reply[off..]]) {
+                Ok(n) => off += n,
+                Err(libc::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("server write: {e}"),
+            }
+        }
+        retire(Arc::new(Sock::Stream(st)));
+        let (got, end) = client_read_to_end(&mut client);
+        assert!(end.is_ok(), "clean close expected: {end:?}");
+        assert_eq!(got.len(), reply.len());
+        assert!(got == reply, "reply bytes differ");
+    }
+
+    #[test]
+    fn rfc2525_input_arriving_after_the_close_resets_the_orphaned_connection() {
+        let (_a, _b, st, mut client) = connected();
+        retire(Arc::new(Sock::Stream(st)));
+        // Nothing was unread: FIN.
+        let (got, end) = client_read_to_end(&mut client);
+        assert!(got.is_empty() && end.is_ok(), "{end:?}");
+        assert!(client.error().is_none());
+        // The peer sends after our FIN; the program makes no more socket calls: the
+        // watcher resets the connection (Linux: data for an orphaned socket → RST).
+        client_write(&mut client, b"too late");
+        wait_for("the reset", Duration::from_secs(5), || {
+            client.error().is_some()
+        });
+        assert_eq!(
+            client.error().map(|e| e.to_io().kind()),
+            Some(io::ErrorKind::ConnectionReset)
+        );
     }
 }
