@@ -441,7 +441,7 @@ impl VerbsHost {
             slot.held.push_back(e);
             self.pump_held(qpn);
         } else {
-            self.post_now(qpn, e);
+            Self::post_now(slot, &mut self.res, e);
         }
     }
 
@@ -478,7 +478,7 @@ impl VerbsHost {
             }
             if let Some(e) = slot.held.pop_front() {
                 moved = true;
-                self.post_now(qpn, e);
+                Self::post_now(slot, &mut self.res, e);
             }
         }
         // A disconnect waits for the held work to reach the QP (graceful: it drains).
@@ -493,10 +493,7 @@ impl VerbsHost {
     }
 
     /// Hand one work request to the connection (which exists).
-    fn post_now(&mut self, qpn: u32, e: Early) {
-        let Some(slot) = self.qps.get_mut(&qpn) else {
-            return;
-        };
+    fn post_now(slot: &mut QpSlot, res: &mut Resources, e: Early) {
         let Some(conn) = slot.conn.as_mut() else {
             return;
         };
@@ -540,7 +537,7 @@ impl VerbsHost {
                 let ok = if conn.is_closed() || !live {
                     None
                 } else {
-                    Some(self.res.stags.invalidate(stag, slot.qp.pd).is_ok())
+                    Some(res.stags.invalidate(stag, slot.qp.pd).is_ok())
                 };
                 let status = match ok {
                     None => CompletionStatus::WrFlushError,
@@ -887,10 +884,10 @@ impl VerbsHost {
                 }
                 slot.drain();
                 slot.flush_early();
-                if slot.conn_id.is_some() && !slot.finished {
-                    slot.abort = true;
-                } else {
-                    slot.finished = true;
+                // Reset the TCP connection if there is one; otherwise nothing can connect.
+                match slot.conn_id {
+                    Some(_) => slot.abort = true,
+                    None => slot.finished = true,
                 }
                 self.pump_held(qpn);
             }
