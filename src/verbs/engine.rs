@@ -873,8 +873,9 @@ impl VerbsHost {
                 }
             }
             Some(QpState::Error) => {
-                // Abortive (siw: flush SQ and RQ, drop the connection): flush here, reset
-                // TCP; `on_closed` reports Disconnected.
+                // Abortive, as siw (flush SQ and RQ, release the socket at once,
+                // iwarp-wire.md §4.7): flush here, reset TCP; `on_closed` reports
+                // Disconnected.
                 slot.errored = true;
                 if let Some(c) = slot.conn.as_mut() {
                     match c.qp_mut() {

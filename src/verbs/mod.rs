@@ -1010,6 +1010,8 @@ impl QpAttr {
 ///   TERMINATE (a Terminate, RDMAP layer, local catastrophic error, code 0xff, then the
 ///   connection closes), RTS → ERROR (abortive: work is flushed, TCP is reset);
 /// * CLOSING → ERROR, TERMINATE → ERROR (abortive);
+/// * teardown on the wire as siw does it (iwarp-wire.md §4.7): CLOSING ends with a TCP
+///   FIN and no RDMAP message, ERROR releases the connection at once (a TCP reset);
 /// * to the current state: nothing happens (IDLE → IDLE only carries attributes).
 ///
 /// RTS is entered by [`QueuePair::connect`] / [`ConnRequest::accept`] only (siw needs the
