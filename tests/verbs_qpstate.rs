@@ -820,6 +820,8 @@ fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
     c.qp.post_send(SendRequest::send(3, vec![note.sge(0, 4).unwrap()]))
         .unwrap();
     c.qp.disconnect().unwrap();
+    let st = state(&c.qp);
+    assert!(matches!(st, QpState::Closing | QpState::Idle), "{st:?}");
     let got: Vec<(u64, CompletionStatus)> = (0..3)
         .map(|_| {
             let w = wc(&c.scq);

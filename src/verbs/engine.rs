@@ -179,6 +179,8 @@ impl QpSlot {
             }
             Some(c) => match c.qp().map(|q| q.state()) {
                 None | Some(Q::Idle) => QpState::Idle,
+                // A disconnect waiting behind a Local Invalidate is already CLOSING.
+                Some(Q::Rts) if self.disconnect_requested => QpState::Closing,
                 Some(Q::Rts) => QpState::Rts,
                 Some(Q::Closing) => QpState::Closing,
                 Some(Q::Terminate) => QpState::Terminate,
