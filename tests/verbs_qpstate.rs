@@ -847,3 +847,36 @@ fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
     expect_event(&s.qp, &CmEvent::Disconnected);
     wait_state(&c.qp, QpState::Idle);
 }
+
+/// A QP is bound to one connection: accepting a second request on a QP that is already
+/// connected is refused (ConnectError on that QP, which stays RTS and keeps working), and
+/// the second Initiator's connection is dropped.
+#[test]
+fn verbs_accept_on_a_used_qp_is_refused() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6013, |_| {});
+    let listener = b.device().listen(server_addr(6014), 4).unwrap();
+    let c2 = end(&a, |_| {});
+    c2.qp
+        .connect(server_addr(6014), ConnectParams::default())
+        .unwrap();
+    listener.get_request(T).unwrap().accept(&s.qp, b"").unwrap();
+    assert!(matches!(
+        s.qp.next_event(T).unwrap(),
+        CmEvent::ConnectError(_)
+    ));
+    match c2.qp.next_event(T).unwrap() {
+        CmEvent::ConnectError(_) | CmEvent::Disconnected => {}
+        e => panic!("second initiator: {e:?}"),
+    }
+    assert_eq!(state(&s.qp), QpState::Rts);
+    let m = mr(&s, 64);
+    s.qp.post_recv(1, &[m.sge(0, 64).unwrap()]).unwrap();
+    c.qp.post_send(SendRequest {
+        inline: Some(b"still".to_vec()),
+        ..SendRequest::send(1, vec![])
+    })
+    .unwrap();
+    assert_eq!(wc(&s.rcq).byte_len, 5);
+    assert_eq!(m.to_vec(0, 5).unwrap(), b"still");
+}

@@ -1228,7 +1228,9 @@ impl QueuePair {
     /// [`QpModify`]). An illegal transition or an attribute change after the connection
     /// was started fails with `InvalidInput` and changes nothing. To ERROR is abortive:
     /// every outstanding and later work request completes with `WrFlushError` (exactly
-    /// once), the connection is reset and [`CmEvent::Disconnected`] follows.
+    /// once); a connection (or a connect in progress) is reset and
+    /// [`CmEvent::Disconnected`] (or `ConnectError`) follows; a QP that never connected
+    /// reports no CM event. The call returns once the engine applied the change.
     pub fn modify(&self, m: &QpModify) -> io::Result<()> {
         let qpn = self.qpn;
         let m2 = m.clone();
