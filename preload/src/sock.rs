@@ -613,7 +613,7 @@ fn watcher(wake: RawFd) {
         unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         drain(wake);
         let t = Instant::now();
-        reap();
+        reap_with(true);
         std::thread::sleep(WATCH_MIN_ROUND.saturating_sub(t.elapsed()));
     }
 }
@@ -637,6 +637,12 @@ pub(crate) fn forget_lingering_after_fork() {
 /// received input after their close; returns how many remain that still move data
 /// (`Busy`).
 pub(crate) fn reap() -> usize {
+    reap_with(false)
+}
+
+/// [`reap`]; `drain`: drain the readiness descriptors first (the watcher, which sleeps on
+/// them; the other callers leave that syscall per connection to it).
+fn reap_with(drain_fds: bool) -> usize {
     let mut l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
     if l.is_empty() {
         return 0;
@@ -644,7 +650,7 @@ pub(crate) fn reap() -> usize {
     let now = Instant::now();
     let mut busy = 0;
     l.retain_mut(|c| {
-        if !c.eof {
+        if drain_fds && !c.eof {
             // Drained before the re-check: input arriving after it fires again.
             drain(c.stream.as_raw_fd());
         }
