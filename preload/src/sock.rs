@@ -367,12 +367,12 @@ pub(crate) enum Closing {
     Busy,
 }
 
-/// What reading a closed connection's input to the end found.
+/// What a look at a closed connection's input found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Input {
     /// Nothing new (and no end of stream yet).
     Nothing,
-    /// Data bytes (discarded).
+    /// Data bytes (some discarded: the connection is about to be reset).
     Data,
     /// End of stream and no data before it.
     Eof,
@@ -380,22 +380,16 @@ enum Input {
     Failed,
 }
 
-/// Read `s`'s receive ring to the end (discarding), with read interest registered, so the
-/// readiness descriptor fires when more arrives.
+/// Look at `s`'s receive ring: one read (discarding what it got: any data means the
+/// connection is reset, so the rest does not matter). With nothing there the read
+/// registered interest, so the readiness descriptor fires when input arrives.
 fn read_input(s: &mut Stream) -> Input {
-    let mut scratch = [0u8; 4096];
-    let mut data = false;
-    loop {
-        match s.try_read(&mut scratch) {
-            Ok(0) if data => return Input::Data,
-            Ok(0) => return Input::Eof,
-            Ok(_) => data = true,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return if data { Input::Data } else { Input::Nothing };
-            }
-            Err(_) if data => return Input::Data,
-            Err(_) => return Input::Failed,
-        }
+    let mut scratch = [0u8; 512];
+    match s.try_read(&mut scratch) {
+        Ok(0) => Input::Eof,
+        Ok(_) => Input::Data,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Input::Nothing,
+        Err(_) => Input::Failed,
     }
 }
 
