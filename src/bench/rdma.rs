@@ -39,6 +39,7 @@ use crate::verbs::{
 const USAGE: &str = "\
 usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides|none]
                         [--spin-us US|forever] [--only TEST,...] [--mtu BYTES]
+                        [--rx-checksum trust-l4|verify]
 
   --duration SECS   seconds per measurement (default 2)
   --small BYTES     message size of the latency tests (default 64)
@@ -51,7 +52,10 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides
                     separated; the others report 0)
   --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
                     1500, at most 60000; above 1778 the engines use 4096-byte UMEM
-                    chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)";
+                    chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)
+  --rx-checksum C   TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header
+                    only, as `xwarp bench tcp` and the kernel on a veth; MPA CRC still
+                    covers every FPDU) or verify (every checksum) (default trust-l4)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 const BULK: usize = 64 << 10;
@@ -78,6 +82,8 @@ pub struct Options {
     pub only: Option<Vec<String>>,
     /// IP MTU of the veth pair.
     pub mtu: usize,
+    /// Receive checksum policy of the engines.
+    pub rx_checksum: RxChecksum,
 }
 
 /// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
@@ -104,6 +110,7 @@ impl Default for Options {
             spin: None,
             only: None,
             mtu: 1500,
+            rx_checksum: RxChecksum::TrustL4,
         }
     }
 }
@@ -121,6 +128,12 @@ pub struct Results {
     pub send_lat_us: f64,
     /// Kernel TCP bulk, 64 KiB writes.
     pub tcp_bulk_gbps: f64,
+    /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
+    pub write_bw_cpu_s_per_gb: f64,
+    /// Process CPU seconds per GB moved by read_bw.
+    pub read_bw_cpu_s_per_gb: f64,
+    /// Process CPU seconds per GB moved by the kernel bulk transfer (both sockets).
+    pub tcp_bulk_cpu_s_per_gb: f64,
     /// Kernel TCP ping-pong, half round trip p50 (blocking reads: threads sleep).
     pub tcp_lat_us: f64,
     /// Kernel TCP ping-pong with non-blocking reads polled (yielding) like the xwarp
@@ -178,6 +191,13 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                 o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
                 if !(576..=MAX_MTU).contains(&o.mtu) {
                     return Err(format!("--mtu {v} out of range (576..={MAX_MTU})"));
+                }
+            }
+            "--rx-checksum" => {
+                o.rx_checksum = match v {
+                    "trust-l4" => RxChecksum::TrustL4,
+                    "verify" => RxChecksum::Verify,
+                    _ => return Err(format!("--rx-checksum: unknown policy {v:?}")),
                 }
             }
             "--only" => {
@@ -289,21 +309,43 @@ fn connect(
     Ok((c, s))
 }
 
-/// Write or Read bandwidth, `BULK`-byte messages, `DEPTH` outstanding, Gbit/s.
-fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<f64> {
+/// Every `SIGNAL_EVERY`-th request of the bandwidth tests is signaled (a send queue
+/// completes in order, so one completion retires the unsignaled requests before it), as
+/// perftest's `ib_write_bw` moderates its completions: one CQE per 64 KiB message cost a
+/// CQ push and a wakeup of the waiting client per message, on the core of the sending
+/// engine. `DEPTH` is a multiple, so a full window always holds a signaled request.
+const SIGNAL_EVERY: u64 = 4;
+
+/// The fill pattern of bandwidth source buffers: byte `i` of `side`'s buffer.
+fn bw_pattern(side: u8, i: usize) -> u8 {
+    (i % 251) as u8 ^ side.wrapping_mul(0x5b)
+}
+
+/// Write or Read bandwidth, `BULK`-byte messages, `DEPTH` outstanding, Gbit/s; and the
+/// process CPU seconds spent per GB moved (both engines, the client and the kernel's
+/// work done on their behalf). The data source is filled with a pattern first, and every
+/// message slot is compared with it afterwards.
+fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)> {
     let slots = DEPTH * 2;
+    let (src, dst, side) = if read { (s, c, 2) } else { (c, s, 1) };
+    let pattern: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(side, i)).collect();
+    src.buf.write(0, &pattern)?;
+    dst.buf.fill(0, BULK * slots, 0)?;
     let (mut posted, mut done) = (0u64, 0u64);
+    let cpu0 = process_cpu();
     let t0 = Instant::now();
     loop {
-        while posted - done < DEPTH as u64 && t0.elapsed() < dur {
+        // Past the deadline, post up to the next signaled request only.
+        while posted - done < DEPTH as u64 && (t0.elapsed() < dur || posted % SIGNAL_EVERY != 0) {
             let off = (posted as usize % slots) * BULK;
             let sge = c.buf.sge(off, BULK).ok_or_else(|| err("sge"))?;
             let (rkey, raddr) = (s.buf.rkey(), s.buf.addr() + off as u64);
-            let wr = if read {
+            let mut wr = if read {
                 SendRequest::read(posted, sge, rkey, raddr)
             } else {
                 SendRequest::write(posted, vec![sge], rkey, raddr)
             };
+            wr.signaled = posted % SIGNAL_EVERY == SIGNAL_EVERY - 1;
             c.qp.post_send(wr)
                 .map_err(|e| err(format!("post: {e:?}")))?;
             posted += 1;
@@ -311,11 +353,40 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<f64> {
         if done == posted {
             break;
         }
-        ok(c.scq.next(WAIT)?)?;
-        done += 1;
+        let wc = ok(c.scq.next(WAIT)?)?;
+        if wc.wr_id < done || wc.wr_id >= posted {
+            return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
+        }
+        done = wc.wr_id + 1;
     }
     let secs = t0.elapsed().as_secs_f64();
-    Ok(done as f64 * BULK as f64 * 8.0 / secs / 1e9)
+    let cpu = process_cpu().saturating_sub(cpu0);
+    let bytes = done as f64 * BULK as f64;
+    let mut got = vec![0u8; BULK * slots];
+    dst.buf.read(0, &mut got)?;
+    // Slots never written (a run shorter than `slots` messages) stay zero.
+    let used = (done as usize).min(slots) * BULK;
+    if got[..used] != pattern[..used] {
+        return Err(err("bandwidth: placed data differs from the source"));
+    }
+    Ok((bytes * 8.0 / secs / 1e9, cpu.as_secs_f64() / (bytes / 1e9)))
+}
+
+/// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock ticks
+/// of 10 ms: USER_HZ is 100 on Linux). Without `CONFIG_IRQ_TIME_ACCOUNTING` the softirq
+/// work a thread triggers (veth transmit and receive, TCP input) is charged to it, so the
+/// kernel pair and the engines are measured alike. Zero when unreadable.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((tick(11) + tick(12)) * 10)
 }
 
 fn p50_half_us(mut v: Vec<Duration>) -> f64 {
@@ -521,20 +592,31 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
 }
 
 /// Kernel TCP bulk from namespace A to B: `BULK`-byte writes for `dur`, Gbit/s at the
-/// receiver (which checks the byte count).
-fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<f64> {
+/// receiver (which checks the byte count), and process CPU seconds per GB.
+fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> {
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
+    let slots = DEPTH * 2;
     let rx = std::thread::spawn(move || -> io::Result<(u64, Duration)> {
         pin(1);
         let (mut s, _) = l.accept()?;
-        let mut buf = vec![0u8; BULK];
+        // Reads land in `slots` rotating 64 KiB slots, as the RDMA Writes do.
+        let mut buf = vec![0u8; BULK * slots];
         let mut n = 0u64;
         let t0 = Instant::now();
         loop {
-            let k = s.read(&mut buf)?;
+            let off = (n / BULK as u64 % slots as u64) as usize * BULK;
+            let at = (n % BULK as u64) as usize;
+            let k = s.read(&mut buf[off + at..off + BULK])?;
             if k == 0 {
                 return Ok((n, t0.elapsed()));
+            }
+            // Spot-check the stream: the first and last byte of each read.
+            for i in [0, k - 1] {
+                let pos = (n + i as u64) % (BULK * slots) as u64;
+                if buf[off + at + i] != bw_pattern(1, pos as usize) {
+                    return Err(err(format!("kernel bulk: byte {} differs", n + i as u64)));
+                }
             }
             n += k as u64;
         }
@@ -543,19 +625,26 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<f64> {
         .a
         .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
     c.set_nodelay(true)?;
-    let buf = vec![0x5au8; BULK];
+    // The same source as write_bw: `slots` 64 KiB messages of the same pattern, in turn.
+    let buf: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(1, i)).collect();
     let mut sent = 0u64;
+    let cpu0 = process_cpu();
     let t0 = Instant::now();
     while t0.elapsed() < dur {
-        c.write_all(&buf)?;
+        let off = (sent / BULK as u64 % slots as u64) as usize * BULK;
+        c.write_all(&buf[off..off + BULK])?;
         sent += BULK as u64;
     }
     c.shutdown(std::net::Shutdown::Write)?;
     let (n, el) = rx.join().map_err(|_| err("receiver panicked"))??;
+    let cpu = process_cpu().saturating_sub(cpu0);
     if n != sent {
         return Err(err(format!("kernel bulk: sent {sent}, received {n}")));
     }
-    Ok(n as f64 * 8.0 / el.as_secs_f64() / 1e9)
+    Ok((
+        n as f64 * 8.0 / el.as_secs_f64() / 1e9,
+        cpu.as_secs_f64() / (n as f64 / 1e9).max(1e-9),
+    ))
 }
 
 /// `read_exact` that, with `poll`, spins on a non-blocking socket (yielding on every empty
@@ -648,14 +737,16 @@ pub fn run(o: &Options) -> io::Result<Results> {
     let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
     let mut r = Results::default();
     if o.runs("tcp") {
-        r.tcp_bulk_gbps = tcp_bulk(&net, 5201, o.duration)?;
+        (r.tcp_bulk_gbps, r.tcp_bulk_cpu_s_per_gb) = tcp_bulk(&net, 5201, o.duration)?;
         r.tcp_lat_us = tcp_pingpong(&net, 5202, o.small, o.duration, false)?;
         r.tcp_lat_poll_us = tcp_pingpong(&net, 5203, o.small, o.duration, true)?;
     }
     let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
-        // Both ends are xwarp engines with full checksums.
-        c.rx_checksum = RxChecksum::Verify;
+        // Both ends are xwarp engines and send full checksums; by default the TCP
+        // checksum is trusted on receive as in `xwarp bench tcp` (a veth cannot corrupt a
+        // frame, and the kernel pair does not verify it either); the MPA CRC is checked.
+        c.rx_checksum = o.rx_checksum;
         c.engine.name = name.into();
         c.engine.core = core;
         c.engine.spin = engine_spin(o);
@@ -688,12 +779,12 @@ pub fn run(o: &Options) -> io::Result<Results> {
     };
     if o.runs("write_bw") {
         let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
-        r.write_bw_gbps =
+        (r.write_bw_gbps, r.write_bw_cpu_s_per_gb) =
             rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
     }
     if o.runs("read_bw") {
         let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
-        r.read_bw_gbps =
+        (r.read_bw_gbps, r.read_bw_cpu_s_per_gb) =
             rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
     }
     if o.runs("write_lat") {
@@ -757,6 +848,13 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+fn csum_name(o: &Options) -> &'static str {
+    match o.rx_checksum {
+        RxChecksum::TrustL4 => "trust-l4",
+        RxChecksum::Verify => "verify",
+    }
+}
+
 fn pin_name(o: &Options) -> &'static str {
     if o.pin {
         "sides"
@@ -768,17 +866,20 @@ fn pin_name(o: &Options) -> &'static str {
 /// The human-readable table.
 pub fn table(o: &Options, r: &Results) -> String {
     format!(
-        "xwarp bench rdma: veth pair, {:.1} s per test, MPA CRC on, small = {} B, pin {}, \
-         engine spin {}\n\
+        "xwarp bench rdma: veth pair, MTU {}, {:.1} s per test, MPA CRC on, rx checksum {}, \
+         small = {} B, pin {}, engine spin {}\n\
          test                     xwarp RDMA     kernel TCP     ratio   target\n\
          write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
          read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
          write_lat p50 (µs, 1/2)  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
          send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n\
+         write_bw CPU (s/GB)      {:>10.3}     {:>10.3}     {:>5.2}\n\
          write_lat vs polled TCP  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
          (kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
          \x20as the xwarp waiters poll)\n",
+        o.mtu,
         o.duration.as_secs_f64(),
+        csum_name(o),
         o.small,
         pin_name(o),
         spin_name(o),
@@ -794,6 +895,9 @@ pub fn table(o: &Options, r: &Results) -> String {
         r.send_lat_us,
         r.tcp_lat_us,
         ratio(r.send_lat_us, r.tcp_lat_us),
+        r.write_bw_cpu_s_per_gb,
+        r.tcp_bulk_cpu_s_per_gb,
+        ratio(r.write_bw_cpu_s_per_gb, r.tcp_bulk_cpu_s_per_gb),
         r.write_lat_us,
         r.tcp_lat_poll_us,
         ratio(r.write_lat_us, r.tcp_lat_poll_us),
@@ -803,11 +907,14 @@ pub fn table(o: &Options, r: &Results) -> String {
 /// One JSON object with every number and the ratios.
 pub fn json(o: &Options, r: &Results) -> String {
     format!(
-        "{{\"bench\":\"rdma\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
+        "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
          \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
          \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
-         \"write_lat_poll_ratio\":{:.3}}}",
+         \"write_lat_poll_ratio\":{:.3},\"write_bw_cpu_s_per_gb\":{:.4},\
+         \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
+        o.mtu,
+        csum_name(o),
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
@@ -822,6 +929,9 @@ pub fn json(o: &Options, r: &Results) -> String {
         ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
         ratio(r.write_lat_us, r.tcp_lat_us),
         ratio(r.write_lat_us, r.tcp_lat_poll_us),
+        r.write_bw_cpu_s_per_gb,
+        r.read_bw_cpu_s_per_gb,
+        r.tcp_bulk_cpu_s_per_gb,
     )
 }
 

@@ -32,8 +32,15 @@
 //! split across cores (`split`) ~40–95 µs. Note that the kernel baseline's ping-pong depends
 //! on placement as well: `sides` puts its client and server on different cores (cross-core
 //! wakeups, ~20 µs); with `none` the scheduler co-locates them (~7 µs).
-//! With `sides` the veth receive queues also get RPS masks for their side's core, so the
-//! kernel's receive processing runs where the receiver runs (both kernel pairs gain ~2x).
+//! RPS (`--rps`): with `sides`, the `xwarp-kernel` pair runs with RPS masks on the veth
+//! receive queues for their side's core, so the kernel receiver's TCP input runs on its own
+//! core instead of in the xwarp engine's `sendto` softirq on the engine's core. The
+//! `kernel-kernel` baseline runs without RPS (the kernel default): there RPS *costs* the
+//! kernel about half its bulk rate. Measured at MTU 9000 in one run: kernel-kernel bulk
+//! 24.6 Gbit/s at 0.46 CPU s/GB without RPS, 10.4 at 1.03 with it (its receive processing
+//! moves to the receiver's core, which then also copies to the reader, while the sender's
+//! core waits; without RPS the sender's softirq does TCP input and the receiver only copies).
+//! `--rps all` gives the kernel pair RPS too (the old default, for comparison).
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -64,7 +71,10 @@ options:
   --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp
   --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
   --json FILE          also write the results as JSON
-  --net N              the /24 used: 10.88.N.0 (default 90)";
+  --net N              the /24 used: 10.88.N.0 (default 90)
+  --rps MODE           xwarp-kernel | all | none: pairs that run with RPS masks for their side's
+                       core under --pin sides (default xwarp-kernel; see the docs of
+                       xwarp::bench::tcp)";
 
 /// Ping-pong message size (bytes each way).
 const PING_SIZE: usize = 64;
@@ -110,6 +120,37 @@ pub struct Options {
     pub net: u8,
     /// Rounds over all pairs; the results are medians.
     pub repeat: u32,
+    /// Which pairs run with RPS masks (under `Pin::Sides`).
+    pub rps: Rps,
+}
+
+/// Which pairs run with receive packet steering to their side's core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rps {
+    /// No pair.
+    None,
+    /// Only `xwarp-kernel` (the kernel receiver behind an xwarp sender).
+    XwarpKernel,
+    /// Every pair, the kernel baseline included.
+    All,
+}
+
+impl Rps {
+    fn applies(self, kind: PairKind) -> bool {
+        match self {
+            Rps::None => false,
+            Rps::XwarpKernel => kind == PairKind::XwarpKernel,
+            Rps::All => true,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Rps::None => "none",
+            Rps::XwarpKernel => "xwarp-kernel",
+            Rps::All => "all",
+        }
+    }
 }
 
 impl Default for Options {
@@ -129,6 +170,7 @@ impl Default for Options {
             json: None,
             net: 90,
             repeat: 3,
+            rps: Rps::XwarpKernel,
         }
     }
 }
@@ -244,6 +286,14 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
             }
             "--net" => {
                 o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
+            }
+            "--rps" => {
+                o.rps = match v {
+                    "none" => Rps::None,
+                    "xwarp-kernel" => Rps::XwarpKernel,
+                    "all" => Rps::All,
+                    _ => return Err(bad(format!("--rps: unknown mode {v:?}"))),
+                }
             }
             _ => return Err(bad(format!("unknown option {a}"))),
         }
@@ -610,22 +660,29 @@ fn setup(o: &Options) -> io::Result<Net> {
     let mtu = o.mtu.to_string();
     veth.a.ip(&["link", "set", &veth.if_a, "mtu", &mtu])?;
     veth.b.ip(&["link", "set", &veth.if_b, "mtu", &mtu])?;
-    if o.pin == Pin::Sides {
-        // Kernel receive processing of each side on that side's core (RPS). Without it the
-        // receiver's whole TCP input runs in the sender's `sendto`/softirq on the sender's
-        // core. Measured: kernel-kernel ~4.6 -> ~10 Gbit/s (median), xwarp-kernel ~3.2 -> ~6.6.
-        let [_, _, core_a, core_b] = placement(o.pin);
-        for (ns, ifname, core) in [(&veth.a, &veth.if_a, core_a), (&veth.b, &veth.if_b, core_b)] {
-            if let Some(c) = core.filter(|c| *c < 64) {
-                set_rps(ns, ifname, 1u64 << c)?;
-            }
-        }
-    }
     Ok(Net {
         xa: Ipv4Addr::new(10, 88, o.net, 10),
         xb: Ipv4Addr::new(10, 88, o.net, 20),
         veth,
     })
+}
+
+/// RPS for the pair about to run (`on`) or off: receive processing of each side on that
+/// side's core (`--pin sides` only). Without it the receiver's whole TCP input runs in the
+/// sender's `sendto`/softirq on the sender's core. Measured earlier: xwarp-kernel ~3.2 ->
+/// ~6.6 Gbit/s with it; kernel-kernel loses with it (module docs).
+fn apply_rps(net: &Net, o: &Options, on: bool) -> io::Result<()> {
+    if o.pin != Pin::Sides {
+        return Ok(());
+    }
+    let [_, _, core_a, core_b] = placement(o.pin);
+    let v = &net.veth;
+    for (ns, ifname, core) in [(&v.a, &v.if_a, core_a), (&v.b, &v.if_b, core_b)] {
+        if let Some(c) = core.filter(|c| *c < 64) {
+            set_rps(ns, ifname, if on { 1u64 << c } else { 0 })?;
+        }
+    }
+    Ok(())
 }
 
 /// Steer receive processing of `ifname`'s queue 0 to the CPUs in `mask` (RPS). Runs through
@@ -825,6 +882,7 @@ fn run_round(
             kind.name()
         );
         let kserver = SocketAddr::from((net.veth.addr_b, BULK_PORT));
+        apply_rps(net, o, o.rps.applies(kind))?;
         let r = match kind {
             PairKind::KernelKernel => {
                 let bulk = run_bulk(
@@ -898,13 +956,14 @@ fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
 pub fn table(o: &Options, rs: &[PairResult]) -> String {
     let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
     let mut s = format!(
-        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}\n\n",
+        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}\n\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
         o.pin,
         o.spin,
-        o.app_spin
+        o.app_spin,
+        o.rps.name()
     );
     s += &format!(
         "{:<14} {:>9} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
@@ -952,14 +1011,15 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         _ => "null".into(),
     };
     let mut s = format!(
-        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}}},\n  \"results\": [\n",
+        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\"}},\n  \"results\": [\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
         o.pin,
         o.spin,
         o.app_spin.as_micros(),
-        o.repeat
+        o.repeat,
+        o.rps.name()
     );
     for (i, r) in rs.iter().enumerate() {
         s += &format!(
@@ -1010,12 +1070,20 @@ mod tests {
             "3000",
             "--repeat",
             "5",
+            "--rps",
+            "all",
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(o.duration, Duration::from_millis(1500));
         assert_eq!(o.msg_size, 1000);
         assert_eq!(o.repeat, 5);
+        assert_eq!(o.rps, Rps::All);
+        assert!(Rps::All.applies(PairKind::KernelKernel));
+        assert_eq!(Options::default().rps, Rps::XwarpKernel);
+        assert!(!Rps::XwarpKernel.applies(PairKind::KernelKernel));
+        assert!(Rps::XwarpKernel.applies(PairKind::XwarpKernel));
+        assert!(!Rps::None.applies(PairKind::XwarpKernel));
         assert_eq!(o.pin, Pin::None);
         assert_eq!(o.spin, SpinBudget::Forever);
         assert_eq!(o.mtu, 3000);
@@ -1031,6 +1099,7 @@ mod tests {
             &["--only", "kernel"],
             &["--net", "300"],
             &["--repeat", "0"],
+            &["--rps", "some"],
             &["--frobnicate", "1"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
