@@ -15,6 +15,17 @@
 //! engines (`SpinBudget::Yield`, see `engine_spin`); `--pin none` leaves placement to the
 //! scheduler. `--mtu` changes the veth MTU for both pairs.
 //!
+//! Bandwidth, honestly: the RDMA source buffer holds a pattern that is checked where it
+//! lands (an untouched MR is the shared zero page, always in cache); the kernel pair moves
+//! the same 2 MiB of 64 KiB messages into the same rotating 2 MiB; the kernel runs with its
+//! default receive path (no RPS: with RPS it lost half its bulk rate here, which is why
+//! `xwarp bench tcp` once reported a kernel half as fast). Each bandwidth row also reports
+//! the process CPU seconds per GB moved, which is steadier than Gbit/s on a shared machine.
+//!
+//! XDP mode: generic (skb) by default. Measured on a veth, 5 interleaved runs of write_bw:
+//! MTU 1500 2.49-2.65 CPU s/GB generic vs 2.94-3.08 native (Gbit/s median 4.8 vs 2.3, noisy);
+//! MTU 9000 1.15-1.35 vs 1.21-1.43 (no clear difference).
+//!
 //! Prints a table with ratios and one JSON object.
 
 use std::ffi::OsString;
@@ -25,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use xwarp_poll_driver::afxdp::AfXdpNic;
-use xwarp_poll_driver::afxdp::ChunkSize;
+use xwarp_poll_driver::afxdp::{ChunkSize, XdpMode};
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::VethPair;
@@ -39,7 +50,7 @@ use crate::verbs::{
 const USAGE: &str = "\
 usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides|none]
                         [--spin-us US|forever] [--only TEST,...] [--mtu BYTES]
-                        [--rx-checksum trust-l4|verify]
+                        [--rx-checksum trust-l4|verify] [--xdp-mode generic|native|auto]
 
   --duration SECS   seconds per measurement (default 2)
   --small BYTES     message size of the latency tests (default 64)
@@ -55,7 +66,10 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides
                     chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)
   --rx-checksum C   TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header
                     only, as `xwarp bench tcp` and the kernel on a veth; MPA CRC still
-                    covers every FPDU) or verify (every checksum) (default trust-l4)";
+                    covers every FPDU) or verify (every checksum) (default trust-l4)
+  --xdp-mode M      how the engines' XDP programs attach to the veth: generic (skb mode),
+                    native (veth driver mode) or auto (native, else generic) (default
+                    generic: less CPU per GB on a veth, see the module docs)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 const BULK: usize = 64 << 10;
@@ -84,6 +98,8 @@ pub struct Options {
     pub mtu: usize,
     /// Receive checksum policy of the engines.
     pub rx_checksum: RxChecksum,
+    /// How the engines' XDP programs attach.
+    pub xdp_mode: XdpMode,
 }
 
 /// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
@@ -111,6 +127,7 @@ impl Default for Options {
             only: None,
             mtu: 1500,
             rx_checksum: RxChecksum::TrustL4,
+            xdp_mode: XdpMode::Generic,
         }
     }
 }
@@ -198,6 +215,14 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                     "trust-l4" => RxChecksum::TrustL4,
                     "verify" => RxChecksum::Verify,
                     _ => return Err(format!("--rx-checksum: unknown policy {v:?}")),
+                }
+            }
+            "--xdp-mode" => {
+                o.xdp_mode = match v {
+                    "generic" => XdpMode::Generic,
+                    "native" => XdpMode::Native,
+                    "auto" => XdpMode::Auto,
+                    _ => return Err(format!("--xdp-mode: unknown mode {v:?}")),
                 }
             }
             "--only" => {
@@ -353,7 +378,7 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
         if done == posted {
             break;
         }
-        let wc = ok(c.scq.next(WAIT)?)?;
+        let wc = ok(next_sleeping(&c.scq)?)?;
         if wc.wr_id < done || wc.wr_id >= posted {
             return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
         }
@@ -370,6 +395,30 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
         return Err(err("bandwidth: placed data differs from the source"));
     }
     Ok((bytes * 8.0 / secs / 1e9, cpu.as_secs_f64() / (bytes / 1e9)))
+}
+
+/// The next completion; sleeps on the CQ's notification while there is none (as the
+/// applications of `xwarp bench tcp` sleep on their sockets, and perftest's `-e`). The
+/// client shares its core with the sending engine: `CompletionQueue::next` yields that
+/// core in a loop for 50 µs first, which kept a busy engine from running whole scheduler
+/// slices. Measured at MTU 9000, 3 interleaved runs: 7.5-8.1 Gbit/s sleeping vs 5.4-6.2
+/// yielding, at the same CPU per GB.
+fn next_sleeping(cq: &CompletionQueue) -> io::Result<WorkCompletion> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(wc) = cq.poll_one() {
+            return Ok(wc);
+        }
+        cq.req_notify(false);
+        if let Some(wc) = cq.poll_one() {
+            return Ok(wc);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(err("no completion"));
+        }
+        cq.wait(Some(left))?;
+    }
 }
 
 /// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock ticks
@@ -750,6 +799,7 @@ pub fn run(o: &Options) -> io::Result<Results> {
         c.engine.name = name.into();
         c.engine.core = core;
         c.engine.spin = engine_spin(o);
+        c.mode = o.xdp_mode;
         c.chunk = if o.mtu + 14 > ChunkSize::C2048.max_frame_size() {
             ChunkSize::C4096
         } else {
@@ -855,6 +905,14 @@ fn csum_name(o: &Options) -> &'static str {
     }
 }
 
+fn mode_name(o: &Options) -> &'static str {
+    match o.xdp_mode {
+        XdpMode::Generic => "generic",
+        XdpMode::Native => "native",
+        XdpMode::Auto => "auto",
+    }
+}
+
 fn pin_name(o: &Options) -> &'static str {
     if o.pin {
         "sides"
@@ -867,7 +925,7 @@ fn pin_name(o: &Options) -> &'static str {
 pub fn table(o: &Options, r: &Results) -> String {
     format!(
         "xwarp bench rdma: veth pair, MTU {}, {:.1} s per test, MPA CRC on, rx checksum {}, \
-         small = {} B, pin {}, engine spin {}\n\
+         XDP {}, small = {} B, pin {}, engine spin {}\n\
          test                     xwarp RDMA     kernel TCP     ratio   target\n\
          write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
          read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
@@ -880,6 +938,7 @@ pub fn table(o: &Options, r: &Results) -> String {
         o.mtu,
         o.duration.as_secs_f64(),
         csum_name(o),
+        mode_name(o),
         o.small,
         pin_name(o),
         spin_name(o),
@@ -907,7 +966,7 @@ pub fn table(o: &Options, r: &Results) -> String {
 /// One JSON object with every number and the ratios.
 pub fn json(o: &Options, r: &Results) -> String {
     format!(
-        "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
+        "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"xdp_mode\":\"{}\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
          \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
          \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
@@ -915,6 +974,7 @@ pub fn json(o: &Options, r: &Results) -> String {
          \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
         o.mtu,
         csum_name(o),
+        mode_name(o),
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),
@@ -938,6 +998,35 @@ pub fn json(o: &Options, r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_cpu_counts_this_process() {
+        let t0 = process_cpu();
+        let start = Instant::now();
+        let mut x = 0u64;
+        while process_cpu() < t0 + Duration::from_millis(30) && start.elapsed() < WAIT {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert!(process_cpu() >= t0 + Duration::from_millis(30), "{x}");
+    }
+
+    #[test]
+    fn bw_pattern_differs_between_slots_and_sides() {
+        // A message placed in the wrong slot, or a Read answered from the wrong side's
+        // buffer, must not compare equal.
+        let slot = |side, k: usize| {
+            (0..BULK)
+                .map(|i| bw_pattern(side, k * BULK + i))
+                .collect::<Vec<_>>()
+        };
+        let first = slot(1, 0);
+        for k in 1..DEPTH * 2 {
+            assert_ne!(slot(1, k), first, "slot {k}");
+        }
+        assert_ne!(slot(2, 0), first);
+    }
 
     #[test]
     fn parse_rejects_bad_values_and_accepts_good_ones() {
@@ -980,6 +1069,20 @@ mod tests {
             SpinBudget::Yield(Duration::from_micros(20))
         );
         assert!(o.runs("write_bw") && o.runs("tcp") && !o.runs("read_bw"));
+        assert!(parse(&a(&["--xdp-mode", "zerocopy"])).is_err());
+        assert!(parse(&a(&["--rx-checksum", "maybe"])).is_err());
+        let o = parse(&a(&["--xdp-mode", "native", "--rx-checksum", "verify"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (o.xdp_mode, o.rx_checksum),
+            (XdpMode::Native, RxChecksum::Verify)
+        );
+        let d = Options::default();
+        assert_eq!(
+            (d.xdp_mode, d.rx_checksum),
+            (XdpMode::Generic, RxChecksum::TrustL4)
+        );
         let o = parse(&a(&[])).unwrap().unwrap();
         assert_eq!(
             engine_spin(&o),

@@ -50,7 +50,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use xwarp_poll_driver::afxdp::ChunkSize;
+use xwarp_poll_driver::afxdp::{ChunkSize, XdpMode};
 use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::{NetNs, VethPair};
 
@@ -72,6 +72,8 @@ options:
   --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
   --json FILE          also write the results as JSON
   --net N              the /24 used: 10.88.N.0 (default 90)
+  --xdp-mode MODE      generic | native | auto: how the engines' XDP programs attach to the
+                       veth (default generic, as xwarp bench rdma)
   --rps MODE           xwarp-kernel | all | none: pairs that run with RPS masks for their side's
                        core under --pin sides (default xwarp-kernel; see the docs of
                        xwarp::bench::tcp)";
@@ -122,6 +124,8 @@ pub struct Options {
     pub repeat: u32,
     /// Which pairs run with RPS masks (under `Pin::Sides`).
     pub rps: Rps,
+    /// How the engines' XDP programs attach.
+    pub xdp_mode: XdpMode,
 }
 
 /// Which pairs run with receive packet steering to their side's core.
@@ -171,6 +175,7 @@ impl Default for Options {
             net: 90,
             repeat: 3,
             rps: Rps::XwarpKernel,
+            xdp_mode: XdpMode::Generic,
         }
     }
 }
@@ -286,6 +291,14 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
             }
             "--net" => {
                 o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
+            }
+            "--xdp-mode" => {
+                o.xdp_mode = match v {
+                    "generic" => XdpMode::Generic,
+                    "native" => XdpMode::Native,
+                    "auto" => XdpMode::Auto,
+                    _ => return Err(bad(format!("--xdp-mode: unknown mode {v:?}"))),
+                }
             }
             "--rps" => {
                 o.rps = match v {
@@ -726,6 +739,7 @@ fn start_engine(
     cfg.engine.name = name.into();
     cfg.engine.core = core;
     cfg.engine.spin = o.spin;
+    cfg.mode = o.xdp_mode;
     // 256 KiB socket buffers: perf-notes.md (buffers that fall out of L2 are slower);
     // measured here xwarp-xwarp bulk ~4.3 vs ~3.9 Gbit/s with the 1 MiB default, 4 MiB ~1.9.
     cfg.stack.rx_buffer = 256 << 10;
@@ -956,14 +970,15 @@ fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
 pub fn table(o: &Options, rs: &[PairResult]) -> String {
     let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
     let mut s = format!(
-        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}\n\n",
+        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {:?}\n\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
         o.pin,
         o.spin,
         o.app_spin,
-        o.rps.name()
+        o.rps.name(),
+        o.xdp_mode
     );
     s += &format!(
         "{:<14} {:>9} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
@@ -1011,7 +1026,7 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         _ => "null".into(),
     };
     let mut s = format!(
-        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\"}},\n  \"results\": [\n",
+        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\", \"xdp_mode\": \"{:?}\"}},\n  \"results\": [\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
@@ -1019,7 +1034,8 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         o.spin,
         o.app_spin.as_micros(),
         o.repeat,
-        o.rps.name()
+        o.rps.name(),
+        o.xdp_mode
     );
     for (i, r) in rs.iter().enumerate() {
         s += &format!(
@@ -1072,6 +1088,8 @@ mod tests {
             "5",
             "--rps",
             "all",
+            "--xdp-mode",
+            "native",
         ]))
         .unwrap()
         .unwrap();
@@ -1079,6 +1097,8 @@ mod tests {
         assert_eq!(o.msg_size, 1000);
         assert_eq!(o.repeat, 5);
         assert_eq!(o.rps, Rps::All);
+        assert_eq!(o.xdp_mode, XdpMode::Native);
+        assert_eq!(Options::default().xdp_mode, XdpMode::Generic);
         assert!(Rps::All.applies(PairKind::KernelKernel));
         assert_eq!(Options::default().rps, Rps::XwarpKernel);
         assert!(!Rps::XwarpKernel.applies(PairKind::KernelKernel));
@@ -1100,6 +1120,7 @@ mod tests {
             &["--net", "300"],
             &["--repeat", "0"],
             &["--rps", "some"],
+            &["--xdp-mode", "zerocopy"],
             &["--frobnicate", "1"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
