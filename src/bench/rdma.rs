@@ -336,9 +336,10 @@ fn connect(
 
 /// Every `SIGNAL_EVERY`-th request of the bandwidth tests is signaled (a send queue
 /// completes in order, so one completion retires the unsignaled requests before it), as
-/// perftest's `ib_write_bw` moderates its completions: one CQE per 64 KiB message cost a
-/// CQ push and a wakeup of the waiting client per message, on the core of the sending
-/// engine. `DEPTH` is a multiple, so a full window always holds a signaled request.
+/// perftest's `ib_write_bw` moderates its completions: a CQE per 64 KiB message costs a CQ
+/// push (and, with the client asleep, a wakeup) per message on the sending engine's core.
+/// (Against one CQE per message the difference was within this machine's noise.) `DEPTH`
+/// is a multiple, so a full window always holds a signaled request.
 const SIGNAL_EVERY: u64 = 4;
 
 /// The fill pattern of bandwidth source buffers: byte `i` of `side`'s buffer.
@@ -649,8 +650,9 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> 
     let rx = std::thread::spawn(move || -> io::Result<(u64, Duration)> {
         pin(1);
         let (mut s, _) = l.accept()?;
-        // Reads land in `slots` rotating 64 KiB slots, as the RDMA Writes do.
-        let mut buf = vec![0u8; BULK * slots];
+        // Reads land in `slots` rotating 64 KiB slots, as the RDMA Writes do (written
+        // once first, as `rdma_bw` clears its sink: no page faults inside the measurement).
+        let mut buf = vec![0xffu8; BULK * slots];
         let mut n = 0u64;
         let t0 = Instant::now();
         loop {
