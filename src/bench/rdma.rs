@@ -218,12 +218,8 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                 }
             }
             "--xdp-mode" => {
-                o.xdp_mode = match v {
-                    "generic" => XdpMode::Generic,
-                    "native" => XdpMode::Native,
-                    "auto" => XdpMode::Auto,
-                    _ => return Err(format!("--xdp-mode: unknown mode {v:?}")),
-                }
+                o.xdp_mode = XdpMode::from_name(v)
+                    .ok_or_else(|| format!("--xdp-mode: unknown mode {v:?}"))?
             }
             "--only" => {
                 let list: Vec<String> = v.split(',').map(str::to_string).collect();
@@ -907,14 +903,6 @@ fn csum_name(o: &Options) -> &'static str {
     }
 }
 
-fn mode_name(o: &Options) -> &'static str {
-    match o.xdp_mode {
-        XdpMode::Generic => "generic",
-        XdpMode::Native => "native",
-        XdpMode::Auto => "auto",
-    }
-}
-
 fn pin_name(o: &Options) -> &'static str {
     if o.pin {
         "sides"
@@ -940,7 +928,7 @@ pub fn table(o: &Options, r: &Results) -> String {
         o.mtu,
         o.duration.as_secs_f64(),
         csum_name(o),
-        mode_name(o),
+        o.xdp_mode.name(),
         o.small,
         pin_name(o),
         spin_name(o),
@@ -976,7 +964,7 @@ pub fn json(o: &Options, r: &Results) -> String {
          \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
         o.mtu,
         csum_name(o),
-        mode_name(o),
+        o.xdp_mode.name(),
         o.duration.as_secs_f64(),
         o.small,
         pin_name(o),

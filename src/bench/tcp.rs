@@ -293,12 +293,8 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
                 o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
             }
             "--xdp-mode" => {
-                o.xdp_mode = match v {
-                    "generic" => XdpMode::Generic,
-                    "native" => XdpMode::Native,
-                    "auto" => XdpMode::Auto,
-                    _ => return Err(bad(format!("--xdp-mode: unknown mode {v:?}"))),
-                }
+                o.xdp_mode = XdpMode::from_name(v)
+                    .ok_or_else(|| bad(format!("--xdp-mode: unknown mode {v:?}")))?
             }
             "--rps" => {
                 o.rps = match v {
@@ -970,7 +966,7 @@ fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
 pub fn table(o: &Options, rs: &[PairResult]) -> String {
     let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
     let mut s = format!(
-        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {:?}\n\n",
+        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {}\n\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
@@ -978,7 +974,7 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
         o.spin,
         o.app_spin,
         o.rps.name(),
-        o.xdp_mode
+        o.xdp_mode.name()
     );
     s += &format!(
         "{:<14} {:>9} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
@@ -1026,7 +1022,7 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         _ => "null".into(),
     };
     let mut s = format!(
-        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\", \"xdp_mode\": \"{:?}\"}},\n  \"results\": [\n",
+        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\", \"xdp_mode\": \"{}\"}},\n  \"results\": [\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.msg_size,
@@ -1035,7 +1031,7 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
         o.app_spin.as_micros(),
         o.repeat,
         o.rps.name(),
-        o.xdp_mode
+        o.xdp_mode.name()
     );
     for (i, r) in rs.iter().enumerate() {
         s += &format!(

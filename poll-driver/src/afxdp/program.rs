@@ -351,6 +351,24 @@ pub enum XdpMode {
     Generic,
 }
 
+impl XdpMode {
+    /// The name used on command lines and in reports: `auto`, `native` or `generic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            XdpMode::Auto => "auto",
+            XdpMode::Native => "native",
+            XdpMode::Generic => "generic",
+        }
+    }
+
+    /// Parses [`XdpMode::name`]'s spelling; `None` for anything else.
+    pub fn from_name(s: &str) -> Option<XdpMode> {
+        [XdpMode::Auto, XdpMode::Native, XdpMode::Generic]
+            .into_iter()
+            .find(|m| m.name() == s)
+    }
+}
+
 /// A loaded steering program and its XSKMAP.
 #[derive(Debug)]
 pub struct XdpProgram {
