@@ -43,8 +43,24 @@ fn assert_invalid(r: io::Result<()>, what: &str) {
 }
 
 /// Collect completions until every id in `ids` was seen; each must come exactly once,
-/// and nothing else may follow within a short grace period.
-fn collect_exactly_once(cq: &CompletionQueue, ids: &[u64]) -> HashMap<u64, WorkCompletion> {
+/// and nothing else may follow.
+///
+/// `settled` is the CM event that ends the teardown producing these completions (the
+/// engine pushes every flush of a teardown before its event), or `None` when the caller
+/// already waited for it or the teardown was synchronous (modify of a QP that never
+/// connected). After everything was seen, a query of `qp` is a barrier: the engine
+/// answers it only after every command posted before (commands are applied in order),
+/// so a duplicate completion from anything already posted or torn down is in the CQ by
+/// then and `poll_one` sees it; no grace period that a late duplicate could outlast.
+fn collect_exactly_once(
+    cq: &CompletionQueue,
+    ids: &[u64],
+    qp: &QueuePair,
+    settled: Option<&CmEvent>,
+) -> HashMap<u64, WorkCompletion> {
+    if let Some(ev) = settled {
+        expect_event(qp, ev);
+    }
     let mut seen: HashMap<u64, WorkCompletion> = HashMap::new();
     while seen.len() < ids.len() {
         let w = cq
@@ -53,7 +69,7 @@ fn collect_exactly_once(cq: &CompletionQueue, ids: &[u64]) -> HashMap<u64, WorkC
         assert!(ids.contains(&w.wr_id), "unexpected completion {w:?}");
         assert!(seen.insert(w.wr_id, w).is_none(), "second completion {w:?}");
     }
-    std::thread::sleep(Duration::from_millis(100));
+    qp.query().expect("query (engine barrier)");
     assert_eq!(cq.poll_one(), None, "a completion after all were seen");
     seen
 }
@@ -370,12 +386,13 @@ fn siw_modify_idle_to_error_flushes_queued_work_and_error_is_final() {
     .unwrap();
     e.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
     assert_eq!(state(&e.qp), QpState::Error);
-    let sends = collect_exactly_once(&e.scq, &[0, 1, 2, 3, 9]);
+    // modify of a never-connected QP flushes before it returns: no event to wait for.
+    let sends = collect_exactly_once(&e.scq, &[0, 1, 2, 3, 9], &e.qp, None);
     assert!(sends
         .values()
         .all(|w| w.status == CompletionStatus::WrFlushError));
     assert_eq!(sends[&9].opcode, WcOpcode::LocalInvalidate);
-    let recvs = collect_exactly_once(&e.rcq, &[100, 101, 102, 103]);
+    let recvs = collect_exactly_once(&e.rcq, &[100, 101, 102, 103], &e.qp, None);
     assert!(recvs
         .values()
         .all(|w| w.status == CompletionStatus::WrFlushError && w.opcode == WcOpcode::Recv));
@@ -453,7 +470,8 @@ fn rfc5040_modify_to_closing_is_a_graceful_disconnect() {
     wait_state(&c.qp, QpState::Idle);
     wait_state(&s.qp, QpState::Error);
     // The Write drained before the close; the server's receives were flushed once each.
-    let r = collect_exactly_once(&s.rcq, &[1, 2]);
+    // Disconnected on `s` was awaited above.
+    let r = collect_exactly_once(&s.rcq, &[1, 2], &s.qp, None);
     assert!(r
         .values()
         .all(|w| w.status == CompletionStatus::WrFlushError));
@@ -499,7 +517,16 @@ fn rfc5040_modify_to_terminate_sends_a_terminate() {
 fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
     const CHUNK: usize = 64 * 1024;
     const N: u64 = 48;
-    let (a, b) = pair(WireConfig::default());
+    // A slow line (4 Mbit/s each way, a queue deep enough not to tail-drop): the ~3 MiB
+    // of work takes about 6 s on the wire, so the abort below (three completions in,
+    // about 0.3 s) lands mid-traffic even if this thread is descheduled for seconds on a
+    // loaded machine. The abort ends the traffic, so the test itself stays short.
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.rate_bps = 4_000_000;
+        l.rate_queue = Duration::from_secs(2);
+    }
+    let (a, b) = pair(wire);
     let (c, s) = connect(&a, &b, 6008, |_| {});
     let csrc = mr(&c, 32 * CHUNK);
     let csink = mr(&c, 32 * CHUNK);
@@ -558,7 +585,8 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
     let ids: Vec<u64> = (0..=N)
         .filter(|i| !early.iter().any(|w| w.wr_id == *i))
         .collect();
-    let mut all = collect_exactly_once(&c.scq, &ids);
+    let started = Instant::now();
+    let mut all = collect_exactly_once(&c.scq, &ids, &c.qp, Some(&CmEvent::Disconnected));
     for w in early {
         assert!(all.insert(w.wr_id, w).is_none());
     }
@@ -575,7 +603,10 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
         .values()
         .filter(|w| w.wr_id < N && w.status == CompletionStatus::WrFlushError)
         .count();
-    eprintln!("flushed {flushed_before} of {N}");
+    eprintln!(
+        "flushed {flushed_before} of {N}; teardown took {:?}",
+        started.elapsed()
+    );
     assert!(
         flushed_before > 0,
         "the abort came after everything completed"
@@ -597,10 +628,8 @@ fn siw_modify_to_error_during_traffic_flushes_everything_exactly_once() {
 
     // The peer: reset counted, Disconnected, receives completed exactly once each, the
     // ones reported complete hold the Sends' bytes in order.
-    expect_event(&s.qp, &CmEvent::Disconnected);
-    expect_event(&c.qp, &CmEvent::Disconnected);
+    let recvs = collect_exactly_once(&s.rcq, &recv_ids, &s.qp, Some(&CmEvent::Disconnected));
     assert!(b.stack_stats().resets >= 1, "{:?}", b.stack_stats());
-    let recvs = collect_exactly_once(&s.rcq, &recv_ids);
     for (m, id) in recv_ids.iter().enumerate() {
         let w = recvs[id];
         match w.status {
