@@ -91,14 +91,21 @@ pub(crate) struct AckWatch {
     pub(crate) checksums: ChecksumCapabilities,
 }
 
-struct Parsed {
+struct Parsed<'a> {
+    ip: Ipv4Packet<&'a [u8]>,
+    tcp: TcpPacket<&'a [u8]>,
     key: FlowKey,
     ack: u32,
     window: u16,
     pure_ack: bool,
 }
 
-fn parse(frame: &[u8]) -> Option<Parsed> {
+/// The IPv4 and TCP views of one frame.
+type Ipv4Tcp<'a> = (Ipv4Packet<&'a [u8]>, TcpPacket<&'a [u8]>);
+
+/// The IPv4 and TCP views of `frame` if it is an unfragmented IPv4 TCP segment (one parse
+/// for the ACK watch, the template checksum check and the backlog's SYN check).
+fn ipv4_tcp(frame: &[u8]) -> Option<Ipv4Tcp<'_>> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
     if eth.ethertype() != EthernetProtocol::Ipv4 {
         return None;
@@ -108,6 +115,24 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
         return None;
     }
     let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    Some((ip, tcp))
+}
+
+/// The TCP view of `frame` if it is a TCP segment over IPv6 (no extension headers).
+fn ipv6_tcp(frame: &[u8]) -> Option<TcpPacket<&[u8]>> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv6 {
+        return None;
+    }
+    let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    TcpPacket::new_checked(ip.payload()).ok()
+}
+
+fn parse(frame: &[u8]) -> Option<Parsed<'_>> {
+    let (ip, tcp) = ipv4_tcp(frame)?;
     if !tcp.ack() || tcp.syn() || tcp.rst() {
         return None;
     }
@@ -116,58 +141,33 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
         ack: tcp.ack_number().0 as u32,
         window: tcp.window_len(),
         pure_ack: tcp.payload().is_empty() && !tcp.fin(),
+        ip,
+        tcp,
     })
 }
 
-/// `true` if the IPv4 and TCP checksums of `frame` (an IPv4 TCP frame) are correct, as far as
-/// `caps` has smoltcp verify them on receive (RFC 9293 §3.1: a segment with a bad checksum
-/// is discarded; a device with checksum offload has verified them already).
-fn checksums_valid(frame: &[u8], caps: &ChecksumCapabilities) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return false;
-    };
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-        return false;
-    };
-    if caps.ipv4.rx() && !ip.verify_checksum() {
+/// `true` if the IPv4 and TCP checksums of a parsed segment are correct, as far as `caps`
+/// has smoltcp verify them on receive (RFC 9293 §3.1: a segment with a bad checksum is
+/// discarded; a device with checksum offload has verified them already).
+fn checksums_valid(p: &Parsed<'_>, caps: &ChecksumCapabilities) -> bool {
+    if caps.ipv4.rx() && !p.ip.verify_checksum() {
         return false;
     }
     if !caps.tcp.rx() {
         return true;
     }
     let (src, dst) = (
-        IpAddress::Ipv4(ip.src_addr()),
-        IpAddress::Ipv4(ip.dst_addr()),
+        IpAddress::Ipv4(p.ip.src_addr()),
+        IpAddress::Ipv4(p.ip.dst_addr()),
     );
-    TcpPacket::new_checked(ip.payload()).is_ok_and(|t| t.verify_checksum(&src, &dst))
+    p.tcp.verify_checksum(&src, &dst)
 }
 
 /// `true` if `frame` is a TCP SYN (without ACK), over IPv4 or IPv6, to one of `ports`.
 fn is_syn_to(frame: &[u8], ports: &[u16]) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return false;
-    };
-    let tcp = match eth.ethertype() {
-        EthernetProtocol::Ipv4 => {
-            let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-                return false;
-            };
-            if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
-                return false;
-            }
-            TcpPacket::new_checked(ip.payload()).ok()
-        }
-        EthernetProtocol::Ipv6 => {
-            let Ok(ip) = Ipv6Packet::new_checked(eth.payload()) else {
-                return false;
-            };
-            if ip.next_header() != IpProtocol::Tcp {
-                return false;
-            }
-            TcpPacket::new_checked(ip.payload()).ok()
-        }
-        _ => None,
-    };
+    let tcp = ipv4_tcp(frame)
+        .map(|(_, tcp)| tcp)
+        .or_else(|| ipv6_tcp(frame));
     tcp.is_some_and(|t| t.syn() && !t.ack() && !t.rst() && ports.contains(&t.dst_port()))
 }
 
@@ -189,7 +189,7 @@ impl AckWatch {
         // so cheap). Data frames are not verified (that would checksum every payload
         // twice); a corrupted one can at worst fake ACK progress and postpone a rescue by
         // one `floor`, as it never becomes a template.
-        if p.pure_ack && !checksums_valid(frame, &self.checksums) {
+        if p.pure_ack && !checksums_valid(&p, &self.checksums) {
             return;
         }
         match self.flows.get_mut(&key) {
@@ -530,7 +530,10 @@ mod tests {
         w.observe(&frame, t0);
         assert!(w.rescue(&key, t0 + floor, floor, &mut out));
         assert_eq!(out.len(), 4);
-        assert!(checksums_valid(&out[0], &ChecksumCapabilities::default()));
+        assert!(checksums_valid(
+            &parse(&out[0]).unwrap(),
+            &ChecksumCapabilities::default()
+        ));
     }
 
     #[test]
