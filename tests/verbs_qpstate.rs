@@ -909,3 +909,44 @@ fn verbs_accept_on_a_used_qp_is_refused() {
     assert_eq!(wc(&s.rcq).byte_len, 5);
     assert_eq!(m.to_vec(0, 5).unwrap(), b"still");
 }
+
+/// modify(ERROR) while the TCP handshake is still running (siw: IDLE → ERROR aborts the
+/// connect): when the handshake then completes, no iWARP connection is built on it (no
+/// MPA Request reaches the listener, early work is not handed to one), the TCP connection
+/// is reset, the QP stays ERROR, the connect ends with ConnectError (not Disconnected)
+/// and work posted before and after the modify is flushed exactly once.
+#[test]
+fn siw_modify_to_error_during_the_tcp_handshake_aborts_the_connect() {
+    // 150 ms each way: the SYN-ACK arrives long after the modify.
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = Duration::from_millis(150);
+    }
+    let (a, b) = pair(wire);
+    let listener = b.device().listen(server_addr(6015), 4).unwrap();
+    let c = end(&a, |_| {});
+    let m = mr(&c, 64);
+    c.qp.connect(server_addr(6015), ConnectParams::default())
+        .unwrap();
+    c.qp.post_send(SendRequest::send(1, vec![m.sge(0, 8).unwrap()]))
+        .unwrap();
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    assert_eq!(state(&c.qp), QpState::Error);
+    c.qp.post_send(SendRequest::send(2, vec![m.sge(0, 8).unwrap()]))
+        .unwrap();
+    c.qp.post_recv(3, &[m.sge(0, 8).unwrap()]).unwrap();
+    match c.qp.next_event(T).unwrap() {
+        CmEvent::ConnectError(_) => {}
+        e => panic!("expected ConnectError, got {e:?}"),
+    }
+    assert_eq!(state(&c.qp), QpState::Error);
+    let sends = collect_exactly_once(&c.scq, &[1, 2], &c.qp, None);
+    assert!(sends
+        .values()
+        .all(|w| w.status == CompletionStatus::WrFlushError));
+    let r = collect_exactly_once(&c.rcq, &[3], &c.qp, None);
+    assert_eq!(r[&3].status, CompletionStatus::WrFlushError);
+    // Whatever the handshake left behind has had time to arrive: no MPA Request came.
+    assert!(listener.get_request(Duration::from_millis(500)).is_err());
+    assert_eq!(c.qp.poll_event(), None);
+}

@@ -178,6 +178,8 @@ impl QpSlot {
                 }
             }
             Some(c) => match c.qp().map(|q| q.state()) {
+                // modify(ERROR) before the MPA exchange finished.
+                None | Some(Q::Idle) if self.errored => QpState::Error,
                 None | Some(Q::Idle) => QpState::Idle,
                 // A disconnect waiting behind a Local Invalidate is already CLOSING.
                 Some(Q::Rts) if self.disconnect_requested => QpState::Closing,
@@ -428,7 +430,9 @@ impl VerbsHost {
         };
         if slot.conn.is_none() {
             slot.early.push(e);
-            if slot.finished {
+            // No connection will take it: the QP is done or in ERROR (a connect being
+            // aborted never gets one, see `on_established`).
+            if slot.finished || slot.errored {
                 slot.flush_early();
             }
             return;
@@ -1117,6 +1121,19 @@ impl ProtocolHost for VerbsHost {
             return;
         };
         let qpn = *qpn;
+        {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            if slot.abort || slot.errored {
+                // modify(ERROR), disconnect or destroy came during the TCP handshake: no
+                // iWARP connection on this socket (no MPA Request, no early work handed to
+                // it). `close_request` resets it and `on_closed` reports ConnectError.
+                slot.abort = true;
+                slot.flush_early();
+                return;
+            }
+        }
         let Some(slot) = self.qps.get(&qpn) else {
             return;
         };
