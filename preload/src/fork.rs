@@ -184,6 +184,7 @@ struct Prep {
 /// Locks held across `fork` by the forking thread, and what prepare made.
 struct Held {
     // Field order is drop order: the reverse of the locking order.
+    linger: sock::LingerGuard,
     table: TableGuard,
     relayed: RwLockWriteGuard<'static, RelayedMap>,
     books: MutexGuard<'static, Option<RelayBooks>>,
@@ -204,10 +205,14 @@ fn errno() -> c_int {
 /// hold the shim's tables locked across `fork`.
 #[cfg_attr(test, allow(dead_code))]
 pub(crate) extern "C" fn prepare() {
-    // Lock order: books, relayed, table (nothing else nests them).
+    // Lock order: books, relayed, table, lingering list. Elsewhere only books → list
+    // nests (the parent handler retires connections with the books held); nothing takes
+    // any of the others while holding the list (see `sock::lock_lingering`).
     let mut books = books();
     let relayed = relayed_write();
     let table = sock::lock_table();
+    // Taken so that no thread (the linger watcher mid-round) holds it at `fork`.
+    let linger = sock::lock_lingering();
     books.get_or_insert_with(RelayBooks::default);
     // Distinct live connections, each with every descriptor number the program has for it.
     let mut conns: Vec<(Arc<Sock>, Vec<RawFd>)> = Vec::new();
@@ -262,6 +267,7 @@ pub(crate) extern "C" fn prepare() {
     }
     HELD.with(|h| {
         *h.borrow_mut() = Some(Held {
+            linger,
             table,
             relayed,
             books,
@@ -318,11 +324,14 @@ fn sys_close(fd: RawFd) {
 pub(crate) extern "C" fn child() {
     if let Some(held) = HELD.with(|h| h.borrow_mut().take()) {
         let Held {
+            mut linger,
             mut table,
             mut relayed,
             mut books,
             pending,
         } = held;
+        sock::forget_lingering_after_fork(&mut linger);
+        drop(linger);
         // The parent's relay does not exist here: its descriptors are not ours.
         if let Some(b) = books.as_mut() {
             for &fd in &b.fds {
@@ -374,7 +383,6 @@ pub(crate) extern "C" fn child() {
         drop(relayed);
         drop(books);
     }
-    sock::forget_lingering_after_fork();
     crate::engine::after_fork_child();
 }
 
@@ -386,11 +394,13 @@ pub(crate) extern "C" fn parent() {
         return;
     };
     let Held {
+        linger,
         table,
         relayed,
         mut books,
         pending,
     } = held;
+    drop(linger);
     drop(table);
     drop(relayed);
     if pending.is_empty() {

@@ -341,7 +341,7 @@ const LINGER_LIMIT: Duration = Duration::from_secs(60);
 
 /// A connection the program closed, kept until its close finished.
 #[derive(Debug)]
-struct Lingering {
+pub(crate) struct Lingering {
     stream: Stream,
     /// When the program closed it.
     since: Instant,
@@ -354,6 +354,18 @@ struct Lingering {
 /// and so input arriving after the close resets them (RFC 2525 §2.17, as Linux does for an
 /// orphaned socket).
 static LINGER: Mutex<Vec<Lingering>> = Mutex::new(Vec::new());
+
+/// [`LINGER`], locked (the fork handlers hold it across `fork`, see [`lock_lingering`]).
+pub(crate) type LingerGuard = MutexGuard<'static, Vec<Lingering>>;
+
+/// Lock the list of lingering connections. The fork prepare handler takes it last (after
+/// the relay's books, the relayed map and the table): the watcher holds it for a whole
+/// round, so a `fork` in the middle of one would otherwise leave the child a list locked
+/// by a thread that does not exist there. Lock order: nothing that holds the list takes
+/// the books, the relayed map or the table (under it there are only engine calls).
+pub(crate) fn lock_lingering() -> LingerGuard {
+    LINGER.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// How far a closed (or closing-at-exit) connection got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -471,15 +483,16 @@ pub(crate) fn retire(sock: Arc<Sock>) {
         }
         if stream.phase() == Phase::Established {
             let _ = stream.shutdown_write();
-            LINGER
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(Lingering {
-                    stream,
-                    since: Instant::now(),
-                    eof: inner.eof,
-                });
+            let mut l = lock_lingering();
+            l.push(Lingering {
+                stream,
+                since: Instant::now(),
+                eof: inner.eof,
+            });
+            // Under the lock: a `fork` (whose prepare handler takes it) never sees the
+            // watcher half-started.
             watch_lingering();
+            drop(l);
         }
     }
     reap();
@@ -518,9 +531,9 @@ const WATCH_SLEEP: Duration = Duration::from_secs(1);
 /// connections keep firing).
 const WATCH_MIN_ROUND: Duration = Duration::from_millis(2);
 
-/// A connection was added to [`LINGER`]: make sure a thread watches the lingering
-/// connections, so input arriving after a close resets the connection promptly even
-/// when the program makes no further socket call.
+/// A connection was added to [`LINGER`] (held by the caller): make sure a thread watches
+/// the lingering connections, so input arriving after a close resets the connection
+/// promptly even when the program makes no further socket call.
 fn watch_lingering() {
     let w = WATCH_WAKE.load(Ordering::SeqCst);
     if w >= 0 {
@@ -587,7 +600,7 @@ fn watcher(wake: RawFd) {
             revents: 0,
         });
         let any = {
-            let l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
+            let l = lock_lingering();
             for c in l.iter().filter(|c| !c.eof) {
                 fds.push(libc::pollfd {
                     fd: c.stream.as_raw_fd(),
@@ -612,14 +625,12 @@ fn watcher(wake: RawFd) {
     }
 }
 
-/// In the child after `fork`: the lingering connections belong to the parent's engine.
-/// Forget them without dropping (a drop would talk to an engine that does not exist
-/// here); skipped if another thread of the parent held the list at `fork`. The parent's
-/// watcher thread does not exist here either.
-pub(crate) fn forget_lingering_after_fork() {
-    if let Ok(mut l) = LINGER.try_lock() {
-        std::mem::forget(std::mem::take(&mut *l));
-    }
+/// In the child after `fork`, with the list the prepare handler locked: the lingering
+/// connections belong to the parent's engine. Forget them without dropping (a drop would
+/// talk to an engine that does not exist here). The parent's watcher thread does not
+/// exist here either: the next lingering close starts one for this process.
+pub(crate) fn forget_lingering_after_fork(l: &mut LingerGuard) {
+    std::mem::forget(std::mem::take(&mut **l));
     let w = WATCH_WAKE.swap(-1, Ordering::SeqCst);
     if w >= 0 {
         // SAFETY: raw syscall (async-signal-safe) on the parent watcher's descriptor.
@@ -637,7 +648,7 @@ pub(crate) fn reap() -> usize {
 /// [`reap`]; `drain`: drain the readiness descriptors first (the watcher, which sleeps on
 /// them; the other callers leave that syscall per connection to it).
 fn reap_with(drain_fds: bool) -> usize {
-    let mut l = LINGER.lock().unwrap_or_else(|p| p.into_inner());
+    let mut l = lock_lingering();
     if l.is_empty() {
         return 0;
     }
@@ -1275,7 +1286,7 @@ pub(crate) mod tests {
         _engine: EngineHandle<VirtualNic, TcpService>,
     }
 
-    fn pair() -> (End, End) {
+    pub(crate) fn pair() -> (End, End) {
         let (a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
         let start = |nic: VirtualNic, last: u8| {
             let cfg = StackConfig {
@@ -1307,6 +1318,40 @@ pub(crate) mod tests {
     }
 
     /// Two engines, a server-side `StreamSock` and the client `Stream` connected to it.
+    /// `n` connections from `a` to a listener of `b` at `addr`: (server sockets, clients).
+    pub(crate) fn accept_n(
+        a: &End,
+        b: &End,
+        addr: SocketAddr,
+        n: usize,
+    ) -> (Vec<StreamSock>, Vec<Stream>) {
+        let ls = b.stack.listen(addr, n, Duration::from_secs(5)).unwrap();
+        let l = ListenerSock::new(ls, libc::AF_INET, true, Opts::default());
+        let clients: Vec<Stream> = (0..n)
+            .map(|_| a.stack.connect(addr, None, None).unwrap())
+            .collect();
+        let ring = b.stack.config().ring_size;
+        let mut servers = Vec::with_capacity(n);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while servers.len() < n {
+            match l.accept_once() {
+                Ok(s) => servers.push(StreamSock::new(
+                    s,
+                    libc::AF_INET,
+                    true,
+                    Opts::default(),
+                    ring,
+                )),
+                Err(libc::EAGAIN) => {
+                    assert!(Instant::now() < deadline, "only {} accepted", servers.len());
+                    fd_readable(l.common.evfd, 50);
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        (servers, clients)
+    }
+
     pub(crate) fn connected() -> (End, End, StreamSock, Stream) {
         let (a, b) = pair();
         let addr = "10.79.0.2:7000".parse().unwrap();
@@ -1639,5 +1684,117 @@ pub(crate) mod tests {
             client.error().map(|e| e.to_io().kind()),
             Some(io::ErrorKind::ConnectionReset)
         );
+    }
+}
+
+#[cfg(test)]
+mod fork_tests {
+    //! `fork` while the linger watcher is mid-round (the child must be able to exit).
+    use super::tests::{accept_n, pair};
+    use super::*;
+
+    /// Wait (bounded) for child `pid`; its exit status, or `None` after `limit` (killed).
+    fn wait_child(pid: libc::pid_t, limit: Duration) -> Option<c_int> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let mut status: c_int = 0;
+            // SAFETY: our own child; status is a local.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                return Some(if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    -1
+                });
+            }
+            if Instant::now() >= deadline {
+                // SAFETY: our own child, stuck.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn fork_while_the_linger_watcher_is_mid_round_leaves_a_child_that_exits_promptly() {
+        let (a, b) = pair();
+        let addr: SocketAddr = "10.79.0.2:7100".parse().unwrap();
+        // Lingering connections the peers neither read nor close (they stay on the list
+        // and are looked at every round), plus some whose peers send after the close (the
+        // watcher resets those while the forks go on).
+        const STAYING: usize = 200;
+        const LATE: usize = 24;
+        let (servers, mut clients) = accept_n(&a, &b, addr, STAYING + LATE);
+        for st in servers {
+            retire(Arc::new(Sock::Stream(st)));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        // Keep the watcher going round: wake it constantly, and let input arrive on the
+        // late ones one by one.
+        let late: Vec<Stream> = clients.drain(STAYING..).collect();
+        let s2 = stop.clone();
+        let busy = std::thread::spawn(move || {
+            let mut late = late;
+            let mut n = 0u32;
+            while !s2.load(Ordering::SeqCst) {
+                let w = WATCH_WAKE.load(Ordering::SeqCst);
+                if w >= 0 {
+                    signal(w);
+                }
+                n += 1;
+                if n % 40 == 0 {
+                    if let Some(mut c) = late.pop() {
+                        let _ = c.try_write(b"too late");
+                        // Kept until the end: the watcher resets it.
+                        late.insert(0, c);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(250));
+            }
+            late
+        });
+        assert!(
+            WATCH_WAKE.load(Ordering::SeqCst) >= 0,
+            "the watcher did not start"
+        );
+        for i in 0..400u32 {
+            crate::fork::prepare();
+            // SAFETY: fork; the child only runs the child handler, the shim's exit work
+            // (reap) and `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                crate::fork::child();
+                // What the child's `exit` does (flush_at_exit → reap), twice, as the
+                // first close after it would.
+                reap();
+                reap();
+                let code = if WATCH_WAKE.load(Ordering::SeqCst) == -1 {
+                    0
+                } else {
+                    2
+                };
+                // SAFETY: leaving the forked child without running the test harness.
+                unsafe { libc::_exit(code) };
+            }
+            crate::fork::parent();
+            assert!(pid > 0, "fork: {}", io::Error::last_os_error());
+            match wait_child(pid, Duration::from_secs(5)) {
+                Some(0) => {}
+                Some(2) => panic!("fork {i}: the child still thinks a watcher runs"),
+                Some(c) => panic!("fork {i}: the child failed ({c})"),
+                None => panic!(
+                    "fork {i}: the child did not exit within 5 s (the lingering list stayed locked across fork?)"
+                ),
+            }
+            // Sample different phases of the watcher's round.
+            std::thread::sleep(Duration::from_micros(100 + (i as u64 % 7) * 300));
+        }
+        stop.store(true, Ordering::SeqCst);
+        let late = busy.join().unwrap();
+        drop((late, clients));
     }
 }
