@@ -878,8 +878,9 @@ fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
 }
 
 /// A QP is bound to one connection: accepting a second request on a QP that is already
-/// connected is refused (ConnectError on that QP, which stays RTS and keeps working), and
-/// the second Initiator's connection is dropped.
+/// connected is refused to the caller (`InvalidInput`, as rdma_accept's EINVAL), the used
+/// QP gets no event of it and stays RTS and keeps working, and the second Initiator's
+/// connection is dropped. A QP in ERROR is refused the same way.
 #[test]
 fn verbs_accept_on_a_used_qp_is_refused() {
     let (a, b) = pair(WireConfig::default());
@@ -889,15 +890,30 @@ fn verbs_accept_on_a_used_qp_is_refused() {
     c2.qp
         .connect(server_addr(6014), ConnectParams::default())
         .unwrap();
-    listener.get_request(T).unwrap().accept(&s.qp, b"").unwrap();
-    assert!(matches!(
-        s.qp.next_event(T).unwrap(),
-        CmEvent::ConnectError(_)
-    ));
+    let r = listener.get_request(T).unwrap().accept(&s.qp, b"");
+    assert_invalid(r, "accept on a connected QP");
     match c2.qp.next_event(T).unwrap() {
         CmEvent::ConnectError(_) | CmEvent::Disconnected => {}
         e => panic!("second initiator: {e:?}"),
     }
+    // Accept was answered synchronously and the second connection is gone: had the
+    // refusal been queued on the used QP, it would be there now.
+    assert_eq!(s.qp.poll_event(), None, "the used QP got an event");
+    // A QP in ERROR (never connected) is refused too.
+    let dead = end(&b, |_| {});
+    dead.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    let c3 = end(&a, |_| {});
+    c3.qp
+        .connect(server_addr(6014), ConnectParams::default())
+        .unwrap();
+    let r = listener.get_request(T).unwrap().accept(&dead.qp, b"");
+    assert_invalid(r, "accept on a QP in ERROR");
+    match c3.qp.next_event(T).unwrap() {
+        CmEvent::ConnectError(_) | CmEvent::Disconnected => {}
+        e => panic!("third initiator: {e:?}"),
+    }
+    assert_eq!(dead.qp.poll_event(), None);
+    assert_eq!(state(&dead.qp), QpState::Error);
     assert_eq!(state(&s.qp), QpState::Rts);
     let m = mr(&s, 64);
     s.qp.post_recv(1, &[m.sge(0, 64).unwrap()]).unwrap();

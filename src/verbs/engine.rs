@@ -119,6 +119,7 @@ pub(crate) enum Cmd {
         conn: ProtoConnId,
         qpn: u32,
         private_data: Vec<u8>,
+        reply: Sender<std::io::Result<()>>,
     },
     Reject {
         conn: ProtoConnId,
@@ -803,7 +804,10 @@ impl VerbsHost {
                 conn,
                 qpn,
                 private_data,
-            } => self.accept(conn, qpn, private_data, now),
+                reply,
+            } => {
+                let _ = reply.send(self.accept(conn, qpn, private_data, now));
+            }
             Cmd::Reject { conn, private_data } => {
                 if let Some(Owner::Pending { probe, .. }) = self.owners.remove(&conn) {
                     let mut probe = probe;
@@ -903,7 +907,18 @@ impl VerbsHost {
         Ok(())
     }
 
-    fn accept(&mut self, conn_id: ProtoConnId, qpn: u32, private_data: Vec<u8>, now: Instant) {
+    /// `ConnRequest::accept` (rdma_accept): bind the pending connection to QP `qpn`.
+    /// Errors go to the caller, never to a QP's events: a QP that is already used (or
+    /// gone) is `InvalidInput` (rdma_accept's EINVAL) and the request's connection is
+    /// dropped (reset); a request whose connection already died is `ConnectionAborted`.
+    fn accept(
+        &mut self,
+        conn_id: ProtoConnId,
+        qpn: u32,
+        private_data: Vec<u8>,
+        now: Instant,
+    ) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
         let Some(Owner::Pending {
             raw,
             probe,
@@ -912,21 +927,18 @@ impl VerbsHost {
             ..
         }) = self.owners.remove(&conn_id)
         else {
-            if let Some(slot) = self.qps.get(&qpn) {
-                slot.event(CmEvent::ConnectError("request no longer pending".into()));
-            }
-            return;
+            return Err(Error::new(
+                ErrorKind::ConnectionAborted,
+                "the connection request is no longer pending",
+            ));
         };
-        let slot = match self.qps.get(&qpn) {
-            Some(s) if s.conn_id.is_none() && !s.finished => Some(s),
-            Some(s) => {
-                s.event(CmEvent::ConnectError("QP already used".into()));
-                None
-            }
-            None => None,
+        let refused = match self.qps.get(&qpn) {
+            Some(s) if s.conn_id.is_none() && !s.finished && !s.errored && !s.destroyed => None,
+            Some(_) => Some("the QP is already used (connected, connecting or in ERROR)"),
+            None => Some("QP not found"),
         };
-        let Some(slot) = slot else {
-            // The accepting QP is gone or used: drop the connection.
+        if let Some(why) = refused {
+            // Drop the request's connection (reset); the used QP hears nothing of it.
             self.owners.insert(
                 conn_id,
                 Owner::Pending {
@@ -939,7 +951,10 @@ impl VerbsHost {
                     abort: true,
                 },
             );
-            return;
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
+        let Some(slot) = self.qps.get(&qpn) else {
+            return Err(Error::new(ErrorKind::InvalidInput, "QP not found"));
         };
         let cfg = self.conn_config(slot);
         let ird = slot.qp.ird.min(u32::from(u16::MAX)) as u16;
@@ -947,8 +962,20 @@ impl VerbsHost {
         let mut conn = match Connection::responder(cfg, now) {
             Ok(c) => c,
             Err(e) => {
-                slot.event(CmEvent::Error(e.to_string()));
-                return;
+                // The QP's settings cannot make a Responder: refuse, drop the connection.
+                self.owners.insert(
+                    conn_id,
+                    Owner::Pending {
+                        token: 0,
+                        local,
+                        peer,
+                        probe,
+                        raw,
+                        reported: true,
+                        abort: true,
+                    },
+                );
+                return Err(Error::new(ErrorKind::InvalidInput, e.to_string()));
             }
         };
         let _ = conn.handle_input(now, &raw, &mut self.res);
@@ -962,7 +989,7 @@ impl VerbsHost {
             private_data,
         });
         let Some(slot) = self.qps.get_mut(&qpn) else {
-            return;
+            return Err(Error::new(ErrorKind::InvalidInput, "QP not found"));
         };
         if let Err(e) = r {
             slot.event(CmEvent::Error(e.to_string()));
@@ -972,6 +999,7 @@ impl VerbsHost {
         slot.addrs = Some((local, peer));
         self.owners.insert(conn_id, Owner::Qp(qpn));
         self.give_early(qpn);
+        Ok(())
     }
 
     fn give_early(&mut self, qpn: u32) {

@@ -1381,14 +1381,22 @@ impl std::fmt::Debug for ConnRequest {
 
 impl ConnRequest {
     /// Accept on `qp` (not yet connected) with our private data; `Established` follows
-    /// on the QP's events.
+    /// on the QP's events. Returns once the engine bound the request to the QP.
+    ///
+    /// Errors (as `rdma_accept`), reported here and never as an event of `qp`:
+    /// `InvalidInput` if `qp` was already used (connected, connecting, accepted, or in
+    /// ERROR) — the request's connection is then dropped (reset); `ConnectionAborted` if
+    /// the Initiator's connection went away before the answer.
     pub fn accept(mut self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
         self.answered = true;
-        self.dev.inner.send(Cmd::Accept {
-            conn: self.conn,
-            qpn: qp.qpn,
-            private_data: private_data.to_vec(),
-        })
+        let (conn, qpn) = (self.conn, qp.qpn);
+        let private_data = private_data.to_vec();
+        self.dev.inner.call(|reply| Cmd::Accept {
+            conn,
+            qpn,
+            private_data,
+            reply,
+        })?
     }
 
     /// Reject with private data (MPA Reply with R=1), then close.
