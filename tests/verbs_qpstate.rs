@@ -966,3 +966,77 @@ fn siw_modify_to_error_during_the_tcp_handshake_aborts_the_connect() {
     assert!(listener.get_request(Duration::from_millis(500)).is_err());
     assert_eq!(c.qp.poll_event(), None);
 }
+
+/// `max_inline_data` is bounded (it sizes a per-QP buffer of `max_inline_data ×
+/// max_send_wr` bytes): more than `MAX_INLINE_DATA`, or a buffer over
+/// `MAX_INLINE_BUFFER`, is `InvalidInput` at create and at modify (which then changes
+/// nothing), instead of an allocation that aborts the engine; the engine keeps working
+/// and the largest legal value carries an inline Send of that size.
+#[test]
+fn verbs_max_inline_data_is_bounded() {
+    use xwarp::verbs::{QpInitAttr, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
+    let (a, b) = pair(WireConfig::default());
+    let dev = a.device();
+    let pd = dev.alloc_pd();
+    let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+    for (inline, depth) in [
+        (MAX_INLINE_DATA + 1, 1),
+        (usize::MAX, 1),
+        (usize::MAX / 2, 4),
+        (MAX_INLINE_DATA, MAX_INLINE_BUFFER / MAX_INLINE_DATA + 1),
+    ] {
+        let mut at = QpInitAttr::new(&scq, &rcq);
+        at.max_inline_data = inline;
+        at.max_send_wr = depth;
+        match pd.create_qp(&at) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+            other => panic!("create inline {inline} depth {depth}: {other:?}"),
+        }
+    }
+    let e = end(&a, |q| {
+        q.max_send_wr = 4;
+        q.max_inline_data = 64;
+    });
+    for n in [MAX_INLINE_DATA + 1, usize::MAX] {
+        assert_invalid(
+            e.qp.modify(&QpModify {
+                max_inline_data: Some(n),
+                ..QpModify::default()
+            }),
+            &format!("modify max_inline_data {n}"),
+        );
+        assert_eq!(e.qp.query().unwrap().max_inline_data, 64);
+    }
+    e.qp.modify(&QpModify {
+        max_inline_data: Some(MAX_INLINE_DATA),
+        ..QpModify::default()
+    })
+    .unwrap();
+    assert_eq!(e.qp.query().unwrap().max_inline_data, MAX_INLINE_DATA);
+
+    // The engine is alive and the bound is usable: connect `e` and Send that much inline.
+    let listener = b.device().listen(server_addr(6016), 4).unwrap();
+    let s = end(&b, |_| {});
+    let sink = mr(&s, MAX_INLINE_DATA);
+    s.qp.post_recv(1, &[sink.sge_all().unwrap()]).unwrap();
+    e.qp.connect(server_addr(6016), ConnectParams::default())
+        .unwrap();
+    listener.get_request(T).unwrap().accept(&s.qp, b"").unwrap();
+    assert!(matches!(
+        e.qp.next_event(T).unwrap(),
+        CmEvent::Established { .. }
+    ));
+    let data = pattern(MAX_INLINE_DATA, 61);
+    e.qp.post_send(SendRequest {
+        inline: Some(data.clone()),
+        ..SendRequest::send(9, vec![])
+    })
+    .unwrap();
+    assert_eq!(wc(&e.scq).status, CompletionStatus::Success);
+    let r = wc(&s.rcq);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len as usize),
+        (1, CompletionStatus::Success, MAX_INLINE_DATA)
+    );
+    assert_eq!(sink.to_vec(0, MAX_INLINE_DATA).unwrap(), data);
+}

@@ -742,16 +742,19 @@ impl VerbsHost {
                 events,
                 ready,
             } => {
-                let inline = if max_inline > 0 {
-                    let len = max_inline.saturating_mul(qp.sq_depth);
-                    self.res
-                        .stags
-                        .register(qp.pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; len]))
-                        .ok()
-                        .map(|s| (s, max_inline, 0))
-                } else {
-                    None
-                };
+                // `create_qp` checked the size (`check_inline`); never allocate an
+                // unchecked one here.
+                let inline =
+                    if max_inline > 0 && super::check_inline(max_inline, qp.sq_depth).is_ok() {
+                        let len = max_inline.saturating_mul(qp.sq_depth);
+                        self.res
+                            .stags
+                            .register(qp.pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; len]))
+                            .ok()
+                            .map(|s| (s, max_inline, 0))
+                    } else {
+                        None
+                    };
                 self.qps.insert(
                     qpn,
                     QpSlot {
@@ -848,6 +851,7 @@ impl VerbsHost {
             if !slot.early.is_empty() {
                 return Err("max_inline_data cannot change while work is queued".into());
             }
+            super::check_inline(n, slot.qp.sq_depth)?;
             let len = n
                 .checked_mul(slot.qp.sq_depth)
                 .ok_or("max_inline_data too large")?;

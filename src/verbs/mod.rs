@@ -52,6 +52,32 @@ pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
 pub use xwarp_rdmap::{Access, MemError, Stag};
 
 use engine::{Cmd, VerbsHost};
+
+/// Largest `max_inline_data` a QP accepts ([`QpInitAttr::max_inline_data`],
+/// [`QpModify::max_inline_data`]); more is `InvalidInput`. Inline payloads are copied
+/// at post time into a per-QP buffer of `max_inline_data × max_send_wr` bytes.
+pub const MAX_INLINE_DATA: usize = 64 * 1024;
+
+/// Largest per-QP inline buffer (`max_inline_data × max_send_wr`); more is
+/// `InvalidInput`, so a deep send queue with large inline data cannot make the engine
+/// allocate without bound.
+pub const MAX_INLINE_BUFFER: usize = 64 * 1024 * 1024;
+
+/// Whether `max_inline_data` is acceptable for a send queue of `sq_depth` entries.
+pub(crate) fn check_inline(max_inline_data: usize, sq_depth: usize) -> Result<(), String> {
+    if max_inline_data > MAX_INLINE_DATA {
+        return Err(format!(
+            "max_inline_data {max_inline_data} is more than {MAX_INLINE_DATA}"
+        ));
+    }
+    match max_inline_data.checked_mul(sq_depth) {
+        Some(n) if n <= MAX_INLINE_BUFFER => Ok(()),
+        _ => Err(format!(
+            "max_inline_data {max_inline_data} x max_send_wr {sq_depth} is more than \
+             {MAX_INLINE_BUFFER} bytes of inline buffer"
+        )),
+    }
+}
 use mem::RawBuf;
 
 /// Shared application-side state of one device (engine).
@@ -346,6 +372,8 @@ impl ProtectionDomain {
                 "MPA revision must be 1 or 2",
             ));
         }
+        check_inline(attr.max_inline_data, attr.max_send_wr)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         let qpn = self.dev.inner.next_qpn.fetch_add(1, Ordering::Relaxed);
         let (ev_tx, ev_rx) = crossbeam_channel::unbounded();
         let ready = Arc::new(Readiness::new()?);
@@ -735,7 +763,9 @@ pub struct QpInitAttr<'a> {
     pub max_send_wr: usize,
     /// Receive queue depth (without SRQ).
     pub max_recv_wr: usize,
-    /// Largest inline payload (copied at post time; 0 disables inline).
+    /// Largest inline payload (copied at post time; 0 disables inline); at most
+    /// [`MAX_INLINE_DATA`], and `max_inline_data × max_send_wr` at most
+    /// [`MAX_INLINE_BUFFER`].
     pub max_inline_data: usize,
     /// Inbound RDMA Read depth requested (IRD).
     pub ird: u32,
@@ -1029,7 +1059,8 @@ pub struct QpModify {
     pub crc: Option<bool>,
     /// Require markers in the FPDUs we receive.
     pub markers: Option<bool>,
-    /// Largest inline payload (0 disables inline). Refused while work is queued.
+    /// Largest inline payload (0 disables inline; bounded as
+    /// [`QpInitAttr::max_inline_data`]). Refused while work is queued.
     pub max_inline_data: Option<usize>,
 }
 
