@@ -1070,6 +1070,9 @@ mod tests {
     /// stop switch and the thread.
     struct Running {
         child: RawFd,
+        /// Bytes the relay holds for the children (its engine → child buffers), as of its
+        /// last turn.
+        held: Arc<AtomicUsize>,
         stop: Arc<AtomicBool>,
         wake: RawFd,
         thread: Option<std::thread::JoinHandle<()>>,
@@ -1096,13 +1099,18 @@ mod tests {
             });
             let stop = Arc::new(AtomicBool::new(false));
             let s2 = stop.clone();
+            let held = Arc::new(AtomicUsize::new(0));
+            let h2 = held.clone();
             let thread = std::thread::spawn(move || {
                 while !s2.load(Ordering::SeqCst) {
                     relay.turn();
+                    let n = relay.pairs.values().map(|p| p.to_child.data().len()).sum();
+                    h2.store(n, Ordering::SeqCst);
                 }
             });
             Running {
                 child: c,
+                held,
                 stop,
                 wake,
                 thread: Some(thread),
@@ -1427,7 +1435,11 @@ mod tests {
             unsafe { libc::ioctl(r.child, libc::FIONREAD, &mut n) };
             n > 64 << 10
         });
-        std::thread::sleep(Duration::from_millis(200));
+        // Then the relay's own buffer: wait until it is full (the child reads nothing, so
+        // it only grows), so the close below always has bytes to hand back.
+        wait_until("the relay's buffer to fill", || {
+            r.held.load(Ordering::SeqCst) == RELAY_BUF
+        });
         // SAFETY: our descriptor (the child exits without reading).
         unsafe { libc::close(r.child) };
         r.child = -1;
@@ -1435,6 +1447,13 @@ mod tests {
         let Sock::Stream(st) = &*sock else {
             unreachable!()
         };
+        // The hand-back happened: the relay's bytes wait in the shim's own buffer (a
+        // probe of the ring alone never puts more than 16 KiB there).
+        assert!(
+            st.buffered() >= RELAY_BUF,
+            "the relay's {RELAY_BUF} bytes were not handed back: {} buffered",
+            st.buffered()
+        );
         // The parent reads on: what the relay held comes first, then the rest, in order.
         let mut got = Vec::new();
         let mut buf = vec![0u8; 64 << 10];

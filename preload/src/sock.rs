@@ -1111,6 +1111,13 @@ impl StreamSock {
         g.plen - g.pos.min(g.plen)
     }
 
+    /// Bytes waiting in the shim's own buffer (no probe of the ring).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        let g = self.lock();
+        g.plen - g.pos.min(g.plen)
+    }
+
     /// `true` if bytes or end of stream wait in the shim's buffer (cheap, no probe).
     pub(crate) fn available_cached(&self) -> bool {
         let g = self.lock();
