@@ -1040,3 +1040,82 @@ fn verbs_max_inline_data_is_bounded() {
     );
     assert_eq!(sink.to_vec(0, MAX_INLINE_DATA).unwrap(), data);
 }
+
+/// Work posted after a graceful disconnect that waits behind a Local Invalidate is not
+/// executed (the QP is CLOSING and takes no new work): it is flushed, while the work
+/// posted before the disconnect still drains in order and the peer receives only that.
+#[test]
+fn rfc5040_work_posted_after_disconnect_is_flushed_not_run_before_the_close() {
+    // 20 ms each way: the Read is surely outstanding (the Local Invalidate held) when
+    // the disconnect and the later work arrive.
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = Duration::from_millis(20);
+    }
+    let (a, b) = pair(wire);
+    let (c, s) = connect(&a, &b, 6017, |_| {});
+    let sink = mr(&c, 256 * 1024);
+    let victim = mr(&c, 64);
+    let note = mr(&c, 64);
+    let remote = mr(&s, 256 * 1024);
+    let data = pattern(256 * 1024, 71);
+    remote.write(0, &data).unwrap();
+    note.write(0, b"lastlate").unwrap();
+    s.qp.post_recv(7, &[remote.sge(0, 64).unwrap()]).unwrap();
+    s.qp.post_recv(8, &[remote.sge(64, 64).unwrap()]).unwrap();
+    c.qp.post_send(SendRequest::read(
+        1,
+        sink.sge_all().unwrap(),
+        remote.rkey(),
+        remote.addr(),
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::new(
+        2,
+        SendOpcode::LocalInvalidate(victim.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::send(3, vec![note.sge(0, 4).unwrap()]))
+        .unwrap();
+    c.qp.disconnect().unwrap();
+    // Posted after the disconnect: must not run (4 would reach the peer's receive 8).
+    c.qp.post_send(SendRequest::send(4, vec![note.sge(4, 4).unwrap()]))
+        .unwrap();
+    c.qp.post_send(SendRequest::new(
+        5,
+        SendOpcode::LocalInvalidate(note.lkey()),
+        vec![],
+    ))
+    .unwrap();
+    c.qp.post_recv(6, &[sink.sge(0, 8).unwrap()]).unwrap();
+    let got = collect_exactly_once(
+        &c.scq,
+        &[1, 2, 3, 4, 5],
+        &c.qp,
+        Some(&CmEvent::Disconnected),
+    );
+    let status = |id: u64| (got[&id].status, got[&id].opcode);
+    assert_eq!(status(1), (CompletionStatus::Success, WcOpcode::Read));
+    assert_eq!(
+        status(2),
+        (CompletionStatus::Success, WcOpcode::LocalInvalidate)
+    );
+    assert_eq!(status(3), (CompletionStatus::Success, WcOpcode::Send));
+    assert_eq!(status(4), (CompletionStatus::WrFlushError, WcOpcode::Send));
+    assert_eq!(
+        status(5),
+        (CompletionStatus::WrFlushError, WcOpcode::LocalInvalidate)
+    );
+    let r = collect_exactly_once(&c.rcq, &[6], &c.qp, None);
+    assert_eq!(r[&6].status, CompletionStatus::WrFlushError);
+    assert_eq!(sink.to_vec(0, 256 * 1024).unwrap(), data);
+    let rs = collect_exactly_once(&s.rcq, &[7, 8], &s.qp, Some(&CmEvent::Disconnected));
+    assert_eq!(
+        (rs[&7].status, rs[&7].byte_len),
+        (CompletionStatus::Success, 4)
+    );
+    assert_eq!(remote.to_vec(0, 4).unwrap(), b"last");
+    assert_eq!(rs[&8].status, CompletionStatus::WrFlushError);
+    wait_state(&c.qp, QpState::Idle);
+}

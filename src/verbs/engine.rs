@@ -302,13 +302,18 @@ impl QpSlot {
     /// Flush work that never reached a connection.
     fn flush_early(&mut self) {
         for e in std::mem::take(&mut self.early) {
-            let (wr_id, op) = match e {
-                Early::Send(w) => (w.wr_id, opcode_of(&w.op)),
-                Early::Recv(w) => (w.wr_id, WcOpcode::Recv),
-                Early::LocalInv { wr_id, .. } => (wr_id, WcOpcode::LocalInvalidate),
-            };
-            self.send_completion(&flush(wr_id), op);
+            self.flush_one(e);
         }
+    }
+
+    /// Complete one work request with `WrFlushError` without executing it.
+    fn flush_one(&self, e: Early) {
+        let (wr_id, op) = match e {
+            Early::Send(w) => (w.wr_id, opcode_of(&w.op)),
+            Early::Recv(w) => (w.wr_id, WcOpcode::Recv),
+            Early::LocalInv { wr_id, .. } => (wr_id, WcOpcode::LocalInvalidate),
+        };
+        self.send_completion(&flush(wr_id), op);
     }
 }
 
@@ -436,6 +441,17 @@ impl VerbsHost {
             if slot.finished || slot.errored {
                 slot.flush_early();
             }
+            return;
+        }
+        // After disconnect / modify(CLOSING) the QP is past RTS and takes no new work: it
+        // is flushed at once (as siw's post_send/post_recv do for kernel consumers past
+        // RTS; the teardown itself is iwarp-wire.md §4.7). This
+        // matters while the close itself waits for work held behind a Local Invalidate
+        // (`disconnect`): the held work still drains, but work posted after the
+        // disconnect must not join it and run before the close. Its flush completion may
+        // come before the completions of earlier work that is still draining.
+        if slot.disconnect_requested {
+            slot.flush_one(e);
             return;
         }
         // A Local Invalidate, and send work behind one, wait in order (see `pump_held`).
