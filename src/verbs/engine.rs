@@ -445,11 +445,11 @@ impl VerbsHost {
         }
         // After disconnect / modify(CLOSING) the QP is past RTS and takes no new work: it
         // is flushed at once (as siw's post_send/post_recv do for kernel consumers past
-        // RTS; the teardown itself is iwarp-wire.md §4.7). This
-        // matters while the close itself waits for work held behind a Local Invalidate
-        // (`disconnect`): the held work still drains, but work posted after the
-        // disconnect must not join it and run before the close. Its flush completion may
-        // come before the completions of earlier work that is still draining.
+        // RTS; the teardown itself is iwarp-wire.md §4.7). This matters while the close
+        // waits for work held behind a Local Invalidate (`disconnect`): the held work
+        // still drains, but work posted after the disconnect must not join it and run
+        // before the close. Its flush completion may come before the completions of
+        // earlier work that is still draining.
         if slot.disconnect_requested {
             slot.flush_one(e);
             return;
@@ -488,6 +488,19 @@ impl VerbsHost {
                 let Some(conn) = slot.conn.as_ref() else {
                     return;
                 };
+                // `is_drained` is stricter than the ordering needs: besides our send
+                // side (SQ, the message being sent, our outstanding Reads = ORQ) it also
+                // waits for the IRQ, the Read Responses we owe the peer. RFC 5040 orders
+                // messages within one direction only (~§5.5; iwarp-wire.md §3.6): the
+                // peer's Read Requests arrive on the peer's stream and are answered from
+                // our IRD queue, not our send queue, so no earlier WR of ours depends on
+                // them and a Local Invalidate need not wait for them (a peer reading an
+                // STag we invalidate gets a remote access error, the ULP's race). A peer
+                // pipelining Reads can therefore delay the barrier as long as it keeps
+                // the IRQ non-empty. Waiting only for the send side needs a query that
+                // xwarp-rdmap's QueuePair does not expose yet (SQ, current TX message if
+                // it is ours, ORQ); until then the stricter check is kept, which is
+                // correct, only possibly slow.
                 let ready = conn.is_closed()
                     || match conn.qp() {
                         None => false,
