@@ -589,9 +589,12 @@ fn watch_lingering() {
 }
 
 /// The watcher thread: sleep on the readiness descriptors of lingering connections that
-/// may still receive input, then [`reap`].
+/// may still receive input, then look at those that fired ([`reap_fired`]), with a full
+/// pass at least every [`WATCH_SLEEP`].
 fn watcher(wake: RawFd) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut fired: Vec<RawFd> = Vec::new();
+    let mut last_full = Instant::now();
     loop {
         fds.clear();
         fds.push(libc::pollfd {
@@ -618,9 +621,26 @@ fn watcher(wake: RawFd) {
         // SAFETY: our vector of pollfds. A descriptor closed meanwhile (its connection
         // reaped by another thread) only causes an early, harmless wakeup.
         unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        drain(wake);
+        if fds[0].revents != 0 {
+            drain(wake);
+        }
+        fired.clear();
+        fired.extend(fds[1..].iter().filter(|p| p.revents != 0).map(|p| p.fd));
+        fired.sort_unstable();
         let t = Instant::now();
-        reap_with(true);
+        // Input after a close always fires the connection's descriptor (the last look
+        // registered interest), so between full passes only those that fired need a look.
+        // The full pass is still needed: a close that finished (FIN acknowledged, TIME-WAIT
+        // over, failed), one past `LINGER_LIMIT`, and one whose peer's FIN arrived (no
+        // longer polled) fire nothing, and must still be forgotten (dropped: the engine
+        // frees the connection); `WATCH_SLEEP` bounds how late.
+        let full = any && t.duration_since(last_full) >= WATCH_SLEEP;
+        if full {
+            last_full = t;
+        }
+        if full || !fired.is_empty() {
+            reap_fired(&fired, full);
+        }
         std::thread::sleep(WATCH_MIN_ROUND.saturating_sub(t.elapsed()));
     }
 }
@@ -642,12 +662,15 @@ pub(crate) fn forget_lingering_after_fork(l: &mut LingerGuard) {
 /// received input after their close; returns how many remain that still move data
 /// (`Busy`).
 pub(crate) fn reap() -> usize {
-    reap_with(false)
+    // The callers other than the watcher leave draining the descriptors to it.
+    reap_fired(&[], true)
 }
 
-/// [`reap`]; `drain`: drain the readiness descriptors first (the watcher, which sleeps on
-/// them; the other callers leave that syscall per connection to it).
-fn reap_with(drain_fds: bool) -> usize {
+/// Look at the lingering connections whose readiness descriptor is in `fired` (sorted;
+/// the watcher's): drained, then looked at (drained first: input arriving after the look
+/// fires again). `all`: look at the others too (without draining them). Returns how many
+/// of those looked at still move data.
+fn reap_fired(fired: &[RawFd], all: bool) -> usize {
     let mut l = lock_lingering();
     if l.is_empty() {
         return 0;
@@ -655,9 +678,12 @@ fn reap_with(drain_fds: bool) -> usize {
     let now = Instant::now();
     let mut busy = 0;
     l.retain_mut(|c| {
-        if drain_fds && !c.eof {
-            // Drained before the re-check: input arriving after it fires again.
-            drain(c.stream.as_raw_fd());
+        let fd = c.stream.as_raw_fd();
+        let hit = !c.eof && fired.binary_search(&fd).is_ok();
+        if hit {
+            drain(fd);
+        } else if !all {
+            return true;
         }
         let (state, eof) = closing(&mut c.stream, c.eof);
         c.eof = eof;
