@@ -461,33 +461,21 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
     b.fds.insert(relay.epfd);
     b.fds.insert(relay.wake);
     let (epfd, wake) = (relay.epfd, relay.wake);
-    // The relay thread blocks every signal (it inherits the mask of the thread that
-    // creates it): the program's handlers run on the program's threads, as without it.
-    // SAFETY: plain signal-mask calls on local sets.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let r = std::thread::Builder::new()
-        .name("xwarp-relay".into())
-        .spawn(move || {
-            let mut relay = relay;
-            loop {
-                let new = books()
-                    .as_mut()
-                    .map(|b| std::mem::take(&mut b.inbox))
-                    .unwrap_or_default();
-                for np in new {
-                    relay.adopt(np);
-                }
-                relay.turn();
+    // The relay thread blocks every signal: the program's handlers run on the program's
+    // threads, as without it.
+    let r = sock::spawn_with_signals_blocked("xwarp-relay", move || {
+        let mut relay = relay;
+        loop {
+            let new = books()
+                .as_mut()
+                .map(|b| std::mem::take(&mut b.inbox))
+                .unwrap_or_default();
+            for np in new {
+                relay.adopt(np);
             }
-        });
-    // SAFETY: restoring this thread's mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+            relay.turn();
+        }
+    });
     match r {
         Ok(_) => {
             WAKE.store(wake, Ordering::SeqCst);

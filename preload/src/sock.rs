@@ -558,22 +558,7 @@ fn watch_lingering() {
         WATCH_WAKE.store(-1, Ordering::SeqCst);
         return;
     }
-    // The watcher blocks every signal (it inherits the mask of the creating thread): the
-    // program's handlers run on the program's threads.
-    // SAFETY: all-zero sigsets are valid to be filled.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: plain signal-mask calls on local sets.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let r = std::thread::Builder::new()
-        .name("xwarp-linger".into())
-        .spawn(move || watcher(wake));
-    // SAFETY: restoring this thread's mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    let r = spawn_with_signals_blocked("xwarp-linger", move || watcher(wake));
     match r {
         Ok(_) => WATCH_WAKE.store(wake, Ordering::SeqCst),
         Err(e) => {
@@ -788,6 +773,31 @@ pub(crate) fn restart_after_signal() -> bool {
         }
     }
     true
+}
+
+/// Start a shim thread named `name` running `f` with every signal blocked: a thread
+/// inherits the mask of the thread that creates it, and the program's signal handlers
+/// must run on the program's own threads, as without the shim.
+pub(crate) fn spawn_with_signals_blocked<F>(
+    name: &str,
+    f: F,
+) -> io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    // SAFETY: all-zero sigsets are valid to be filled.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain signal-mask calls on local sets.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let r = std::thread::Builder::new().name(name.into()).spawn(f);
+    // SAFETY: restoring this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
 }
 
 /// One round of a spinning wait: `sched_yield` with `XWARP_YIELD=1` (the core goes to
@@ -1592,6 +1602,49 @@ pub(crate) mod tests {
         }
         assert_eq!(got, sent);
         assert!(st.readiness(libc::POLLOUT) & libc::POLLOUT != 0);
+    }
+
+    /// This thread's signal mask.
+    fn sigmask() -> libc::sigset_t {
+        // SAFETY: all-zero is a valid sigset to be overwritten; query only.
+        unsafe {
+            let mut m: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut m);
+            m
+        }
+    }
+
+    #[test]
+    fn shim_threads_block_every_signal_and_leave_the_callers_mask_alone() {
+        let before = sigmask();
+        // SAFETY: reading a sigset.
+        let blocked = |m: &libc::sigset_t, sig| unsafe { libc::sigismember(m, sig) == 1 };
+        let h = spawn_with_signals_blocked("xwarp-test", move || {
+            let m = sigmask();
+            assert!(
+                [
+                    libc::SIGINT,
+                    libc::SIGTERM,
+                    libc::SIGCHLD,
+                    libc::SIGUSR1,
+                    libc::SIGALRM
+                ]
+                .iter()
+                .all(|&s| blocked(&m, s)),
+                "a signal is not blocked on the shim's thread"
+            );
+            assert_eq!(std::thread::current().name(), Some("xwarp-test"));
+        })
+        .unwrap();
+        h.join().expect("the spawned thread's checks failed");
+        let after = sigmask();
+        for sig in 1..libc::SIGRTMIN() {
+            assert_eq!(
+                blocked(&before, sig),
+                blocked(&after, sig),
+                "the caller's mask changed for signal {sig}"
+            );
+        }
     }
 
     /// Wait (bounded) until `f` holds.
