@@ -186,12 +186,16 @@ def main() -> int:
         return peer(a.accept_timeout)
 
     out, t0, _ = case_start(a)
-    for attempt in (1, 2):
+    # At most two reruns, and only on exactly this siw race (about one run in five, so two
+    # reruns leave about one suite in a hundred failing on it instead of one in twenty-five).
+    attempts = 3
+    for attempt in range(1, attempts + 1):
         c, peer_rc = run_once(a, out)
-        if peer_rc != CLOSED_WITHOUT_TERMINATE or attempt == 2:
+        if peer_rc != CLOSED_WITHOUT_TERMINATE or attempt == attempts:
             break
         print(f"RETRY {NAME}: siw closed the connection without its CRC Terminate (a siw race, "
-              "interop/README.md); running the case once more", flush=True)
+              f"interop/README.md); running the case again ({attempt + 1} of {attempts})",
+              flush=True)
     return case_verdict(c, NAME, t0)
 
 
