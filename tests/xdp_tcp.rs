@@ -189,18 +189,40 @@ fn file_sha256(p: &Path) -> ([u8; 32], u64) {
 }
 
 /// Read `s` to end of stream: (bytes, SHA-256).
-fn read_to_end_sha256(s: &mut TcpStream) -> (u64, [u8; 32]) {
+fn read_to_end_sha256(s: &mut TcpStream, seed: u64) -> Received {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 << 10];
+    let mut want = vec![0u8; 256 << 10];
     let mut n = 0u64;
+    let mut first_mismatch = None;
     loop {
         let k = s.read(&mut buf).expect("read");
         if k == 0 {
-            return (n, h.finalize().into());
+            return Received {
+                bytes: n,
+                digest: h.finalize().into(),
+                first_mismatch,
+            };
         }
         h.update(&buf[..k]);
+        if first_mismatch.is_none() {
+            http_server::fill_body(seed, n, &mut want[..k]);
+            if let Some(i) = (0..k).find(|&i| buf[i] != want[i]) {
+                first_mismatch = Some(n + i as u64);
+            }
+        }
         n += k as u64;
     }
+}
+
+/// What [`read_to_end_sha256`] read: the count, the SHA-256 and, so that a failure says
+/// *where* the stream went wrong (a lost, duplicated or corrupted stretch), the first
+/// offset at which the bytes differ from the `fill_body` pattern they should follow.
+#[derive(Debug)]
+struct Received {
+    bytes: u64,
+    digest: [u8; 32],
+    first_mismatch: Option<u64>,
 }
 
 /// Write `total` bytes (whole MiB) of the `fill_body` stream `seed` to `s`; its SHA-256.
@@ -485,11 +507,11 @@ fn xwarp_to_xwarp_across_namespaces_64mib_verified() {
     let receiver = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().expect("accept");
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let (n, d) = read_to_end_sha256(&mut s);
+        let r = read_to_end_sha256(&mut s, 51);
         // Reply with the digest so the sender knows the receiver saw everything.
-        s.write_all(&d).unwrap();
+        s.write_all(&r.digest).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
-        n
+        r
     });
     let mut s = TcpStream::connect_timeout(
         ea.stack(),
@@ -505,7 +527,12 @@ fn xwarp_to_xwarp_across_namespaces_64mib_verified() {
     let mut digest = Vec::new();
     s.read_to_end(&mut digest).unwrap();
     let secs = t0.elapsed().as_secs_f64();
-    assert_eq!(receiver.join().expect("receiver"), total);
+    let r = receiver.join().expect("receiver");
+    assert_eq!(
+        (r.bytes, r.first_mismatch),
+        (total, None),
+        "receiver: {r:?}"
+    );
     assert_eq!(digest, want, "receiver's digest of 64 MiB");
     let _ = writeln!(
         io::stderr(),
@@ -738,10 +765,10 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
         let (mut s, _) = listener.accept().expect("accept");
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-        let (got, d) = read_to_end_sha256(&mut s);
+        let r = read_to_end_sha256(&mut s, 52);
         s.write_all(&payload(53, down)).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
-        (got, d)
+        r
     });
     let mut s = TcpStream::connect_timeout(
         ea.stack(),
@@ -780,9 +807,22 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
             .map(|mut c| c.args(["-S", &net.if_b]).output());
         panic!("download failed after {} bytes: {e}\nA {sa:?}\nB {sb:?}\n{la:?}\n{lb:?}\n{ea2:?}\n{eb2:?}", back.len());
     }
-    let (got, digest) = receiver.join().expect("receiver");
-    assert_eq!(got, up, "bytes received by B");
-    assert_eq!(digest, want, "B's digest of the upload");
+    let r = receiver.join().expect("receiver");
+    if (r.bytes, r.first_mismatch) != (up, None) {
+        let (sa, sb) = (ea.stack().stats(), eb.stack().stats());
+        let xa = ea.stop().expect("stop a");
+        let xb = eb.stop().expect("stop b");
+        panic!(
+            "B received {} of {up} bytes, first difference from the pattern at {:?}\nA {sa:?} {:?} {:?}\nB {sb:?} {:?} {:?}",
+            r.bytes,
+            r.first_mismatch,
+            xa.backend.stats(),
+            xa.backend.xdp_statistics(),
+            xb.backend.stats(),
+            xb.backend.xdp_statistics(),
+        );
+    }
+    assert_eq!(r.digest, want, "B's digest of the upload");
     assert_eq!(back.len(), down, "bytes received by A");
     assert_eq!(sha256(&back), sha256(&payload(53, down)), "A's download");
     drop(s);
