@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
-use smoltcp::phy::{ChecksumCapabilities, Device, DeviceCapabilities, RxToken};
+use smoltcp::phy::{ChecksumCapabilities, Device, DeviceCapabilities, RxToken, TxToken};
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
 };
@@ -89,6 +89,11 @@ pub(crate) struct AckWatch {
     /// The checksums smoltcp verifies on received frames (the device's capabilities; the
     /// default verifies all): a pure ACK becomes a template only if it passes them too.
     pub(crate) checksums: ChecksumCapabilities,
+    /// Flows whose connection sent its FIN: the FIN's sequence number, from transmitted
+    /// frames (see [`AckWatch::is_dup_ack_behind_fin`]).
+    fins: HashMap<u64, u32, BuildHasherDefault<FlowHasher>>,
+    /// Duplicate ACKs withheld from smoltcp while only a FIN was unacknowledged.
+    pub(crate) dup_acks_withheld: u64,
 }
 
 struct Parsed<'a> {
@@ -223,10 +228,59 @@ impl AckWatch {
         }
     }
 
+    /// Record a transmitted frame: a segment carrying our FIN remembers the FIN's sequence
+    /// number for the flow of the peer's ACKs.
+    pub(crate) fn observe_tx(&mut self, frame: &[u8]) {
+        let Some((ip, tcp)) = ipv4_tcp(frame) else {
+            return;
+        };
+        if !tcp.fin() || tcp.rst() {
+            return;
+        }
+        let seq = (tcp.seq_number().0 as u32).wrapping_add(tcp.payload().len() as u32);
+        let key = (ip.dst_addr(), tcp.dst_port(), tcp.src_port());
+        self.fins.insert(pack(&key), seq);
+    }
+
+    /// `true` if `frame` is a duplicate ACK that smoltcp must not see: a pure ACK that
+    /// acknowledges every byte before our FIN but not the FIN, repeating the ACK number
+    /// and window this flow already sent.
+    ///
+    /// smoltcp 0.14 bug worked around: on the third duplicate ACK it starts a fast
+    /// retransmit, which re-sends only data (`seq_to_transmit` needs a non-empty send
+    /// buffer for it) and turns the retransmit timer off (`dispatch` sets it idle before
+    /// sending). With only the FIN outstanding nothing is re-sent and no timer is left: a
+    /// lost FIN is never retransmitted. Seen on the lossy wire, where duplicated segments
+    /// make the peer repeat its ACK: 60 s in FIN-WAIT-1 with `Timer::Idle`, every byte
+    /// acknowledged, the peer still ESTABLISHED. Withheld, the duplicates cannot start that
+    /// fast retransmit, and smoltcp's retransmit timer re-sends the FIN. (A duplicate ACK
+    /// carries nothing else: no data, no new ACK number, no window change.)
+    pub(crate) fn is_dup_ack_behind_fin(&mut self, frame: &[u8]) -> bool {
+        let Some(p) = parse(frame) else {
+            return false;
+        };
+        let key = pack(&p.key);
+        let Some(&fin) = self.fins.get(&key) else {
+            return false;
+        };
+        if p.ack == fin.wrapping_add(1) {
+            // The FIN is acknowledged: nothing more to guard.
+            self.fins.remove(&key);
+            return false;
+        }
+        p.pure_ack
+            && p.ack == fin
+            && self
+                .flows
+                .get(&key)
+                .is_some_and(|f| f.ack == fin && f.template_ack == (fin, p.window))
+    }
+
     /// Forget a flow (its connection is gone).
     pub(crate) fn forget(&mut self, key: &FlowKey) {
         let key = pack(key);
         self.flows.remove(&key);
+        self.fins.remove(&key);
         if self.last.is_some_and(|l| l.0 == key) {
             self.last = None;
         }
@@ -298,8 +352,34 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
                 // An empty frame: smoltcp rejects it as too short to be Ethernet.
                 return f(&[]);
             }
+            if !watch.fins.is_empty() && watch.is_dup_ack_behind_fin(frame) {
+                watch.dup_acks_withheld += 1;
+                return f(&[]);
+            }
             watch.observe(frame, now);
             f(frame)
+        })
+    }
+}
+
+/// Transmit token that lets the [`AckWatch`] see what was sent (for FINs).
+pub(crate) struct WatchedTx<'w, T> {
+    inner: T,
+    watch: Option<&'w mut AckWatch>,
+}
+
+impl<T: TxToken> TxToken for WatchedTx<'_, T> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let Some(watch) = self.watch else {
+            return self.inner.consume(len, f);
+        };
+        self.inner.consume(len, |buf| {
+            let r = f(buf);
+            watch.observe_tx(buf);
+            r
         })
     }
 }
@@ -318,7 +398,7 @@ impl<D: Device + ?Sized> Device for WatchedDevice<'_, D> {
     where
         Self: 'a;
     type TxToken<'a>
-        = D::TxToken<'a>
+        = WatchedTx<'a, D::TxToken<'a>>
     where
         Self: 'a;
 
@@ -333,12 +413,22 @@ impl<D: Device + ?Sized> Device for WatchedDevice<'_, D> {
                 watch: &mut *self.watch,
                 now: self.now,
             },
-            tx,
+            // The reply token of a received frame: smoltcp sends only immediate replies
+            // through it (ACK, challenge ACK, RST), never a FIN, which goes out from socket
+            // egress through `transmit`; so it needs no watch (the receive token holds it).
+            WatchedTx {
+                inner: tx,
+                watch: None,
+            },
         ))
     }
 
     fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        self.inner.transmit(timestamp)
+        let tx = self.inner.transmit(timestamp)?;
+        Some(WatchedTx {
+            inner: tx,
+            watch: Some(&mut *self.watch),
+        })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -410,13 +500,30 @@ mod tests {
     use std::time::Duration;
 
     fn ack_frame(ack: i32, window: u16, payload: &[u8]) -> Vec<u8> {
-        let src = Ipv4Addr::new(10, 0, 0, 2);
-        let dst = Ipv4Addr::new(10, 0, 0, 1);
+        segment(true, TcpControl::None, 100, ack, window, payload)
+    }
+
+    /// A TCP segment between the peer (10.0.0.2:80) and us (10.0.0.1:5000), in the
+    /// direction `from_peer` says.
+    fn segment(
+        from_peer: bool,
+        control: TcpControl,
+        seq: i32,
+        ack: i32,
+        window: u16,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let (peer, us) = (Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 1));
+        let (src, dst, src_port, dst_port) = if from_peer {
+            (peer, us, 80, 5000)
+        } else {
+            (us, peer, 5000, 80)
+        };
         let tcp = TcpRepr {
-            src_port: 80,
-            dst_port: 5000,
-            control: TcpControl::None,
-            seq_number: TcpSeqNumber(100),
+            src_port,
+            dst_port,
+            control,
+            seq_number: TcpSeqNumber(seq),
             ack_number: Some(TcpSeqNumber(ack)),
             window_len: window,
             window_scale: None,
@@ -648,6 +755,35 @@ mod tests {
             .map(|p| hash(pack(&(Ipv4Addr::new(10, 0, 0, 2), 40000 + p, 80))) & 0xff)
             .collect();
         assert!(lows.len() > 32, "{} distinct buckets of 64", lows.len());
+    }
+
+    /// smoltcp 0.14 workaround (see `AckWatch::is_dup_ack_behind_fin`): once our FIN is
+    /// out, repeats of the peer's ACK of everything before it are withheld; the first such
+    /// ACK, a window update, an ACK with data and the ACK of the FIN itself all pass.
+    #[test]
+    fn rfc5681_duplicate_acks_behind_a_lone_fin_are_withheld() {
+        let mut w = AckWatch::default();
+        let now = Instant::now();
+        // Before our FIN nothing is withheld: duplicate ACKs drive fast retransmit.
+        let dup = ack_frame(1000, 500, &[]);
+        w.observe(&dup, now);
+        assert!(!w.is_dup_ack_behind_fin(&dup));
+        // We send the last 100 bytes with the FIN: the FIN has sequence number 1000.
+        w.observe_tx(&segment(false, TcpControl::Fin, 900, 100, 600, &[7; 100]));
+        // The peer acknowledged up to 1000 already (above), so a repeat is withheld...
+        assert!(w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[])));
+        // ...but not a window update, an ACK carrying data, or an older ACK number.
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(1000, 600, &[])));
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[1, 2, 3])));
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(990, 500, &[])));
+        // The ACK of the FIN passes and ends the guard for this flow.
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(1001, 500, &[])));
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[])));
+        // Another flow's FIN guards only that flow, and forgetting the flow drops it.
+        w.observe_tx(&segment(false, TcpControl::Fin, 900, 100, 600, &[7; 100]));
+        assert!(w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[])));
+        w.forget(&(Ipv4Addr::new(10, 0, 0, 2), 80, 5000));
+        assert!(!w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[])));
     }
 
     #[test]

@@ -1236,9 +1236,13 @@ impl<B: Backend> Service<B> for TcpService {
         }
 
         {
-            let mut dev = CappedDevice {
+            // Watched so that the AckWatch sees our FINs (rescue.rs, duplicate ACKs behind
+            // a FIN); egress receives nothing, so only that part of the watch runs.
+            let mut dev = WatchedDevice {
                 inner: &mut *backend,
                 max_frame,
+                watch: &mut self.watch,
+                now,
             };
             loop {
                 match iface.poll_egress(t, &mut dev, &mut self.sockets) {
