@@ -965,37 +965,22 @@ impl VerbsHost {
                 "the connection request is no longer pending",
             ));
         };
-        let refused = match self.qps.get(&qpn) {
-            Some(s) if s.conn_id.is_none() && !s.finished && !s.errored && !s.destroyed => None,
-            Some(_) => Some("the QP is already used (connected, connecting or in ERROR)"),
-            None => Some("QP not found"),
+        // The QP must be unused and its settings must make a Responder; otherwise refuse
+        // and drop the request's connection (reset): the QP hears nothing of it.
+        let responder = match self.qps.get(&qpn) {
+            Some(s) if s.conn_id.is_none() && !s.finished && !s.errored && !s.destroyed => {
+                let ird = s.qp.ird.min(u32::from(u16::MAX)) as u16;
+                let ord = s.qp.ord.min(u32::from(u16::MAX)) as u16;
+                Connection::responder(self.conn_config(s), now)
+                    .map(|c| (c, ird, ord))
+                    .map_err(|e| e.to_string())
+            }
+            Some(_) => Err("the QP is already used (connected, connecting or in ERROR)".into()),
+            None => Err("QP not found".into()),
         };
-        if let Some(why) = refused {
-            // Drop the request's connection (reset); the used QP hears nothing of it.
-            self.owners.insert(
-                conn_id,
-                Owner::Pending {
-                    token: 0,
-                    local,
-                    peer,
-                    probe,
-                    raw,
-                    reported: true,
-                    abort: true,
-                },
-            );
-            return Err(Error::new(ErrorKind::InvalidInput, why));
-        }
-        let Some(slot) = self.qps.get(&qpn) else {
-            return Err(Error::new(ErrorKind::InvalidInput, "QP not found"));
-        };
-        let cfg = self.conn_config(slot);
-        let ird = slot.qp.ird.min(u32::from(u16::MAX)) as u16;
-        let ord = slot.qp.ord.min(u32::from(u16::MAX)) as u16;
-        let mut conn = match Connection::responder(cfg, now) {
-            Ok(c) => c,
-            Err(e) => {
-                // The QP's settings cannot make a Responder: refuse, drop the connection.
+        let (mut conn, ird, ord) = match responder {
+            Ok(r) => r,
+            Err(why) => {
                 self.owners.insert(
                     conn_id,
                     Owner::Pending {
@@ -1008,7 +993,7 @@ impl VerbsHost {
                         abort: true,
                     },
                 );
-                return Err(Error::new(ErrorKind::InvalidInput, e.to_string()));
+                return Err(Error::new(ErrorKind::InvalidInput, why));
             }
         };
         let _ = conn.handle_input(now, &raw, &mut self.res);

@@ -922,29 +922,9 @@ pub enum CmEvent {
     Disconnected,
 }
 
-/// QP states visible to the application (RFC 5040 §6 / the RDMAC verbs QP states; siw
-/// names them IDLE, RTR, RTS, CLOSING, TERMINATE, ERROR).
-///
-/// siw's RTR (a connection being set up) is reported as [`QpState::Idle`] here: the QP
-/// enters RTS when the connection manager finished MPA (and, for a P2P Responder, the
-/// RTR arrived).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    /// Created, not connected (or connecting). Attributes may change; work may be posted
-    /// (it waits for the connection).
-    Idle,
-    /// Ready to send: the connection is up.
-    Rts,
-    /// Graceful close in progress: no new send work, queued work drains, then TCP closes.
-    /// After a clean graceful close the QP is `Idle` again (as in siw; it cannot connect
-    /// again, create a new QP).
-    Closing,
-    /// A Terminate is queued; the QP reaches `Error` once it is sent.
-    Terminate,
-    /// The stream is dead: every outstanding and later work request completes with
-    /// `WrFlushError`.
-    Error,
-}
+/// QP states visible to the application: the protocol core's states (RFC 5040 §6 / the
+/// RDMAC verbs QP states), as [`QueuePair::state`] reports them.
+pub use xwarp_rdmap::QpState;
 
 /// MPA parameters negotiated for a QP's connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1241,7 +1221,17 @@ impl QueuePair {
         self.dev.inner.send(Cmd::Disconnect { qpn: self.qpn })
     }
 
-    /// The current state (an engine round trip; see [`QpState`]).
+    /// The current state (an engine round trip).
+    ///
+    /// siw names the states IDLE, RTR, RTS, CLOSING, TERMINATE, ERROR. siw's RTR (a
+    /// connection being set up) is reported as [`QpState::Idle`]: attributes may still
+    /// change and posted work waits for the connection; the QP enters `Rts` when the
+    /// connection manager finished MPA (and, for a P2P Responder, the RTR arrived).
+    /// `Closing` is a graceful close in progress (queued work drains, then TCP closes);
+    /// after a clean graceful close the QP is `Idle` again (as in siw; it cannot connect
+    /// again, create a new QP). `Terminate`: a Terminate is queued, `Error` follows once it
+    /// is sent. `Error`: every outstanding and later work request completes with
+    /// `WrFlushError`.
     pub fn state(&self) -> io::Result<QpState> {
         Ok(self.query()?.state)
     }
