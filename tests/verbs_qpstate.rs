@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use verbs_common::*;
 use xwarp::poll_driver::vwire::WireConfig;
 use xwarp::verbs::{
-    CmEvent, CompletionQueue, CompletionStatus, ConnectParams, QpModify, QpState, QueuePair,
-    SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+    CmEvent, CompletionQueue, CompletionStatus, ConnectParams, MemoryRegion, QpModify, QpState,
+    QueuePair, SendOpcode, SendRequest, WcOpcode, WorkCompletion,
 };
 
 fn state(qp: &QueuePair) -> QpState {
@@ -818,21 +818,16 @@ fn verbs_local_invalidate_posted_before_connect_keeps_posting_order() {
     );
 }
 
-/// A graceful disconnect right after a Local Invalidate that is still waiting: the work
-/// behind the Local Invalidate still drains (RFC 5040 §6 graceful close: queued work
-/// completes), then the connection closes and the QP ends IDLE.
-#[test]
-fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
-    let (a, b) = pair(WireConfig::default());
-    let (c, s) = connect(&a, &b, 6012, |_| {});
-    let sink = mr(&c, 1 << 20);
-    let victim = mr(&c, 64);
-    let note = mr(&c, 64);
-    let remote = mr(&s, 1 << 20);
-    let data = pattern(1 << 20, 51);
-    remote.write(0, &data).unwrap();
-    note.write(0, b"last").unwrap();
-    s.qp.post_recv(7, &[remote.sge(0, 64).unwrap()]).unwrap();
+/// On `c`: Read all of `remote` into `sink` (wr 1), Local Invalidate `victim` (wr 2, held
+/// behind the Read), Send the first 4 bytes of `note` (wr 3, held behind it), then
+/// `disconnect` while that work is still held.
+fn post_read_invalidate_send_disconnect(
+    c: &End,
+    sink: &MemoryRegion,
+    remote: &MemoryRegion,
+    victim: &MemoryRegion,
+    note: &MemoryRegion,
+) {
     c.qp.post_send(SendRequest::read(
         1,
         sink.sge_all().unwrap(),
@@ -849,6 +844,24 @@ fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
     c.qp.post_send(SendRequest::send(3, vec![note.sge(0, 4).unwrap()]))
         .unwrap();
     c.qp.disconnect().unwrap();
+}
+
+/// A graceful disconnect right after a Local Invalidate that is still waiting: the work
+/// behind the Local Invalidate still drains (RFC 5040 §6 graceful close: queued work
+/// completes), then the connection closes and the QP ends IDLE.
+#[test]
+fn rfc5040_disconnect_drains_work_held_behind_a_local_invalidate() {
+    let (a, b) = pair(WireConfig::default());
+    let (c, s) = connect(&a, &b, 6012, |_| {});
+    let sink = mr(&c, 1 << 20);
+    let victim = mr(&c, 64);
+    let note = mr(&c, 64);
+    let remote = mr(&s, 1 << 20);
+    let data = pattern(1 << 20, 51);
+    remote.write(0, &data).unwrap();
+    note.write(0, b"last").unwrap();
+    s.qp.post_recv(7, &[remote.sge(0, 64).unwrap()]).unwrap();
+    post_read_invalidate_send_disconnect(&c, &sink, &remote, &victim, &note);
     let st = state(&c.qp);
     assert!(matches!(st, QpState::Closing | QpState::Idle), "{st:?}");
     let got: Vec<(u64, CompletionStatus)> = (0..3)
@@ -1063,22 +1076,7 @@ fn rfc5040_work_posted_after_disconnect_is_flushed_not_run_before_the_close() {
     note.write(0, b"lastlate").unwrap();
     s.qp.post_recv(7, &[remote.sge(0, 64).unwrap()]).unwrap();
     s.qp.post_recv(8, &[remote.sge(64, 64).unwrap()]).unwrap();
-    c.qp.post_send(SendRequest::read(
-        1,
-        sink.sge_all().unwrap(),
-        remote.rkey(),
-        remote.addr(),
-    ))
-    .unwrap();
-    c.qp.post_send(SendRequest::new(
-        2,
-        SendOpcode::LocalInvalidate(victim.lkey()),
-        vec![],
-    ))
-    .unwrap();
-    c.qp.post_send(SendRequest::send(3, vec![note.sge(0, 4).unwrap()]))
-        .unwrap();
-    c.qp.disconnect().unwrap();
+    post_read_invalidate_send_disconnect(&c, &sink, &remote, &victim, &note);
     // Posted after the disconnect: must not run (4 would reach the peer's receive 8).
     c.qp.post_send(SendRequest::send(4, vec![note.sge(4, 4).unwrap()]))
         .unwrap();
