@@ -90,7 +90,7 @@ pub(crate) struct AckWatch {
     /// default verifies all): a pure ACK becomes a template only if it passes them too.
     pub(crate) checksums: ChecksumCapabilities,
     /// Flows whose connection sent its FIN: the FIN's sequence number, from transmitted
-    /// frames (see [`AckWatch::is_dup_ack_behind_fin`]).
+    /// frames (see [`AckWatch::dup_ack_behind_fin`]).
     fins: HashMap<u64, u32, BuildHasherDefault<FlowHasher>>,
     /// Duplicate ACKs withheld from smoltcp while only a FIN was unacknowledged.
     pub(crate) dup_acks_withheld: u64,
@@ -177,11 +177,17 @@ fn is_syn_to(frame: &[u8], ports: &[u16]) -> bool {
 }
 
 impl AckWatch {
-    /// Record an incoming frame.
+    /// Record an incoming frame (tests; the receive path parses once and calls
+    /// [`AckWatch::observe_parsed`]).
+    #[cfg(test)]
     pub(crate) fn observe(&mut self, frame: &[u8], now: Instant) {
-        let Some(p) = parse(frame) else {
-            return;
-        };
+        if let Some(p) = parse(frame) {
+            self.observe_parsed(frame, &p, now);
+        }
+    }
+
+    /// Record an incoming frame, already parsed.
+    fn observe_parsed(&mut self, frame: &[u8], p: &Parsed<'_>, now: Instant) {
         let key = pack(&p.key);
         let seen = (p.ack, p.window);
         if let Some((k, ack, template_ack)) = self.last {
@@ -194,7 +200,7 @@ impl AckWatch {
         // so cheap). Data frames are not verified (that would checksum every payload
         // twice); a corrupted one can at worst fake ACK progress and postpone a rescue by
         // one `floor`, as it never becomes a template.
-        if p.pure_ack && !checksums_valid(&p, &self.checksums) {
+        if p.pure_ack && !checksums_valid(p, &self.checksums) {
             return;
         }
         match self.flows.get_mut(&key) {
@@ -242,7 +248,13 @@ impl AckWatch {
         self.fins.insert(pack(&key), seq);
     }
 
-    /// `true` if `frame` is a duplicate ACK that smoltcp must not see: a pure ACK that
+    /// [`AckWatch::dup_ack_behind_fin`] of an unparsed frame (tests).
+    #[cfg(test)]
+    pub(crate) fn is_dup_ack_behind_fin(&mut self, frame: &[u8]) -> bool {
+        parse(frame).is_some_and(|p| self.dup_ack_behind_fin(&p))
+    }
+
+    /// `true` if `p` is a duplicate ACK that smoltcp must not see: a pure ACK that
     /// acknowledges every byte before our FIN but not the FIN, repeating the ACK number
     /// and window this flow already sent.
     ///
@@ -255,10 +267,7 @@ impl AckWatch {
     /// acknowledged, the peer still ESTABLISHED. Withheld, the duplicates cannot start that
     /// fast retransmit, and smoltcp's retransmit timer re-sends the FIN. (A duplicate ACK
     /// carries nothing else: no data, no new ACK number, no window change.)
-    pub(crate) fn is_dup_ack_behind_fin(&mut self, frame: &[u8]) -> bool {
-        let Some(p) = parse(frame) else {
-            return false;
-        };
+    fn dup_ack_behind_fin(&mut self, p: &Parsed<'_>) -> bool {
         let key = pack(&p.key);
         let Some(&fin) = self.fins.get(&key) else {
             return false;
@@ -352,11 +361,14 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
                 // An empty frame: smoltcp rejects it as too short to be Ethernet.
                 return f(&[]);
             }
-            if !watch.fins.is_empty() && watch.is_dup_ack_behind_fin(frame) {
-                watch.dup_acks_withheld += 1;
-                return f(&[]);
+            // One parse per frame for both the duplicate-ACK guard and the ACK watch.
+            if let Some(p) = parse(frame) {
+                if !watch.fins.is_empty() && watch.dup_ack_behind_fin(&p) {
+                    watch.dup_acks_withheld += 1;
+                    return f(&[]);
+                }
+                watch.observe_parsed(frame, &p, now);
             }
-            watch.observe(frame, now);
             f(frame)
         })
     }
