@@ -12,6 +12,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub mod ceiling;
 pub mod rdma;
 pub mod shim;
 pub mod tcp;

@@ -68,7 +68,9 @@ options:
   --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
   --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks,
                        above 3826 multi-buffer AF_XDP frames over several chunks, max 9000)
-  --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp
+  --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
+                       (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each
+                       end, no TCP: the upper bound of the xwarp rows on this path; no ping-pong)
   --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
   --json FILE          also write the results as JSON
   --net N              the /24 used: 10.88.N.0 (default 90)
@@ -170,6 +172,7 @@ impl Default for Options {
                 PairKind::KernelKernel,
                 PairKind::XwarpKernel,
                 PairKind::XwarpXwarp,
+                PairKind::AfxdpCeiling,
             ],
             json: None,
             net: 90,
@@ -189,6 +192,9 @@ pub enum PairKind {
     XwarpKernel,
     /// xwarp client, xwarp server.
     XwarpXwarp,
+    /// No TCP: raw frames from one AF_XDP socket to the other with one copy at each end,
+    /// the upper bound of the xwarp rows on this path ([`super::ceiling`]).
+    AfxdpCeiling,
 }
 
 impl PairKind {
@@ -198,6 +204,7 @@ impl PairKind {
             PairKind::KernelKernel => "kernel-kernel",
             PairKind::XwarpKernel => "xwarp-kernel",
             PairKind::XwarpXwarp => "xwarp-xwarp",
+            PairKind::AfxdpCeiling => "afxdp-ceiling",
         }
     }
 
@@ -206,6 +213,7 @@ impl PairKind {
             PairKind::KernelKernel,
             PairKind::XwarpKernel,
             PairKind::XwarpXwarp,
+            PairKind::AfxdpCeiling,
         ]
         .into_iter()
         .find(|p| p.name() == s)
@@ -396,7 +404,7 @@ impl Conn for TcpStream {
 }
 
 /// (user + system) CPU time of the calling thread.
-fn thread_cpu() -> Duration {
+pub(super) fn thread_cpu() -> Duration {
     // SAFETY: all-zero is a valid `rusage`; getrusage only writes into it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a live rusage; RUSAGE_THREAD is a valid `who`.
@@ -438,10 +446,10 @@ fn placement(pin: Pin) -> [Option<usize>; 4] {
 
 /// Period of the bulk data pattern: a prime, so the pattern repeats at no power of two
 /// (a segment misplaced by a power-of-two offset is caught).
-const PATTERN_PERIOD: u64 = 65521;
+pub(super) const PATTERN_PERIOD: u64 = 65521;
 
 /// The pattern byte at stream offset `i`.
-fn pattern(i: u64) -> u8 {
+pub(super) fn pattern(i: u64) -> u8 {
     let j = i % PATTERN_PERIOD;
     (j ^ (j >> 8) ^ (j >> 13).wrapping_mul(31)) as u8
 }
@@ -952,14 +960,72 @@ fn run_round(
                 )?;
                 result(kind, bulk, ecpu, &h)
             }
+            PairKind::AfxdpCeiling => ceiling_result(net, o, core_a, core_b)?,
         };
         out.push(r);
     }
     Ok(out)
 }
 
+/// The `afxdp-ceiling` row: one [`super::ceiling::run`]; its threads' CPU is the engine
+/// column (they are the engines), there is no ping-pong (NaN, printed as `-`).
+fn ceiling_result(
+    net: &Net,
+    o: &Options,
+    core_a: Option<usize>,
+    core_b: Option<usize>,
+) -> io::Result<PairResult> {
+    use super::ceiling::{run, Settings, Side};
+    let v = &net.veth;
+    let side_a = Side {
+        ns: &v.a,
+        ifname: &v.if_a,
+        ip: net.xa,
+        core: core_a,
+    };
+    let side_b = Side {
+        ns: &v.b,
+        ifname: &v.if_b,
+        ip: net.xb,
+        core: core_b,
+    };
+    let out = run(
+        &side_a,
+        &side_b,
+        &Settings {
+            mtu: o.mtu,
+            mode: o.xdp_mode,
+            duration: o.duration,
+        },
+    )?;
+    if out.lost > 0 {
+        eprintln!(
+            "xwarp bench tcp: afxdp-ceiling: {} of {} frames lost (flow control keeps the fill ring fed; a loss means the kernel dropped)",
+            out.lost, out.sent.frames
+        );
+    }
+    let r = &out.received;
+    let gbps = r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9;
+    Ok(PairResult {
+        kind: PairKind::AfxdpCeiling,
+        runs: 1,
+        bulk_gbps: gbps,
+        bulk_gbps_min: gbps,
+        bulk_gbps_max: gbps,
+        bulk_bytes: r.bytes,
+        client_cpu_s_per_gb: 0.0,
+        server_cpu_s_per_gb: 0.0,
+        engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
+        half_rtt_p50_us: f64::NAN,
+        half_rtt_p99_us: f64::NAN,
+        pingpongs: 0,
+    })
+}
+
 fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
-    base.filter(|b| *b > 0.0).map(|b| x / b)
+    base.filter(|b| *b > 0.0)
+        .map(|b| x / b)
+        .filter(|r| r.is_finite())
 }
 
 /// The readable table, with ratios to the kernel baseline (when it ran).
@@ -991,15 +1057,23 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
         "pingpongs"
     );
     let fmt_ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+    // A row without ping-pong (afxdp-ceiling) has NaN latencies.
+    let fmt_us = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.2}")
+        } else {
+            "-".into()
+        }
+    };
     for r in rs {
         s += &format!(
-            "{:<14} {:>9.2} {:>13} {:>7} {:>10.2} {:>10.2} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
+            "{:<14} {:>9.2} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
             r.kind.name(),
             r.bulk_gbps,
             format!("({:.2}-{:.2})", r.bulk_gbps_min, r.bulk_gbps_max),
             fmt_ratio(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
-            r.half_rtt_p50_us,
-            r.half_rtt_p99_us,
+            fmt_us(r.half_rtt_p50_us),
+            fmt_us(r.half_rtt_p99_us),
             fmt_ratio(ratio(r.half_rtt_p50_us, base.map(|b| b.half_rtt_p50_us))),
             r.client_cpu_s_per_gb,
             r.server_cpu_s_per_gb,
@@ -1010,7 +1084,9 @@ pub fn table(o: &Options, rs: &[PairResult]) -> String {
     s += "\nValues are medians of the rounds (--repeat); (min-max): bulk spread over the rounds.\n";
     s += "Gbit/s: bulk goodput; p50/p99: 64-byte ping-pong half round trip; x kern: ratio to kernel-kernel\n\
           (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5); s/GB: CPU seconds per GB on the client and\n\
-          server application threads (getrusage RUSAGE_THREAD) and on the engine threads.\n";
+          server application threads (getrusage RUSAGE_THREAD) and on the engine threads.\n\
+          afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP,\n\
+          the most any TCP engine on this AF_XDP path could move (xwarp::bench::ceiling).\n";
     s
 }
 
