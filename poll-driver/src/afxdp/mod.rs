@@ -43,11 +43,13 @@ mod nic;
 mod program;
 mod ring;
 mod socket;
+mod txcsum;
 mod txslab;
 
 pub use bpf::BpfInsn;
 pub use nic::{
-    AfXdpConfig, AfXdpNic, ChunkCounts, RxChainStats, RxToken, TxToken, ZeroCopy, MAX_CHAIN,
+    AfXdpConfig, AfXdpNic, ChunkCounts, RxChainStats, RxToken, TxChecksumOffload, TxToken,
+    ZeroCopy, MAX_CHAIN, TX_CHECKSUM_OFFLOAD_ENV,
 };
 pub use program::{
     steering_program, SteeringFilter, XdpLink, XdpMode, XdpProgram, PROGRAM_NAME_PREFIX,

@@ -2,13 +2,15 @@
 //! as a smoltcp `Device` and an engine [`Backend`].
 
 use super::program::{Steering, SteeringFilter, XdpMode, XdpProgram};
+use super::socket::kernel_accepts_tx_metadata;
 use super::socket::{
     BindOptions, ChunkSize, RingSizes, Umem, XdpStatistics, XskSocket, UNALIGNED_ADDR_MASK,
     UNALIGNED_OFFSET_SHIFT, XDP_PACKET_HEADROOM,
 };
+use super::txcsum::{self, TX_METADATA_LEN};
 use super::txslab::TxSlabs;
 use crate::backend::{Backend, BackendStats};
-use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -26,6 +28,31 @@ pub enum ZeroCopy {
     /// Copy mode only.
     Off,
 }
+
+/// TX L4 (TCP/UDP) checksum offload through AF_XDP TX metadata (see the module docs,
+/// "Checksums").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxChecksumOffload {
+    /// Offload when the kernel accepts TX metadata at UMEM registration, the socket is
+    /// bound in copy mode and this NIC does not verify received TCP/UDP checksums
+    /// ([`AfXdpConfig::checksum`] without RX for TCP and UDP); else software. The last
+    /// condition keeps engines that verify (and expect their peers to send complete
+    /// checksums, like themselves) on software checksums: over a veth an offloaded
+    /// checksum is never completed for an AF_XDP receiver. The environment variable
+    /// `XWARP_TX_CHECKSUM_OFFLOAD=off` turns `Auto` into [`TxChecksumOffload::Off`] (for
+    /// comparisons).
+    #[default]
+    Auto,
+    /// Software checksums (smoltcp computes them); no TX metadata.
+    Off,
+    /// Offload or fail to open: [`AfXdpNic::open`] returns `Unsupported` when the kernel
+    /// rejects TX metadata or the socket binds in zero-copy mode (driver support for the
+    /// checksum request is not checked).
+    On,
+}
+
+/// Environment variable that turns [`TxChecksumOffload::Auto`] off (value `off` or `0`).
+pub const TX_CHECKSUM_OFFLOAD_ENV: &str = "XWARP_TX_CHECKSUM_OFFLOAD";
 
 /// Everything an [`AfXdpNic`] needs.
 #[derive(Debug, Clone)]
@@ -58,8 +85,11 @@ pub struct AfXdpConfig {
     /// Replace an attached XDP program even if it is not an xwarp one.
     pub force_replace: bool,
     /// Checksum capabilities reported to smoltcp. Frames from a veth/tap peer arrive with a
-    /// partial L4 checksum; see the module docs: the stack decides what to verify.
+    /// partial L4 checksum; see the module docs: the stack decides what to verify. With TX
+    /// checksum offload active, TCP and UDP lose their TX bit (RX stays as given).
     pub checksum: ChecksumCapabilities,
+    /// TX TCP/UDP checksum offload through TX metadata.
+    pub tx_checksum: TxChecksumOffload,
     /// Multi-buffer frames (`XDP_USE_SG` + a `BPF_F_XDP_HAS_FRAGS` program): frames up to
     /// the interface MTU (at most [`MAX_CHAIN`] chunks) travel as descriptor chains, so
     /// the MTU is no longer capped by the chunk size. Received chains are copied into
@@ -97,6 +127,7 @@ impl AfXdpConfig {
             filter,
             force_replace: false,
             checksum: ChecksumCapabilities::default(),
+            tx_checksum: TxChecksumOffload::Auto,
             multi_buffer: false,
         }
     }
@@ -220,6 +251,15 @@ struct TxState {
     dropped: u64,
     /// Where a reply goes when no TX chunk is available (it is then dropped and counted).
     scratch: Vec<u8>,
+    /// Bytes of TX metadata in front of every frame (0, or [`TX_METADATA_LEN`] when the
+    /// UMEM was registered with TX metadata).
+    meta_len: usize,
+    /// TCP/UDP checksums are left to the kernel through TX metadata.
+    offload: bool,
+    /// Test hook: prepare frames for offload but do not set `XDP_TX_METADATA`.
+    withhold_meta: bool,
+    /// Frames sent with a checksum request.
+    offloaded: u64,
 }
 
 /// An AF_XDP NIC queue: socket, UMEM, steering program and its link.
@@ -375,6 +415,32 @@ impl AfXdpNic {
         }
         let (l3_mtu, mac) = link_info(&c.ifname)?;
         let umem = Umem::new(total, c.chunk)?;
+        let want_offload = match c.tx_checksum {
+            TxChecksumOffload::Off => false,
+            TxChecksumOffload::On => true,
+            TxChecksumOffload::Auto => {
+                let env_off = matches!(
+                    std::env::var(TX_CHECKSUM_OFFLOAD_ENV).as_deref(),
+                    Ok("off") | Ok("0")
+                );
+                !env_off && !c.checksum.tcp.rx() && !c.checksum.udp.rx()
+            }
+        };
+        let tx_metadata_len = if !want_offload {
+            0
+        } else if c.tx_checksum == TxChecksumOffload::On {
+            if !kernel_accepts_tx_metadata(TX_METADATA_LEN)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "TX checksum offload: the kernel rejects TX metadata (XDP_UMEM_TX_METADATA_LEN)",
+                ));
+            }
+            TX_METADATA_LEN
+        } else if kernel_accepts_tx_metadata(TX_METADATA_LEN).unwrap_or(false) {
+            TX_METADATA_LEN
+        } else {
+            0
+        };
 
         let bind = |zero_copy| {
             // A socket closed a moment ago may still hold the queue: the kernel releases
@@ -391,6 +457,7 @@ impl AfXdpNic {
                         need_wakeup: c.need_wakeup,
                         multi_buffer: c.multi_buffer,
                         unaligned_chunks: c.multi_buffer,
+                        tx_metadata_len,
                     },
                 );
                 match r {
@@ -421,6 +488,16 @@ impl AfXdpNic {
                 Err(e) => return Err(e),
             },
         };
+        // A zero-copy driver may ignore the checksum request (its support is advertised
+        // per device, not checked here): offload only in copy mode. The metadata room stays
+        // reserved either way, as the kernel checks it on every descriptor.
+        let offload = tx_metadata_len > 0 && !sock.is_zero_copy();
+        if c.tx_checksum == TxChecksumOffload::On && !offload {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "TX checksum offload: not available in zero-copy mode",
+            ));
+        }
 
         let steering = match steering {
             Some(st) => st,
@@ -491,6 +568,10 @@ impl AfXdpNic {
                 bytes: 0,
                 dropped: 0,
                 scratch: Vec::new(),
+                meta_len: tx_metadata_len as usize,
+                offload,
+                withhold_meta: false,
+                offloaded: 0,
             },
             chunk_mask: !(chunk - 1),
             max_frame,
@@ -510,6 +591,27 @@ impl AfXdpNic {
     /// must keep its MTU at or below this (smoltcp's Ethernet "MTU" includes the header).
     pub fn max_frame_size(&self) -> usize {
         self.max_frame
+    }
+
+    /// `true` if TCP/UDP TX checksums are left to the kernel through AF_XDP TX metadata
+    /// (see [`TxChecksumOffload`]); smoltcp then sees no TX checksum capability for them.
+    pub fn tx_checksum_offload(&self) -> bool {
+        self.txs.offload
+    }
+
+    /// Frames sent so far with a TX checksum request (TCP/UDP frames while offload is
+    /// active; ARP, ICMP and fragments keep their software checksums and are not counted).
+    pub fn tx_checksum_offloaded_frames(&self) -> u64 {
+        self.txs.offloaded
+    }
+
+    /// Test hook (negative control): keep preparing TCP/UDP frames for offload (the
+    /// checksum field holds only the pseudo-header sum) but do not set `XDP_TX_METADATA`,
+    /// so the kernel never completes the checksum and a verifying receiver drops the
+    /// frames. Never useful outside tests.
+    #[doc(hidden)]
+    pub fn set_tx_metadata_withheld(&mut self, withhold: bool) {
+        self.txs.withhold_meta = withhold;
     }
 
     /// The interface's MAC address (the engine answers ARP/NDP with it).
@@ -840,13 +942,18 @@ impl phy::TxToken for TxToken<'_> {
             largest,
         } = self;
         // A frame up to `max_frame` takes one chunk; a larger one a run of `k` consecutive
-        // chunks, one descriptor per chunk (a TX descriptor may cover its whole chunk: no
-        // headroom is reserved on TX).
+        // chunks, one descriptor per chunk. The frame starts `meta` bytes into its first
+        // chunk (TX metadata, 0 without offload) and is cut into pieces of `chunk - meta`
+        // bytes: the kernel checks `len + tx_metadata_len <= chunk` on every descriptor.
+        // The pieces are contiguous and end inside the run (`meta + k * (chunk - meta) <=
+        // k * chunk`); one completion per descriptor keeps the slab count exact.
         let chunk = txs.slabs.chunk_bytes() as usize;
+        let meta = txs.meta_len;
+        let piece_max = chunk - meta;
         let k = if len <= max_frame {
             1
-        } else if len <= largest {
-            len.div_ceil(chunk)
+        } else if len <= largest && len.div_ceil(piece_max) <= MAX_CHAIN {
+            len.div_ceil(piece_max)
         } else {
             // Oversized: the stack never asks for more than the MTU; drop and count.
             return txs.drop_frame(len, f);
@@ -863,19 +970,42 @@ impl phy::TxToken for TxToken<'_> {
             // No run of free chunks: drop and count.
             return txs.drop_frame(len, f);
         };
+        let frame = addr + meta as u64;
         // SAFETY: `addr..addr + k * chunk` are `k` consecutive TX chunks just handed out by
         // the allocator (inside the UMEM, on no ring, lent to nobody else until their
-        // completions come back), `len <= k * chunk` (`k = 1` needs `len <= max_frame <
-        // chunk`), and the UMEM outlives this token.
-        let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(addr as usize), len) };
+        // completions come back), `meta + len <= k * chunk` (`k = 1`: `len <= max_frame =
+        // chunk - 256` and `meta < 256`; else `len <= k * (chunk - meta)`), and the UMEM
+        // outlives this token.
+        let buf = unsafe { std::slice::from_raw_parts_mut(umem.add(frame as usize), len) };
         let r = f(buf);
+        let mut first_options = 0;
+        if txs.offload {
+            if let Some(req) = txcsum::prepare(buf) {
+                let md = txcsum::metadata_bytes(req);
+                // SAFETY: `addr..addr + meta` is the start of the first chunk of the run
+                // handed out above (`meta == md.len()` when offloading), in front of the
+                // frame, not overlapping `buf` (no longer used); the kernel reads it only
+                // after the descriptor is published below.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(md.as_ptr(), umem.add(addr as usize), md.len())
+                };
+                if !txs.withhold_meta {
+                    first_options = libc::XDP_TX_METADATA;
+                }
+                txs.offloaded += 1;
+            }
+        }
         let mut off = 0usize;
         for i in 0..k {
-            let piece = (len - off).min(chunk);
+            let piece = (len - off).min(piece_max);
+            let mut options = if i + 1 < k { libc::XDP_PKT_CONTD } else { 0 };
+            if i == 0 {
+                options |= first_options;
+            }
             let pushed = sock.tx.push(libc::xdp_desc {
-                addr: addr + off as u64,
+                addr: frame + off as u64,
                 len: piece as u32,
-                options: if i + 1 < k { libc::XDP_PKT_CONTD } else { 0 },
+                options,
             });
             debug_assert!(pushed, "k slots checked above");
             off += piece;
@@ -951,7 +1081,20 @@ impl phy::Device for AfXdpNic {
         caps.max_transmission_unit = self.mtu;
         caps.max_burst_size = None;
         caps.checksum = self.checksum.clone();
+        if self.txs.offload {
+            caps.checksum.tcp = rx_only(caps.checksum.tcp);
+            caps.checksum.udp = rx_only(caps.checksum.udp);
+        }
         caps
+    }
+}
+
+/// `c` without its TX half (the kernel fills that checksum).
+fn rx_only(c: Checksum) -> Checksum {
+    if c.rx() {
+        Checksum::Rx
+    } else {
+        Checksum::None
     }
 }
 

@@ -118,6 +118,11 @@ pub struct BindOptions {
     /// and TX addresses may be any offset, and RX descriptors carry the buffer address in
     /// bits 0..48 and the data offset inside it in bits 48..64.
     pub unaligned_chunks: bool,
+    /// Bytes of TX metadata in front of every TX descriptor's `addr`
+    /// (`XDP_UMEM_TX_METADATA_LEN`, a multiple of 8 below 256; 0 for none). With it, every
+    /// TX descriptor must leave that many bytes in front of its data inside the UMEM
+    /// (aligned mode: inside its chunk), and `len + tx_metadata_len` must fit a chunk.
+    pub tx_metadata_len: u32,
 }
 
 /// Bits of an unaligned-mode descriptor address that hold the buffer address; the bits
@@ -167,6 +172,46 @@ fn setsockopt<T>(fd: RawFd, opt: libc::c_int, v: &T, what: &str) -> io::Result<(
     check(r, what)
 }
 
+/// `XDP_UMEM_REG` of `umem` on socket `fd`, with `tx_metadata_len` bytes of TX metadata
+/// (flag `XDP_UMEM_TX_METADATA_LEN`) when non-zero.
+fn register_umem(fd: RawFd, umem: &Umem, unaligned: bool, tx_metadata_len: u32) -> io::Result<()> {
+    let mut flags = 0;
+    if unaligned {
+        flags |= libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG;
+    }
+    if tx_metadata_len > 0 {
+        flags |= libc::XDP_UMEM_TX_METADATA_LEN;
+    }
+    let reg = libc::xdp_umem_reg {
+        addr: umem.base() as u64,
+        len: umem.len() as u64,
+        chunk_size: umem.chunk().bytes(),
+        headroom: 0,
+        flags,
+        tx_metadata_len,
+    };
+    setsockopt(fd, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")
+}
+
+/// `true` if this kernel accepts `tx_metadata_len` bytes of TX metadata at UMEM
+/// registration (`XDP_UMEM_TX_METADATA_LEN`, Linux 6.8+ with the flag): registers a
+/// throwaway two-chunk UMEM on a throwaway socket. Older kernels reject the unknown flag
+/// (`EINVAL`); other errors (no AF_XDP, no privileges) are returned.
+pub(crate) fn kernel_accepts_tx_metadata(tx_metadata_len: u32) -> io::Result<bool> {
+    let umem = Umem::new(2, ChunkSize::C2048)?;
+    // SAFETY: plain socket(2); the result is checked and wrapped.
+    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    check(raw, "socket(AF_XDP)")?;
+    // SAFETY: fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    match register_umem(fd.as_raw_fd(), &umem, false, tx_metadata_len) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Ok(false),
+        Err(e) => Err(e),
+    }
+    // `fd` closes before `umem` unmaps (reverse declaration order).
+}
+
 impl XskSocket {
     /// Create a socket, register `umem`, create and map the rings and bind to
     /// (`ifindex`, `queue`). Zero-copy binds return `EOPNOTSUPP` on drivers without it
@@ -198,19 +243,7 @@ impl XskSocket {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let raw = fd.as_raw_fd();
 
-        let reg = libc::xdp_umem_reg {
-            addr: umem.base() as u64,
-            len: umem.len() as u64,
-            chunk_size: umem.chunk().bytes(),
-            headroom: 0,
-            flags: if opts.unaligned_chunks {
-                libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG
-            } else {
-                0
-            },
-            tx_metadata_len: 0,
-        };
-        setsockopt(raw, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+        register_umem(raw, umem, opts.unaligned_chunks, opts.tx_metadata_len)?;
         setsockopt(
             raw,
             libc::XDP_UMEM_FILL_RING,
