@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use xwarp_poll_driver::afxdp::{
-    netlink, AfXdpConfig, AfXdpNic, SteeringFilter, XdpMode, XdpProgram,
+    netlink, AfXdpConfig, AfXdpNic, SteeringFilter, TxChecksumOffload, XdpMode, XdpProgram,
 };
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::netns::{self, VethPair};
@@ -1772,4 +1772,489 @@ fn chains_round_trip(mode: XdpMode, net: u8) {
             "most chains are read in place: {chain_stats:?} of {chains_rx}"
         );
     });
+}
+
+// ---- TX checksum offload through AF_XDP TX metadata ----
+//
+// Over a veth, a CHECKSUM_PARTIAL frame is trusted by the kernel receiver as is, so a
+// wrong pseudo-header sum would go unnoticed there. These tests turn TX checksum offload
+// off on the engine's own interface (`ethtool -K veth-a tx off`): the kernel then finishes
+// every requested checksum in software on the way out (`validate_xmit_skb` →
+// `skb_checksum_help`) and the kernel in B verifies complete checksums. The negative
+// controls withhold `XDP_TX_METADATA` (the frames carry only the pseudo-header sum) and
+// show that B then drops them and counts checksum errors: the offload is what makes the
+// checksums right, and the tests would fail if it silently did nothing.
+
+/// `proto`'s `InCsumErrors` (`Tcp` or `Udp`) in the kernel of the calling thread's network
+/// namespace.
+fn in_csum_errors(proto: &str) -> u64 {
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("read snmp");
+    let prefix = format!("{proto}:");
+    let mut lines = snmp.lines().filter(|l| l.starts_with(&prefix));
+    let names: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
+    let values: Vec<&str> = lines.next().expect("values").split_whitespace().collect();
+    let i = names
+        .iter()
+        .position(|n| *n == "InCsumErrors")
+        .expect("InCsumErrors column");
+    values[i].parse().expect("number")
+}
+
+/// Byte `i` of the stream the offload tests send.
+fn stream_byte(i: u64) -> u8 {
+    (i.wrapping_mul(0x9e37_79b1) >> 11) as u8 ^ (i >> 16) as u8
+}
+
+/// Set up `net` for an offload test: MTU `mtu` on both ends, TX checksum offload off on
+/// both (A: the kernel finishes the engine's requested checksums; B: the kernel sends
+/// complete checksums, so the engine verifies everything it receives) and B's neighbour
+/// entry for the engine.
+fn offload_pair(net: u8, mtu: u32) -> (VethPair, Ipv4Addr) {
+    let pair = VethPair::new(net).expect("namespaces and veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, net, 10);
+    let mtu = mtu.to_string();
+    pair.a
+        .ip(&["link", "set", &pair.if_a, "mtu", &mtu])
+        .unwrap();
+    pair.b
+        .ip(&["link", "set", &pair.if_b, "mtu", &mtu])
+        .unwrap();
+    for (ns, ifname) in [(&pair.a, pair.if_a.clone()), (&pair.b, pair.if_b.clone())] {
+        ns.run(move || netns::set_tx_checksum_offload(&ifname, false))
+            .unwrap()
+            .expect("ethtool tx off");
+    }
+    let mac_a = mac_of(&pair.a, &pair.if_a);
+    pair.b
+        .ip(&[
+            "neigh",
+            "replace",
+            &engine_ip.to_string(),
+            "lladdr",
+            &mac_a
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+            "dev",
+            &pair.if_b,
+        ])
+        .unwrap();
+    (pair, engine_ip)
+}
+
+/// The engine side of a TCP offload test, as seen after the run.
+#[derive(Debug)]
+struct TcpOffloadRun {
+    /// The handshake completed.
+    established: bool,
+    /// Bytes the stack accepted for sending.
+    sent: u64,
+    /// The connection closed cleanly (TIME-WAIT or CLOSED after our FIN and theirs).
+    closed: bool,
+    offload_active: bool,
+    offloaded: u64,
+    stats: xwarp_poll_driver::backend::BackendStats,
+    xs: xwarp_poll_driver::afxdp::XdpStatistics,
+}
+
+/// A smoltcp TCP client on an AF_XDP NIC with TX checksum offload `On` sends `total`
+/// bytes of [`stream_byte`] to a kernel socket in B, which verifies every byte. Returns
+/// the engine's view, the bytes B received intact (`None`: nothing connected) and B's
+/// `Tcp InCsumErrors` increase. `withhold`: the negative control (see above).
+fn tcp_offload_to_kernel(
+    net: u8,
+    mtu: u32,
+    multi_buffer: bool,
+    withhold: bool,
+    total: u64,
+    connect_limit: Duration,
+) -> (TcpOffloadRun, Option<u64>, u64) {
+    use smoltcp::iface::{Config, Interface, SocketSet};
+    use smoltcp::socket::tcp;
+    use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
+    const PORT: u16 = 5201;
+    let (pair, engine_ip) = offload_pair(net, mtu);
+    let mac_a = mac_of(&pair.a, &pair.if_a);
+    let errors_before = pair.b.run(|| in_csum_errors("Tcp")).unwrap();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let pair = &pair;
+    let (run, received) = std::thread::scope(|s| {
+        let receiver = s.spawn(move || {
+            pair.b
+                .run(move || {
+                    let l = std::net::TcpListener::bind((pair.addr_b, PORT)).unwrap();
+                    l.set_nonblocking(true).unwrap();
+                    ready_tx.send(()).unwrap();
+                    let deadline = Instant::now() + connect_limit + Duration::from_secs(1);
+                    let mut stream = loop {
+                        match l.accept() {
+                            Ok((st, _)) => break st,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                if Instant::now() > deadline {
+                                    return None;
+                                }
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            Err(e) => panic!("accept: {e}"),
+                        }
+                    };
+                    stream.set_nonblocking(false).unwrap();
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(20)))
+                        .unwrap();
+                    let mut buf = vec![0u8; 256 << 10];
+                    let mut got = 0u64;
+                    loop {
+                        let n = io::Read::read(&mut stream, &mut buf).expect("read from engine");
+                        if n == 0 {
+                            break;
+                        }
+                        for (j, b) in buf[..n].iter().enumerate() {
+                            let at = got + j as u64;
+                            assert_eq!(*b, stream_byte(at), "stream byte {at}");
+                        }
+                        got += n as u64;
+                    }
+                    Some(got)
+                })
+                .expect("enter namespace B")
+        });
+        let engine = s.spawn(move || {
+            pair.a
+                .run(move || {
+                    let mut cfg =
+                        AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![engine_ip], vec![]));
+                    cfg.mode = XdpMode::Native;
+                    cfg.multi_buffer = multi_buffer;
+                    cfg.tx_checksum = TxChecksumOffload::On;
+                    let mut nic = AfXdpNic::open(cfg).expect("open with TX checksum offload");
+                    nic.set_tx_metadata_withheld(withhold);
+                    let caps = nic.capabilities().checksum;
+                    assert!(!caps.tcp.tx() && !caps.udp.tx(), "smoltcp leaves TCP/UDP");
+                    assert!(
+                        caps.tcp.rx() && caps.udp.rx(),
+                        "RX verification as configured"
+                    );
+                    assert!(
+                        caps.ipv4.tx() && caps.icmpv4.tx(),
+                        "IPv4 and ICMP in software"
+                    );
+                    let mut icfg = Config::new(HardwareAddress::Ethernet(mac_a));
+                    icfg.random_seed = u64::from(net);
+                    let mut iface = Interface::new(icfg, &mut nic, smoltcp::time::Instant::now());
+                    iface.update_ip_addrs(|a| {
+                        a.push(IpCidr::new(IpAddress::Ipv4(engine_ip), 24)).unwrap();
+                    });
+                    let mut sockets = SocketSet::new(vec![]);
+                    let sock = tcp::Socket::new(
+                        tcp::SocketBuffer::new(vec![0; 64 << 10]),
+                        tcp::SocketBuffer::new(vec![0; 1 << 20]),
+                    );
+                    let h = sockets.add(sock);
+                    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                    sockets
+                        .get_mut::<tcp::Socket>(h)
+                        .connect(
+                            iface.context(),
+                            (IpAddress::Ipv4(pair.addr_b), PORT),
+                            49_500,
+                        )
+                        .unwrap();
+                    let start = Instant::now();
+                    let give_up = start + Duration::from_secs(60);
+                    let mut run = TcpOffloadRun {
+                        established: false,
+                        sent: 0,
+                        closed: false,
+                        offload_active: nic.tx_checksum_offload(),
+                        offloaded: 0,
+                        stats: nic.stats(),
+                        xs: Default::default(),
+                    };
+                    let mut closing = false;
+                    while Instant::now() < give_up {
+                        iface.poll(smoltcp::time::Instant::now(), &mut nic, &mut sockets);
+                        let sock = sockets.get_mut::<tcp::Socket>(h);
+                        if sock.state() == tcp::State::Established {
+                            run.established = true;
+                        }
+                        if !run.established && start.elapsed() > connect_limit {
+                            break;
+                        }
+                        if sock.can_send() && run.sent < total {
+                            let sent = run.sent;
+                            let n = sock
+                                .send(|buf| {
+                                    let n = buf.len().min((total - sent) as usize);
+                                    for (j, b) in buf[..n].iter_mut().enumerate() {
+                                        *b = stream_byte(sent + j as u64);
+                                    }
+                                    (n, n)
+                                })
+                                .unwrap();
+                            run.sent += n as u64;
+                        }
+                        if run.sent == total && !closing && run.established {
+                            sock.close();
+                            closing = true;
+                        }
+                        if closing
+                            && matches!(sock.state(), tcp::State::TimeWait | tcp::State::Closed)
+                        {
+                            run.closed = true;
+                            break;
+                        }
+                        nic.flush().unwrap();
+                        std::thread::yield_now();
+                    }
+                    nic.flush().unwrap();
+                    run.offloaded = nic.tx_checksum_offloaded_frames();
+                    run.stats = nic.stats();
+                    run.xs = nic.xdp_statistics().unwrap();
+                    run
+                })
+                .expect("enter namespace A")
+        });
+        let run = engine.join().unwrap();
+        (run, receiver.join().unwrap())
+    });
+    let errors_after = pair.b.run(|| in_csum_errors("Tcp")).unwrap();
+    (run, received, errors_after - errors_before)
+}
+
+/// A TCP stream from a smoltcp client with TX checksum offload to a kernel socket: every
+/// byte arrives, the kernel receiver counts no checksum error, and every frame the client
+/// sent carried a checksum request (so the checksums B verified were finished by the
+/// kernel from the pseudo-header sums the NIC wrote).
+#[test]
+fn tx_checksum_offload_tcp_to_kernel_socket_verified() {
+    require_root_and_afxdp!();
+    let total = 8 << 20;
+    let (run, received, csum_errors) =
+        tcp_offload_to_kernel(14, 1500, false, false, total, Duration::from_secs(5));
+    eprintln!("{run:?}; B received {received:?}, checksum errors {csum_errors}");
+    assert!(run.offload_active);
+    assert!(run.established && run.closed, "{run:?}");
+    assert_eq!(received, Some(total), "every byte arrived intact");
+    assert_eq!(csum_errors, 0);
+    assert_eq!(run.xs.tx_invalid_descs, 0);
+    // Every TCP segment (all frames but a few ARP) asked for the offload.
+    assert!(run.offloaded + 4 >= run.stats.tx_frames, "{run:?}");
+    assert!(run.offloaded > total / 1460, "{run:?}");
+}
+
+/// Negative control for [`tx_checksum_offload_tcp_to_kernel_socket_verified`]: the same
+/// frames without `XDP_TX_METADATA` carry only the pseudo-header sum, and the kernel in B
+/// drops them as bad checksums: the handshake never completes.
+#[test]
+fn tx_checksum_offload_without_metadata_option_is_dropped_by_the_kernel() {
+    require_root_and_afxdp!();
+    let (run, received, csum_errors) =
+        tcp_offload_to_kernel(15, 1500, false, true, 1 << 20, Duration::from_secs(3));
+    eprintln!("{run:?}; B received {received:?}, checksum errors {csum_errors}");
+    assert!(run.offload_active);
+    assert!(
+        !run.established,
+        "a SYN with a partial checksum was accepted: {run:?}"
+    );
+    assert_eq!(received, None);
+    assert!(csum_errors >= 1, "B counted the bad SYNs");
+    assert!(run.offloaded >= 1);
+}
+
+/// Multi-buffer (MTU 9000, 2048-byte chunks): segments of up to 9014-byte frames go out as
+/// descriptor chains with the TX metadata in front of the first descriptor only; the
+/// kernel receiver gets every byte with verified checksums.
+#[test]
+fn tx_checksum_offload_multi_buffer_mtu_9000_tcp_verified() {
+    require_root_and_afxdp!();
+    let total = 16 << 20;
+    let (run, received, csum_errors) =
+        tcp_offload_to_kernel(16, 9000, true, false, total, Duration::from_secs(5));
+    eprintln!("{run:?}; B received {received:?}, checksum errors {csum_errors}");
+    assert!(run.offload_active);
+    assert!(run.established && run.closed, "{run:?}");
+    assert_eq!(received, Some(total), "every byte arrived intact");
+    assert_eq!(csum_errors, 0);
+    assert_eq!(run.xs.tx_invalid_descs, 0);
+    assert!(
+        run.stats.tx_bytes / run.stats.tx_frames.max(1) > 4000,
+        "most frames were chains: {run:?}"
+    );
+    assert!(run.offloaded + 4 >= run.stats.tx_frames, "{run:?}");
+}
+
+/// UDP with offload: datagrams built by smoltcp with the NIC's capabilities (UDP checksum
+/// left to the kernel) reach a kernel UDP socket intact; withholding the metadata option
+/// (second half) makes the kernel drop them as bad checksums.
+#[test]
+fn tx_checksum_offload_udp_to_kernel_socket_and_negative_control() {
+    require_root_and_afxdp!();
+    use smoltcp::wire::{IpAddress, UdpPacket, UdpRepr};
+    const N: u32 = 300;
+    let (pair, engine_ip) = offload_pair(17, 1500);
+    let mac_a = mac_of(&pair.a, &pair.if_a);
+    let mac_b = mac_of(&pair.b, &pair.if_b);
+    let pair = &pair;
+    for withhold in [false, true] {
+        let before = pair.b.run(|| in_csum_errors("Udp")).unwrap();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let (got, offloaded, active) = std::thread::scope(|s| {
+            let receiver = s.spawn(move || {
+                pair.b
+                    .run(move || {
+                        let sock = UdpSocket::bind((pair.addr_b, 9300)).unwrap();
+                        set_rcvbuf(&sock, 8 << 20);
+                        sock.set_read_timeout(Some(Duration::from_millis(1500)))
+                            .unwrap();
+                        ready_tx.send(()).unwrap();
+                        let mut seen = vec![false; N as usize];
+                        let mut buf = [0u8; 2048];
+                        while let Ok(n) = sock.recv(&mut buf) {
+                            let seq = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+                            assert!(seq < N);
+                            let len = 40 + (seq as usize * 37) % 1400;
+                            assert_eq!(&buf[..n], &chain_payload(seq, len)[..], "datagram {seq}");
+                            assert!(!seen[seq as usize], "duplicate {seq}");
+                            seen[seq as usize] = true;
+                        }
+                        seen.iter().filter(|s| **s).count() as u32
+                    })
+                    .expect("enter namespace B")
+            });
+            let engine = s.spawn(move || {
+                pair.a
+                    .run(move || {
+                        let mut cfg = AfXdpConfig::new(
+                            &pair.if_a,
+                            SteeringFilter::new(vec![engine_ip], vec![]),
+                        );
+                        cfg.tx_checksum = TxChecksumOffload::On;
+                        let mut nic = AfXdpNic::open(cfg).expect("open with offload");
+                        nic.set_tx_metadata_withheld(withhold);
+                        let caps = nic.capabilities().checksum;
+                        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                        let now = smoltcp::time::Instant::now();
+                        for seq in 0..N {
+                            let payload = chain_payload(seq, 40 + (seq as usize * 37) % 1400);
+                            let ip = Ipv4Repr {
+                                src_addr: engine_ip,
+                                dst_addr: pair.addr_b,
+                                next_header: IpProtocol::Udp,
+                                payload_len: 8 + payload.len(),
+                                hop_limit: 64,
+                            };
+                            let len = 14 + 20 + 8 + payload.len();
+                            let deadline = Instant::now() + Duration::from_secs(5);
+                            let tok = loop {
+                                if let Some(t) = nic.transmit(now) {
+                                    break t;
+                                }
+                                assert!(Instant::now() < deadline, "no TX chunk");
+                                nic.flush().unwrap();
+                            };
+                            tok.consume(len, |buf| {
+                                let mut f = EthernetFrame::new_unchecked(buf);
+                                EthernetRepr {
+                                    src_addr: mac_a,
+                                    dst_addr: mac_b,
+                                    ethertype: EthernetProtocol::Ipv4,
+                                }
+                                .emit(&mut f);
+                                let mut ipp = Ipv4Packet::new_unchecked(f.payload_mut());
+                                ip.emit(&mut ipp, &caps);
+                                UdpRepr {
+                                    src_port: 9301,
+                                    dst_port: 9300,
+                                }
+                                .emit(
+                                    &mut UdpPacket::new_unchecked(ipp.payload_mut()),
+                                    &IpAddress::Ipv4(engine_ip),
+                                    &IpAddress::Ipv4(pair.addr_b),
+                                    payload.len(),
+                                    |b| b.copy_from_slice(&payload),
+                                    &caps,
+                                );
+                            });
+                            if seq % 32 == 31 {
+                                nic.flush().unwrap();
+                                // Pace: B's socket must not overflow.
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                        }
+                        nic.flush().unwrap();
+                        (
+                            nic.tx_checksum_offloaded_frames(),
+                            nic.tx_checksum_offload(),
+                        )
+                    })
+                    .expect("enter namespace A")
+            });
+            let (offloaded, active) = engine.join().unwrap();
+            (receiver.join().unwrap(), offloaded, active)
+        });
+        let errors = pair.b.run(|| in_csum_errors("Udp")).unwrap() - before;
+        eprintln!("withhold {withhold}: {got}/{N} received, {offloaded} offloaded, {errors} checksum errors");
+        assert!(active);
+        assert_eq!(
+            offloaded,
+            u64::from(N),
+            "every datagram asked for the offload"
+        );
+        if withhold {
+            assert_eq!(
+                got, 0,
+                "datagrams with only the pseudo-header sum were accepted"
+            );
+            assert!(
+                errors >= u64::from(N) / 2,
+                "B counted them as bad checksums"
+            );
+        } else {
+            assert_eq!(got, N, "every datagram arrived intact");
+            assert_eq!(errors, 0);
+        }
+    }
+}
+
+/// `Off` reports full software checksums to smoltcp and sends no metadata; `Auto` stays
+/// off for a NIC that verifies received L4 checksums (its peers are expected to send
+/// complete ones) and turns on for one that trusts them (on this kernel).
+#[test]
+fn tx_checksum_offload_policy_auto_and_off() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(18).expect("namespaces and veth pair");
+    let engine_ip = Ipv4Addr::new(10, 88, 18, 10);
+    let pair = &pair;
+    pair.a
+        .run(move || {
+            let open = |policy, verify_rx: bool| {
+                let mut cfg =
+                    AfXdpConfig::new(&pair.if_a, SteeringFilter::new(vec![engine_ip], vec![]));
+                cfg.tx_checksum = policy;
+                if !verify_rx {
+                    cfg.checksum.tcp = smoltcp::phy::Checksum::Tx;
+                    cfg.checksum.udp = smoltcp::phy::Checksum::Tx;
+                }
+                AfXdpNic::open(cfg).expect("open")
+            };
+            let off = open(TxChecksumOffload::Off, false);
+            assert!(!off.tx_checksum_offload());
+            assert!(off.capabilities().checksum.tcp.tx());
+            drop(off);
+            let verifying = open(TxChecksumOffload::Auto, true);
+            assert!(!verifying.tx_checksum_offload());
+            drop(verifying);
+            let trusting = open(TxChecksumOffload::Auto, false);
+            assert!(
+                trusting.tx_checksum_offload(),
+                "Linux 6.18 accepts TX metadata"
+            );
+            let c = trusting.capabilities().checksum;
+            assert!(!c.tcp.tx() && !c.tcp.rx() && !c.udp.tx() && !c.udp.rx());
+            assert!(c.ipv4.tx() && c.ipv4.rx() && c.icmpv4.tx());
+        })
+        .expect("enter namespace A");
 }
