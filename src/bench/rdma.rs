@@ -59,7 +59,7 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin sides
                     second; none: no pinning (default sides). Waiters yield while they poll
   --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
                     (yield the core that long, then sleep) or forever (default: yield50)
-  --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp (comma
+  --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
                     separated; the others report 0)
   --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
                     1500, at most 60000; above 1778 the engines use 4096-byte UMEM
@@ -106,7 +106,14 @@ pub struct Options {
 const MAX_MTU: usize = 60000;
 
 /// Test names for `--only`.
-const TESTS: [&str; 5] = ["write_bw", "read_bw", "write_lat", "send_lat", "tcp"];
+const TESTS: [&str; 6] = [
+    "write_bw",
+    "read_bw",
+    "write_lat",
+    "send_lat",
+    "tcp",
+    "ceiling",
+];
 
 impl Options {
     fn runs(&self, test: &str) -> bool {
@@ -145,6 +152,9 @@ pub struct Results {
     pub send_lat_us: f64,
     /// Kernel TCP bulk, 64 KiB writes.
     pub tcp_bulk_gbps: f64,
+    /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
+    /// TCP, no RDMA ([`super::ceiling`]): the most any engine on this path could move.
+    pub ceiling_gbps: f64,
     /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
     pub write_bw_cpu_s_per_gb: f64,
     /// Process CPU seconds per GB moved by read_bw.
@@ -788,6 +798,9 @@ pub fn run(o: &Options) -> io::Result<Results> {
         r.tcp_lat_us = tcp_pingpong(&net, 5202, o.small, o.duration, false)?;
         r.tcp_lat_poll_us = tcp_pingpong(&net, 5203, o.small, o.duration, true)?;
     }
+    if o.runs("ceiling") {
+        r.ceiling_gbps = ceiling(&net, o, a_ip, b_ip)?;
+    }
     let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
         // Both ends are xwarp engines and send full checksums; by default the TCP
@@ -867,6 +880,29 @@ pub fn run(o: &Options) -> io::Result<Results> {
     Ok(r)
 }
 
+/// The `afxdp-ceiling` of `xwarp bench tcp` on this run's veth pair (its own AF_XDP sockets,
+/// detached again before the engines start): received Gbit/s.
+fn ceiling(net: &VethPair, o: &Options, a_ip: Ipv4Addr, b_ip: Ipv4Addr) -> io::Result<f64> {
+    use super::ceiling::{run, Settings, Side};
+    let side = |ns, ifname, ip, n| Side {
+        ns,
+        ifname,
+        ip,
+        core: core_of(n),
+    };
+    let out = run(
+        &side(&net.a, &net.if_a, a_ip, 0),
+        &side(&net.b, &net.if_b, b_ip, 1),
+        &Settings {
+            mtu: o.mtu,
+            mode: o.xdp_mode,
+            duration: o.duration,
+        },
+    )?;
+    let r = out.received;
+    Ok(r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9)
+}
+
 /// The engines' idle policy. Each engine shares a core with application threads (two
 /// engines and two ping-pong threads on two cores), so an engine that busy-spins while
 /// idle keeps the thread it serves off the core: with the default 50 µs busy spin every
@@ -923,8 +959,11 @@ pub fn table(o: &Options, r: &Results) -> String {
          send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n\
          write_bw CPU (s/GB)      {:>10.3}     {:>10.3}     {:>5.2}\n\
          write_lat vs polled TCP  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
+         afxdp ceiling (Gb/s)     {:>10.2}     {:>10.2}     {:>5.2}\n\
          (kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
-         \x20as the xwarp waiters poll)\n",
+         \x20as the xwarp waiters poll; afxdp ceiling: raw UDP frames between two AF_XDP sockets\n\
+         \x20on this veth with one copy at each end and no TCP or RDMA, the most any engine on\n\
+         \x20this path could move: write_bw can reach at most this ratio to kernel TCP)\n",
         o.mtu,
         o.duration.as_secs_f64(),
         csum_name(o),
@@ -950,6 +989,9 @@ pub fn table(o: &Options, r: &Results) -> String {
         r.write_lat_us,
         r.tcp_lat_poll_us,
         ratio(r.write_lat_us, r.tcp_lat_poll_us),
+        r.ceiling_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
     )
 }
 
@@ -958,7 +1000,7 @@ pub fn json(o: &Options, r: &Results) -> String {
     format!(
         "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"xdp_mode\":\"{}\",\"duration_s\":{:.3},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
          \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
-         \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"tcp_lat_us\":{:.3},\
+         \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"ceiling_gbps\":{:.3},\"ceiling_ratio\":{:.3},\"tcp_lat_us\":{:.3},\
          \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
          \"write_lat_poll_ratio\":{:.3},\"write_bw_cpu_s_per_gb\":{:.4},\
          \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
@@ -974,6 +1016,8 @@ pub fn json(o: &Options, r: &Results) -> String {
         r.write_lat_us,
         r.send_lat_us,
         r.tcp_bulk_gbps,
+        r.ceiling_gbps,
+        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
         r.tcp_lat_us,
         r.tcp_lat_poll_us,
         ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
