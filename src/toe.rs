@@ -29,8 +29,14 @@
 //! 3. Starts the engine thread (optionally pinned) with the TCP stack service.
 //!
 //! ## Checksums (afxdp-notes.md, "Checksums")
-//! TX: the engine always computes full IPv4, TCP, UDP and ICMP checksums (no offload exists
-//! on the AF_XDP copy path, and a kernel peer verifies them).
+//! TX: the engine computes the IPv4 and ICMP checksums. TCP and UDP checksums are left to
+//! the kernel through AF_XDP TX metadata when [`XdpEngineConfig::tx_checksum`] allows it
+//! (default `Auto`: with [`RxChecksum::TrustL4`] on a kernel that accepts TX metadata, in
+//! copy mode; `XWARP_TX_CHECKSUM_OFFLOAD=off` turns `Auto` off): a veth then passes
+//! them to a kernel peer as `CHECKSUM_PARTIAL` (trusted), a device without checksum offload
+//! gets them finished in software on the way out. An engine with [`RxChecksum::Verify`]
+//! keeps full software checksums under `Auto`, since over a veth its (verifying) engine
+//! peers would see only partial ones. Else the engine computes them all.
 //!
 //! RX: a kernel peer on a veth hands its segments over with a *partial* L4 checksum
 //! (CHECKSUM_PARTIAL: only the pseudo-header sum is filled in; the offload that would finish
@@ -48,7 +54,9 @@ use std::io;
 use std::net::Ipv4Addr;
 
 use smoltcp::phy::{Checksum, ChecksumCapabilities, Device};
-use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, ChunkSize, SteeringFilter, XdpMode};
+use xwarp_poll_driver::afxdp::{
+    AfXdpConfig, AfXdpNic, ChunkSize, SteeringFilter, TxChecksumOffload, XdpMode,
+};
 use xwarp_poll_driver::engine::EngineConfig;
 use xwarp_poll_driver::netns::NetNs;
 use xwarp_stack::StackConfig;
@@ -108,6 +116,10 @@ pub struct XdpEngineConfig {
     /// Multi-buffer AF_XDP (`XDP_USE_SG`): the stack's MTU follows the interface MTU
     /// (e.g. 9000 on a veth) instead of the chunk size. Off by default.
     pub multi_buffer: bool,
+    /// TX TCP/UDP checksum offload through AF_XDP TX metadata (see the module docs,
+    /// "Checksums"); `Auto` by default. Whether it ended up active:
+    /// [`AfXdpNic::tx_checksum_offload`] on the NIC [`open_xdp_nic`] returns.
+    pub tx_checksum: TxChecksumOffload,
 }
 
 impl XdpEngineConfig {
@@ -124,6 +136,7 @@ impl XdpEngineConfig {
             mode: XdpMode::Auto,
             rx_checksum: RxChecksum::default(),
             multi_buffer: false,
+            tx_checksum: TxChecksumOffload::Auto,
         }
     }
 }
@@ -159,6 +172,7 @@ pub fn open_xdp_nic(
     xcfg.mode = cfg.mode;
     xcfg.checksum = cfg.rx_checksum.capabilities();
     xcfg.multi_buffer = cfg.multi_buffer;
+    xcfg.tx_checksum = cfg.tx_checksum;
     let nic = match ns {
         Some(ns) => ns.run(move || AfXdpNic::open(xcfg))??,
         None => AfXdpNic::open(xcfg)?,

@@ -555,7 +555,7 @@ mod tests {
         });
         assert_eq!(u64::from_ne_bytes(m[0..8].try_into().unwrap()), 2);
         assert_eq!(
-            u64::from(XDP_TXMD_FLAGS_CHECKSUM),
+            XDP_TXMD_FLAGS_CHECKSUM,
             u64::from(libc::XDP_TXMD_FLAGS_CHECKSUM)
         );
         assert_eq!(u16::from_ne_bytes([m[8], m[9]]), 34);
