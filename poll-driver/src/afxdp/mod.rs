@@ -25,14 +25,30 @@
 //!   name prefix, or any if forced) is detached and replaced.
 //!
 //! ## Checksums
-//! This module computes and checks no checksum; it reports [`AfXdpConfig::checksum`] to smoltcp
-//! unchanged and the stack decides. Beware: frames from a local veth or tap peer arrive with
-//! only a **partial L4 checksum** (CHECKSUM_PARTIAL: the sender's kernel left the TCP/UDP
-//! checksum to an offload that never happens on a virtual link). A stack that verifies L4
-//! checksums on RX drops them, unless the peer turns TX checksum offload off
-//! (`ethtool -K <peer> tx off`, or [`crate::netns::set_tx_checksum_offload`]). Frames the
-//! engine sends must always carry full checksums.
+//! RX: this module checks no checksum; it reports [`AfXdpConfig::checksum`] to smoltcp and
+//! the stack decides. Beware: frames from a local veth or tap peer arrive with only a
+//! **partial L4 checksum** (CHECKSUM_PARTIAL: the sender's kernel left the TCP/UDP checksum
+//! to an offload that never happens on a virtual link). A stack that verifies L4 checksums
+//! on RX drops them, unless the peer turns TX checksum offload off (`ethtool -K <peer> tx
+//! off`, or [`crate::netns::set_tx_checksum_offload`]).
 //!
+//! TX: with [`AfXdpConfig::tx_checksum`] ([`TxChecksumOffload`]) active, TCP and UDP
+//! checksums go to the kernel through AF_XDP TX metadata (Linux 6.8+,
+//! `XDP_UMEM_TX_METADATA_LEN`; honoured on the copy path: `xsk_build_skb` turns the request
+//! into a `CHECKSUM_PARTIAL` skb). The UMEM is registered with 24 bytes of metadata in
+//! front of every TX frame; smoltcp is told not to compute TCP/UDP TX checksums (it writes
+//! 0); after the stack has built a frame, the TX token parses Ethernet / IPv4 or IPv6 /
+//! TCP or UDP, writes the pseudo-header sum (folded, not complemented) into the checksum
+//! field, fills the metadata (`csum_start` = L4 header offset, `csum_offset` = 16 / 6) and
+//! sets `XDP_TX_METADATA` on the first descriptor (of a chain, with multi-buffer). A veth
+//! passes such frames on as CHECKSUM_PARTIAL, which a kernel receiver trusts, and which an
+//! AF_XDP receiver sees with only the pseudo-header sum (so `Auto` stays off on a NIC that
+//! verifies received L4 checksums); a device without TX checksum offload has the kernel
+//! finish them in software (`validate_xmit_skb`; a UDP checksum of 0 goes out as 0xffff).
+//! ARP, ICMP, fragments and anything unparsed keep the software checksums the stack
+//! wrote; the IPv4 header checksum is always computed by the stack.
+//! [`AfXdpNic::tx_checksum_offload`] tells whether the offload is active.
+
 //! ## Multi-queue
 //! One [`AfXdpNic`] serves one RX queue. Frames steered by the program arrive on the queue
 //! the NIC put them on; keep test interfaces at one queue or open a NIC per queue.
