@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 use std::{io, thread};
 
 use smoltcp::phy::{Device, RxToken, TxToken};
-use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, ChunkSize, SteeringFilter, XdpMode};
+use xwarp_poll_driver::afxdp::{
+    AfXdpConfig, AfXdpNic, ChunkSize, SteeringFilter, TxChecksumOffload, XdpMode,
+};
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::netns::NetNs;
 
-/// Frames the sender may have beyond the receiver's next expected sequence number.
-pub const WINDOW_FRAMES: u64 = 512;
 /// Ethernet + IPv4 + UDP header bytes in front of the payload.
 const HEADERS: usize = 14 + 20 + 8;
 /// Sequence number bytes at the start of every payload.
@@ -97,6 +97,8 @@ fn pattern(i: u64) -> u8 {
 fn nic_config(side: &Side<'_>, s: &Settings) -> AfXdpConfig {
     let mut cfg = AfXdpConfig::new(side.ifname, SteeringFilter::new(vec![side.ip], Vec::new()));
     cfg.mode = s.mode;
+    // The frames go out exactly as written (UDP checksum 0).
+    cfg.tx_checksum = TxChecksumOffload::Off;
     cfg.chunk = if s.mtu + 14 > ChunkSize::C2048.max_frame_size() {
         ChunkSize::C4096
     } else {
@@ -157,6 +159,10 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
     }
     let cfg_a = nic_config(a, s);
     let cfg_b = nic_config(b, s);
+    // Window: half of the frames the receiver's RX chunks hold (multi-buffer frames take
+    // several chunks each).
+    let chunks_per_frame = (s.mtu + 14).div_ceil(cfg_b.chunk.max_frame_size()).max(1) as u64;
+    let window = (u64::from(cfg_b.rx_frames) / chunks_per_frame / 2).max(1);
     let mut nic_a = a.ns.run(move || AfXdpNic::open(cfg_a))??;
     let mut nic_b = b.ns.run(move || AfXdpNic::open(cfg_b))??;
     let hdr = headers(nic_a.mac_address(), nic_b.mac_address(), a.ip, b.ip, s.mtu);
@@ -261,7 +267,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
                 let t0 = Instant::now();
                 let mut seq = 0u64;
                 while t0.elapsed() < duration {
-                    while seq - next_expected.load(Ordering::Acquire) < WINDOW_FRAMES {
+                    while seq - next_expected.load(Ordering::Acquire) < window {
                         let Some(tx) = nic_a.transmit(smoltcp::time::Instant::now()) else {
                             break;
                         };

@@ -818,8 +818,9 @@ pub fn run(o: &Options) -> io::Result<Results> {
         };
         // Frames larger than a chunk: multi-buffer (descriptor chains).
         c.multi_buffer = o.mtu + 14 > ChunkSize::C4096.max_frame_size();
-        c.stack.rx_buffer = 256 << 10;
-        c.stack.tx_buffer = 256 << 10;
+        // Socket buffers as `xwarp bench tcp` sizes them for the MTU.
+        c.stack.rx_buffer = super::tcp::socket_buffer(o.mtu);
+        c.stack.tx_buffer = super::tcp::socket_buffer(o.mtu);
         c.stack.tcp.nodelay = true;
         c
     };

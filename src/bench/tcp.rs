@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use xwarp_poll_driver::afxdp::{ChunkSize, XdpMode};
+use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::{NetNs, VethPair};
 
@@ -67,7 +68,7 @@ options:
   --app-spin-us US     application spin before sleeping on a socket, µs (default 0)
   --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
   --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks,
-                       above 3826 multi-buffer AF_XDP frames over several chunks, max 9000)
+                       above 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000)
   --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
                        (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each
                        end, no TCP: the upper bound of the xwarp rows on this path; no ping-pong)
@@ -83,7 +84,7 @@ options:
 /// Ping-pong message size (bytes each way).
 const PING_SIZE: usize = 64;
 /// Largest `--mtu` (veth jumbo frames; above 3826 the engines use multi-buffer AF_XDP).
-const MAX_MTU: usize = 9000;
+const MAX_MTU: usize = 60000;
 /// Ping-pong iterations before measuring.
 const WARMUP: u32 = 2000;
 /// Port numbers on the servers.
@@ -721,6 +722,16 @@ fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// The engines' TCP socket buffers for an IP MTU: 64 segments, at least 256 KiB, at most
+/// 2 MiB. Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
+/// 256 KiB vs ~3.9 with 1 MiB and ~1.9 with 4 MiB), but 256 KiB holds only ~4 segments at
+/// MTU 60000 and the sender stalls on every ACK: measured xwarp-xwarp at MTU 60000 17.2
+/// Gbit/s with 256 KiB, 20.2 with 512 KiB, 20.7 with 2 MiB; at 16000 14.7 -> 17.0 with 1 MiB;
+/// at 9000 13.1 -> 13.5 with 1 MiB.
+pub fn socket_buffer(mtu: usize) -> usize {
+    (64 * mtu.saturating_sub(40)).clamp(256 << 10, 2 << 20)
+}
+
 fn start_engine(
     net: &Net,
     o: &Options,
@@ -744,10 +755,9 @@ fn start_engine(
     cfg.engine.core = core;
     cfg.engine.spin = o.spin;
     cfg.mode = o.xdp_mode;
-    // 256 KiB socket buffers: perf-notes.md (buffers that fall out of L2 are slower);
-    // measured here xwarp-xwarp bulk ~4.3 vs ~3.9 Gbit/s with the 1 MiB default, 4 MiB ~1.9.
-    cfg.stack.rx_buffer = 256 << 10;
-    cfg.stack.tx_buffer = 256 << 10;
+    let buffer = socket_buffer(o.mtu);
+    cfg.stack.rx_buffer = buffer;
+    cfg.stack.tx_buffer = buffer;
     cfg.stack.tcp.nodelay = true;
     start_xdp_engine(Some(ns), cfg)
 }
@@ -933,7 +943,9 @@ fn run_round(
                     xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, PING_PORT))),
                     o,
                 )?;
-                result(kind, bulk, ecpu, &h)
+                let r = result(kind, bulk, ecpu, &h);
+                report_engine("A", ea, r.bulk_bytes)?;
+                r
             }
             PairKind::XwarpXwarp => {
                 let ea = start_engine(net, o, true, core_a)?;
@@ -958,13 +970,40 @@ fn run_round(
                     xwarp_connector(&ea, SocketAddr::from((net.xb, PING_PORT))),
                     o,
                 )?;
-                result(kind, bulk, ecpu, &h)
+                let r = result(kind, bulk, ecpu, &h);
+                report_engine("A", ea, r.bulk_bytes)?;
+                report_engine("B", eb, r.bulk_bytes)?;
+                r
             }
             PairKind::AfxdpCeiling => ceiling_result(net, o, core_a, core_b)?,
         };
         out.push(r);
     }
     Ok(out)
+}
+
+/// Stop an engine and print its NIC and XDP counters on stderr: frames dropped anywhere on
+/// the AF_XDP path mean TCP recovery inside the measurement, and transmitted bytes beyond
+/// the bulk goodput (`wire/goodput`) show retransmissions (ping-pong frames add ~0.1%).
+fn report_engine(name: &str, e: XdpEngine, goodput: u64) -> io::Result<()> {
+    let exit = e.stop()?;
+    let nic = exit.backend.stats();
+    let x = exit.backend.xdp_statistics().unwrap_or_default();
+    eprintln!(
+        "  engine {name}: nic tx {} frames {:.1} MB (wire/goodput {:.3}), rx {} frames, dropped {}; \
+         xdp rx_dropped {} rx_ring_full {} fill_ring_empty {} invalid rx/tx {}/{}",
+        nic.tx_frames,
+        nic.tx_bytes as f64 / 1e6,
+        nic.tx_bytes as f64 / goodput.max(1) as f64,
+        nic.rx_frames,
+        nic.dropped,
+        x.rx_dropped,
+        x.rx_ring_full,
+        x.rx_fill_ring_empty_descs,
+        x.rx_invalid_descs,
+        x.tx_invalid_descs
+    );
+    Ok(())
 }
 
 /// The `afxdp-ceiling` row: one [`super::ceiling::run`]; its threads' CPU is the engine
