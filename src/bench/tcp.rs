@@ -1224,7 +1224,7 @@ mod tests {
             &["--duration"][..],
             &["--duration", "x"],
             &["--msg-size", "0"],
-            &["--mtu", "9001"],
+            &["--mtu", "60001"],
             &["--mtu", "575"],
             &["--pin", "diagonal"],
             &["--only", "kernel"],
