@@ -1,20 +1,32 @@
 //! CRC32c (Castagnoli) for the MPA FPDU trailer (RFC 5044 §6.1, iwarp-wire.md §1.6).
 //!
-//! Backed by the `crc32c` crate, which uses SSE4.2 / ARMv8 CRC instructions when present.
+//! Backed by the `crc-fast` crate (CRC-32/ISCSI), which folds with VPCLMULQDQ/AVX-512 or
+//! PCLMULQDQ where the CPU has them (runtime detection) and has a table fallback. Measured
+//! on this project's machines (AMD EPYC, AVX-512 + VPCLMULQDQ) against the `crc32c` crate
+//! (SSE4.2 `crc32` instructions) used before: 27 vs 12.5 GB/s at 1400 bytes, 54 vs 21 GB/s
+//! at 9000, 57 vs 26 GB/s at 64 KiB; the MPA CRC was 6-7% of each engine's samples in
+//! `xwarp bench rdma` write_bw.
 //! The trailer carries the standard CRC32c value stored **little-endian**
 //! (iwarp-wire.md §1.6: siw `siw_crc_final()` and Wireshark agree).
 
 /// CRC32c of `data` (init 0xFFFFFFFF, reflected, final XOR 0xFFFFFFFF).
 #[inline]
 pub fn crc32c(data: &[u8]) -> u32 {
-    ::crc32c::crc32c(data)
+    crc_fast::crc32_iscsi(data)
 }
 
 /// Continues a CRC32c: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`, and
 /// `crc32c_append(0, b) == crc32c(b)`.
 #[inline]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
-    ::crc32c::crc32c_append(crc, data)
+    // The running state of a reflected CRC-32 with final XOR 0xFFFFFFFF is the finished
+    // value XOR 0xFFFFFFFF (and 0xFFFFFFFF, the initial value, for an empty prefix: crc 0).
+    let mut d = crc_fast::Digest::new_with_init_state(
+        crc_fast::CrcAlgorithm::Crc32Iscsi,
+        u64::from(crc ^ 0xFFFF_FFFF),
+    );
+    d.update(data);
+    d.finalize() as u32
 }
 
 /// CRC32c over several slices, as if concatenated.
