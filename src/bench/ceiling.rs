@@ -14,8 +14,8 @@
 //! address to the side-B one, so the side-B steering program redirects them exactly like
 //! the TCP rows' segments. Flow control replaces TCP's window without costing frames: the
 //! receiver publishes the next sequence number it expects through shared memory, and the
-//! sender keeps at most [`WINDOW_FRAMES`] frames beyond it (fewer than the receiver's fill
-//! ring holds, so the kernel never drops for want of buffers). Every frame carries a
+//! sender keeps at most half as many frames beyond it as the receiver's RX chunks hold (so
+//! the kernel does not drop for want of buffers; a loss is reported). Every frame carries a
 //! sequence number; the receiver checks the pattern bytes at both ends of every payload
 //! against the stream offset the sequence number gives and counts sequence gaps as losses.
 

@@ -17,7 +17,7 @@
 //!
 //! Blocking calls spin for a short budget (the engine usually answers within
 //! microseconds), then sleep on the socket's readiness eventfd. Non-blocking calls return
-//! `WouldBlock`; the descriptor from [`AsRawFd::as_raw_fd`] then becomes readable once the
+//! `WouldBlock`; the descriptor from [`std::os::fd::AsRawFd::as_raw_fd`] then becomes readable once the
 //! operation can make progress (edge style: retry until `WouldBlock` before waiting again).
 
 mod engine;
@@ -25,7 +25,7 @@ mod listener;
 mod stream;
 
 pub use engine::{vwire_pair, vwire_pair_with, NetEngine, PairConfig};
-pub use listener::TcpListener;
+pub use listener::{TcpListener, DEFAULT_BACKLOG};
 pub use stream::{Shutdown, TcpStream};
 pub use xwarp_stack::{
     socket_buffer_size, Congestion, KeepAlive, SocketOptions, StackConfig, StackHandle, StackStats,
