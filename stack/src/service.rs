@@ -21,6 +21,9 @@ use crate::ports::Ports;
 use crate::rescue::{AckWatch, FlowKey, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared, TcpInfo, WANT_READ, WANT_WRITE};
 
+/// FIN-only segments (rescue.rs `split_fin`) kept while the TX ring is full.
+const SPLIT_FINS_MAX: usize = 64;
+
 /// Counters of the TCP engine.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StackStats {
@@ -1128,7 +1131,26 @@ impl<B: Backend> Service<B> for TcpService {
             };
             iface.poll_maintenance(t);
             loop {
-                match iface.poll_ingress_single(t, &mut dev, &mut self.sockets) {
+                let result = iface.poll_ingress_single(t, &mut dev, &mut self.sockets);
+                // A data+FIN segment arrives split (rescue.rs `split_fin`): its FIN-only half
+                // goes in right behind the data, before the next frame. One the TX ring
+                // cannot carry a reply for now stays queued for the next poll.
+                if !dev.watch.split_fins.is_empty() {
+                    let mut replay = ReplayDevice {
+                        inner: &mut *dev.inner,
+                        max_frame,
+                        frames: &mut dev.watch.split_fins,
+                    };
+                    while !matches!(
+                        iface.poll_ingress_single(t, &mut replay, &mut self.sockets),
+                        PollIngressSingleResult::None
+                    ) {}
+                    // Bounded: the peer retransmits a FIN that was not acknowledged.
+                    while dev.watch.split_fins.len() > SPLIT_FINS_MAX {
+                        dev.watch.split_fins.pop_front();
+                    }
+                }
+                match result {
                     PollIngressSingleResult::None => break,
                     PollIngressSingleResult::PacketProcessed => ingress = true,
                     PollIngressSingleResult::SocketStateChanged => {
