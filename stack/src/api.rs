@@ -252,31 +252,19 @@ impl Stream {
             return Ok(0);
         }
         for attempt in 0..2 {
-            let n = buf.len().min(self.rx.slots());
-            if n > 0 {
-                if let Ok(chunk) = self.rx.read_chunk(n) {
-                    let (a, b) = chunk.as_slices();
-                    buf[..a.len()].copy_from_slice(a);
-                    buf[a.len()..n].copy_from_slice(b);
-                    chunk.commit_all();
-                }
-                fence(Ordering::SeqCst);
-                if self.shared.rx_stalled.swap(false, Ordering::SeqCst) {
-                    self.mark_dirty();
-                }
+            if let Some(n) = self.read_ring(buf) {
                 return Ok(n);
             }
+            // The engine may deliver the last bytes and then announce the end between the
+            // look at the ring above and the flags below: those bytes come first.
             if self.shared.rx_eof() {
-                if self.rx.slots() == 0 {
-                    return Ok(0);
-                }
-                continue;
+                return Ok(self.read_ring(buf).unwrap_or(0));
             }
             if let Some(e) = self.shared.error() {
                 return Err(e.to_io());
             }
             if self.shared.phase() == Phase::Closed {
-                return Ok(0);
+                return Ok(self.read_ring(buf).unwrap_or(0));
             }
             if self.rx.is_abandoned() || self.shared.engine_dropped() {
                 return Err(SocketError::EngineGone.to_io());
@@ -286,6 +274,25 @@ impl Stream {
             }
         }
         Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Copy what the receive ring holds into `buf` (`None` if it is empty), and wake the
+    /// engine if it stopped delivering for want of ring space.
+    fn read_ring(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let n = buf.len().min(self.rx.slots());
+        if n == 0 {
+            return None;
+        }
+        let chunk = self.rx.read_chunk(n).ok()?;
+        let (a, b) = chunk.as_slices();
+        buf[..a.len()].copy_from_slice(a);
+        buf[a.len()..n].copy_from_slice(b);
+        chunk.commit_all();
+        fence(Ordering::SeqCst);
+        if self.shared.rx_stalled.swap(false, Ordering::SeqCst) {
+            self.mark_dirty();
+        }
+        Some(n)
     }
 
     /// `true` if [`Stream::try_read`] would not say `WouldBlock` now: bytes in the
