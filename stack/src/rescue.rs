@@ -407,6 +407,49 @@ fn split_fin(
     Some((data, fin))
 }
 
+/// [`split_fin`] for a TCP segment over IPv6 (no extension headers, as smoltcp's TCP
+/// sockets see it); `None` for anything else.
+fn split_fin_ipv6(frame: &[u8], caps: &ChecksumCapabilities) -> Option<(Vec<u8>, Vec<u8>)> {
+    let tcp = ipv6_tcp(frame)?;
+    let payload_len = tcp.payload().len();
+    if !tcp.fin() || payload_len == 0 || !tcp.ack() || tcp.syn() || tcp.rst() {
+        return None;
+    }
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
+    let (src, dst) = (
+        IpAddress::Ipv6(ip.src_addr()),
+        IpAddress::Ipv6(ip.dst_addr()),
+    );
+    if caps.tcp.rx() && !tcp.verify_checksum(&src, &dst) {
+        return None;
+    }
+    const IPV6_HEADER: usize = 40;
+    let tcp_at = 14 + IPV6_HEADER;
+    let tcp_hl = usize::from(tcp.header_len());
+    if usize::from(ip.payload_len()) != tcp_hl + payload_len
+        || tcp_at + tcp_hl + payload_len > frame.len()
+    {
+        return None;
+    }
+    const FIN: u16 = 0x0001;
+    let mut data = frame[..tcp_at + tcp_hl + payload_len].to_vec();
+    let word_at = tcp_at + 12;
+    let old = u16::from_be_bytes([data[word_at], data[word_at + 1]]);
+    let new = old & !FIN;
+    data[word_at..word_at + 2].copy_from_slice(&new.to_be_bytes());
+    let ck_at = tcp_at + 16;
+    let ck = u16::from_be_bytes([data[ck_at], data[ck_at + 1]]);
+    data[ck_at..ck_at + 2].copy_from_slice(&incremental_checksum(ck, old, new).to_be_bytes());
+
+    let mut fin = frame[..tcp_at + tcp_hl].to_vec();
+    Ipv6Packet::new_unchecked(&mut fin[14..]).set_payload_len(tcp_hl as u16);
+    let mut t = TcpPacket::new_unchecked(&mut fin[tcp_at..]);
+    t.set_seq_number(t.seq_number() + payload_len);
+    t.fill_checksum(&src, &dst);
+    Some((data, fin))
+}
+
 /// RFC 1624 eqn. 3: the Internet checksum `ck` after one 16-bit word changed `old -> new`.
 fn incremental_checksum(ck: u16, old: u16, new: u16) -> u16 {
     let mut sum = u32::from(!ck) + u32::from(!old) + u32::from(new);
@@ -450,6 +493,10 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
                         return f(&data);
                     }
                 }
+            } else if let Some((data, fin)) = split_fin_ipv6(frame, &watch.checksums) {
+                watch.fins_split += 1;
+                watch.split_fins.push_back(fin);
+                return f(&data);
             }
             f(frame)
         })
@@ -739,6 +786,66 @@ mod tests {
         trusted.ipv4 = smoltcp::phy::Checksum::None;
         let p = parse(&frame).unwrap();
         assert!(split_fin(&frame, &p, &trusted).is_some());
+    }
+
+    #[test]
+    fn rfc9293_ipv6_data_and_fin_segment_is_split_too() {
+        use smoltcp::wire::{Ipv6Address, Ipv6Repr};
+        let (src, dst) = (
+            Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+        );
+        let payload = b"the last bytes";
+        let tcp = TcpRepr {
+            src_port: 80,
+            dst_port: 5000,
+            control: TcpControl::Fin,
+            seq_number: TcpSeqNumber(9000),
+            ack_number: Some(TcpSeqNumber(42)),
+            window_len: 512,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv6Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut frame = vec![0u8; 14 + 40 + tcp.buffer_len()];
+        let mut f = EthernetFrame::new_unchecked(&mut frame[..]);
+        EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            ethertype: EthernetProtocol::Ipv6,
+        }
+        .emit(&mut f);
+        let mut p = Ipv6Packet::new_unchecked(f.payload_mut());
+        ip.emit(&mut p);
+        let caps = ChecksumCapabilities::default();
+        let (s6, d6) = (IpAddress::Ipv6(src), IpAddress::Ipv6(dst));
+        tcp.emit(
+            &mut TcpPacket::new_unchecked(p.payload_mut()),
+            &s6,
+            &d6,
+            &caps,
+        );
+        let (data, fin) = split_fin_ipv6(&frame, &caps).expect("split");
+        let dt = ipv6_tcp(&data).unwrap();
+        assert!(dt.verify_checksum(&s6, &d6) && !dt.fin() && dt.payload() == payload);
+        let ft = ipv6_tcp(&fin).unwrap();
+        assert!(ft.verify_checksum(&s6, &d6) && ft.fin() && ft.payload().is_empty());
+        assert_eq!(ft.seq_number().0, 9000 + payload.len() as i32);
+        // A corrupted one is left alone.
+        let mut bad = frame.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x10;
+        assert!(split_fin_ipv6(&bad, &caps).is_none());
     }
 
     #[test]
