@@ -1288,6 +1288,9 @@ impl<B: Backend> Service<B> for TcpService {
         .flatten()
         .min();
         self.next_deadline = next;
+        // A FIN-only segment still queued (no TX token for a reply this time) must go in
+        // on the next iteration, not after the engine slept until the next frame.
+        busy |= !self.watch.split_fins.is_empty();
         PollOutcome {
             busy,
             next_deadline: next,
