@@ -728,7 +728,7 @@ fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
 }
 
 /// The engines' TCP socket buffers for an IP MTU: 64 segments, at least 256 KiB, at most
-/// 2 MiB. Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
+/// 2 MiB (the application rings get half of it, at least 256 KiB). Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
 /// 256 KiB vs ~3.9 with 1 MiB and ~1.9 with 4 MiB), but 256 KiB holds only ~4 segments at
 /// MTU 60000 and the sender stalls on every ACK: measured xwarp-xwarp at MTU 60000 17.2
 /// Gbit/s with 256 KiB, 20.2 with 512 KiB, 20.7 with 2 MiB; at 16000 14.7 -> 17.0 with 1 MiB;
@@ -763,6 +763,11 @@ fn start_engine(
     let buffer = socket_buffer(o.mtu);
     cfg.stack.rx_buffer = buffer;
     cfg.stack.tx_buffer = buffer;
+    // Application rings of half the socket buffer (at least 256 KiB, the stack's default):
+    // at MTU 60000 a 256 KiB ring holds four 64 KiB writes and the writer sleeps on it every
+    // few segments; measured xwarp-xwarp 21.2-21.5 Gbit/s with 256 KiB, 24.0-25.3 with 1 MiB
+    // (quiet rounds).
+    cfg.stack.ring_size = (buffer / 2).max(256 << 10);
     cfg.stack.tcp.nodelay = true;
     start_xdp_engine(Some(ns), cfg)
 }
