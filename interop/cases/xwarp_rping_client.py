@@ -27,9 +27,12 @@ import time
 from pathlib import Path
 
 from common import HERE, RPING_PORT, Checks, TSHARK_BASE, vm
-from common import case_start, case_verdict
+from common import case_start, case_verdict, tshark_rows
 
 NAME = "xwarp_rping_client"
+#: Peer exit status: our client terminated a siw Write for a segment out of sequence (DDP
+#: "base or bounds"), the symptom of the siw race below.
+SIW_WRITE_SKIP = 3
 SIZES = (64, 4096, 65535)
 #: -C per run (the brief asks for 100; TCG handles it, see the timings in the log).
 COUNT = 100
@@ -122,6 +125,7 @@ def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
     c = Checks("host")
     deadline = time.monotonic() + deadline_s
     env = dict(os.environ, XWARP_MPA_CRC="1" if crc else "0")
+    write_skip = False
     for size in SIZES:
         argv = [binary, "-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(size),
                 "-C", str(count), "-V"] + (["-v"] if size == 64 else [])
@@ -144,6 +148,8 @@ def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
         print(f"  [host] S={size}: rc={p.returncode} in {dt:.1f} s; stderr: "
               f"{p.stderr.strip()[-500:] or '-'}", flush=True)
         c.eq(f"S={size}: our rping client exit code (-V verified)", p.returncode, 0)
+        if p.returncode != 0 and "Terminate layer 1 etype 1 code 0x01" in p.stderr:
+            write_skip = True
         # Let the guest's rping server exit and the next one listen (a connection to the
         # old listener is rejected).
         time.sleep(3)
@@ -151,10 +157,39 @@ def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
         if size == 64:
             pings = re.findall(r"ping data: rdma-ping-(\d+): ", p.stdout)
             c.eq("S=64: every iteration printed", pings, [str(i) for i in range(count)])
-    return 0 if c.ok() else 1
+    if c.ok():
+        return 0
+    return SIW_WRITE_SKIP if write_skip else 1
 
 
-def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeout: float) -> None:
+def siw_skipped_a_write_segment(pcap: Path) -> bool:
+    """True if, in the capture, siw's RDMA Write segments jump over a segment's worth of
+    tagged offset while its TCP sequence numbers stay contiguous: siw never sent those
+    bytes (seen once in ~15 suite runs, siw-default, S=65535: TO ...be38 then ...c960 at
+    consecutive TCP sequence numbers, in both the engine's and the bridge's capture;
+    interop/README.md). Our client rightly terminates such a Write."""
+    rows = tshark_rows(pcap, f"tcp.srcport == {RPING_PORT} && iwarp_rdma.opcode == 0",
+                       ["tcp.stream", "tcp.seq", "tcp.len", "iwarp_ddp.tagged_offset",
+                        "iwarp_ddp.last_flag", "iwarp_mpa.ulpdulength"])
+    last: dict[str, tuple[int, int, int, int, str]] = {}
+    for row in rows:
+        # Only segments that carry exactly one whole Write FPDU.
+        if len(row) < 6 or any("," in v or not v for v in row[:6]):
+            continue
+        stream, seq, length = row[0], int(row[1]), int(row[2])
+        to, final, ulpdu = int(row[3], 16), row[4], int(row[5])
+        if stream in last:
+            pseq, plen, pto, pulpdu, pfinal = last[stream]
+            # The previous segment of the same message ended where this one starts in
+            # the TCP stream, but its tagged offset is ahead of where it left off.
+            if pfinal in ("0", "False") and seq == pseq + plen and to > pto + (pulpdu - 14):
+                return True
+        last[stream] = (seq, length, to, ulpdu, final)
+    return False
+
+
+def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int,
+                timeout: float) -> int | None:
     crc = siw == "crc"
     label = f"siw-{siw}"
     pcap = out / f"{NAME}_{siw}.pcap"
@@ -184,6 +219,9 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
          [(str(s), "0") for s in SIZES])
     c.eq(f"{label}: host client checks", peer_rc, 0)
     capture_checks(c, pcap, label, crc, runs=len(SIZES))
+    if peer_rc == SIW_WRITE_SKIP and not siw_skipped_a_write_segment(pcap):
+        return 1  # our Terminate without siw's skip in the capture: a real failure
+    return peer_rc
 
 
 def main() -> int:
@@ -207,7 +245,19 @@ def main() -> int:
         c.check("build examples/rping", False, str(e))
         return case_verdict(c, NAME, t0, "build")
     for siw in ("default", "crc"):
-        run_variant(c, out, binary, siw, a.count, a.timeout)
+        # At most two reruns of a variant, and only on the siw race above (verified in the
+        # capture): its checks are those of the last run.
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            vc = Checks("case")
+            rc = run_variant(vc, out, binary, siw, a.count, a.timeout)
+            if rc != SIW_WRITE_SKIP or attempt == attempts:
+                break
+            print(f"RETRY {NAME}: siw-{siw}: siw skipped a Write segment in its TCP stream and "
+                  f"our client terminated it (a siw race, interop/README.md); running the "
+                  f"variant again ({attempt + 1} of {attempts})", flush=True)
+        c.count += vc.count
+        c.failed += vc.failed
     return case_verdict(c, NAME, t0)
 
 
