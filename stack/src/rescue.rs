@@ -382,9 +382,28 @@ fn split_fin(
     if tcp_at + tcp_hl + payload_len > frame.len() || ip_hl + tcp_hl + payload_len != ip_total {
         return None;
     }
+    let data = data_without_fin(frame, tcp_at, tcp_hl + payload_len);
+    // FIN-only: the headers, no payload, sequence number after the data.
+    let mut fin = frame[..tcp_at + tcp_hl].to_vec();
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut fin[eth_len..]);
+        ip.set_total_len((ip_hl + tcp_hl) as u16);
+        ip.fill_checksum();
+    }
+    let (src, dst) = (
+        IpAddress::Ipv4(p.ip.src_addr()),
+        IpAddress::Ipv4(p.ip.dst_addr()),
+    );
+    finish_fin_only(&mut fin[tcp_at..], payload_len, &src, &dst);
+    Some((data, fin))
+}
+
+/// The segment at `frame[tcp_at..tcp_at + tcp_len]` (with everything before it) with its
+/// FIN flag cleared and its checksum updated incrementally (RFC 1624): the flags share the
+/// 16-bit word at TCP offset 12.
+fn data_without_fin(frame: &[u8], tcp_at: usize, tcp_len: usize) -> Vec<u8> {
     const FIN: u16 = 0x0001;
-    // Data without FIN: the flags share the 16-bit word at TCP offset 12.
-    let mut data = frame[..tcp_at + tcp_hl + payload_len].to_vec();
+    let mut data = frame[..tcp_at + tcp_len].to_vec();
     let word_at = tcp_at + 12;
     let old = u16::from_be_bytes([data[word_at], data[word_at + 1]]);
     let new = old & !FIN;
@@ -392,19 +411,15 @@ fn split_fin(
     let ck_at = tcp_at + 16;
     let ck = u16::from_be_bytes([data[ck_at], data[ck_at + 1]]);
     data[ck_at..ck_at + 2].copy_from_slice(&incremental_checksum(ck, old, new).to_be_bytes());
+    data
+}
 
-    // FIN-only: the headers, no payload, sequence number after the data.
-    let mut fin = frame[..tcp_at + tcp_hl].to_vec();
-    let (src, dst) = (p.ip.src_addr(), p.ip.dst_addr());
-    {
-        let mut ip = Ipv4Packet::new_unchecked(&mut fin[eth_len..]);
-        ip.set_total_len((ip_hl + tcp_hl) as u16);
-        ip.fill_checksum();
-    }
-    let mut tcp = TcpPacket::new_unchecked(&mut fin[tcp_at..]);
-    tcp.set_seq_number(tcp.seq_number() + payload_len);
-    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
-    Some((data, fin))
+/// Turn a copy of a data+FIN segment's TCP header (`tcp`, no payload) into the FIN-only
+/// segment that follows `payload_len` bytes of data, with a full checksum.
+fn finish_fin_only(tcp: &mut [u8], payload_len: usize, src: &IpAddress, dst: &IpAddress) {
+    let mut t = TcpPacket::new_unchecked(tcp);
+    t.set_seq_number(t.seq_number() + payload_len);
+    t.fill_checksum(src, dst);
 }
 
 /// [`split_fin`] for a TCP segment over IPv6 (no extension headers, as smoltcp's TCP
@@ -432,21 +447,10 @@ fn split_fin_ipv6(frame: &[u8], caps: &ChecksumCapabilities) -> Option<(Vec<u8>,
     {
         return None;
     }
-    const FIN: u16 = 0x0001;
-    let mut data = frame[..tcp_at + tcp_hl + payload_len].to_vec();
-    let word_at = tcp_at + 12;
-    let old = u16::from_be_bytes([data[word_at], data[word_at + 1]]);
-    let new = old & !FIN;
-    data[word_at..word_at + 2].copy_from_slice(&new.to_be_bytes());
-    let ck_at = tcp_at + 16;
-    let ck = u16::from_be_bytes([data[ck_at], data[ck_at + 1]]);
-    data[ck_at..ck_at + 2].copy_from_slice(&incremental_checksum(ck, old, new).to_be_bytes());
-
+    let data = data_without_fin(frame, tcp_at, tcp_hl + payload_len);
     let mut fin = frame[..tcp_at + tcp_hl].to_vec();
     Ipv6Packet::new_unchecked(&mut fin[14..]).set_payload_len(tcp_hl as u16);
-    let mut t = TcpPacket::new_unchecked(&mut fin[tcp_at..]);
-    t.set_seq_number(t.seq_number() + payload_len);
-    t.fill_checksum(&src, &dst);
+    finish_fin_only(&mut fin[tcp_at..], payload_len, &src, &dst);
     Some((data, fin))
 }
 
@@ -480,20 +484,21 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
                 return f(&[]);
             }
             // One parse per frame for both the duplicate-ACK guard and the ACK watch.
-            if let Some(p) = parse(frame) {
+            let split = if let Some(p) = parse(frame) {
                 if !watch.fins.is_empty() && watch.dup_ack_behind_fin(&p) {
                     watch.dup_acks_withheld += 1;
                     return f(&[]);
                 }
                 watch.observe_parsed(frame, &p, now);
                 if p.tcp.fin() && !p.tcp.payload().is_empty() {
-                    if let Some((data, fin)) = split_fin(frame, &p, &watch.checksums) {
-                        watch.fins_split += 1;
-                        watch.split_fins.push_back(fin);
-                        return f(&data);
-                    }
+                    split_fin(frame, &p, &watch.checksums)
+                } else {
+                    None
                 }
-            } else if let Some((data, fin)) = split_fin_ipv6(frame, &watch.checksums) {
+            } else {
+                split_fin_ipv6(frame, &watch.checksums)
+            };
+            if let Some((data, fin)) = split {
                 watch.fins_split += 1;
                 watch.split_fins.push_back(fin);
                 return f(&data);
