@@ -926,6 +926,27 @@ fn mac_of(ns: &netns::NetNs, dev: &str) -> EthernetAddress {
     EthernetAddress::from_bytes(&b)
 }
 
+/// Pin `ip` to `mac` in the neighbour table of `ns` on `dev`, so the peer reaches the
+/// engine without ARP.
+fn pin_neighbor(ns: &netns::NetNs, dev: &str, ip: Ipv4Addr, mac: EthernetAddress) {
+    let lladdr = mac
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    ns.ip(&[
+        "neigh",
+        "replace",
+        &ip.to_string(),
+        "lladdr",
+        &lladdr,
+        "dev",
+        dev,
+    ])
+    .unwrap();
+}
+
 fn udp_payload(seq: u32) -> Vec<u8> {
     let mut p = seq.to_be_bytes().to_vec();
     p.extend((0..60u32).map(|i| (i.wrapping_mul(31) ^ seq) as u8));
@@ -1042,22 +1063,7 @@ fn one_flush_drains_a_400_frame_burst_and_rx_flood_is_verified() {
         .unwrap()
         .expect("ethtool tx off on veth-b");
     // B reaches the engine without ARP (the flood must not wait on neighbor resolution).
-    pair.b
-        .ip(&[
-            "neigh",
-            "replace",
-            &engine_ip.to_string(),
-            "lladdr",
-            &mac_a
-                .0
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            "dev",
-            "veth-b",
-        ])
-        .unwrap();
+    pin_neighbor(&pair.b, "veth-b", engine_ip, mac_a);
 
     let (ready_tx, ready_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -1306,22 +1312,7 @@ fn two_queues_share_one_program_and_all_flows_reach_the_engine() {
     let pair = VethPair::with_queues(8, 2).expect("namespaces and 2-queue veth pair");
     let engine_ip = Ipv4Addr::new(10, 88, 8, 10);
     let mac_a = mac_of(&pair.a, "veth-a");
-    pair.b
-        .ip(&[
-            "neigh",
-            "replace",
-            &engine_ip.to_string(),
-            "lladdr",
-            &mac_a
-                .0
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            "dev",
-            "veth-b",
-        ])
-        .unwrap();
+    pin_neighbor(&pair.b, "veth-b", engine_ip, mac_a);
     pair.b
         .run(|| netns::set_tx_checksum_offload("veth-b", false))
         .unwrap()
@@ -1435,22 +1426,7 @@ fn frames_up_to_chunk_minus_256_arrive_and_one_byte_more_is_dropped() {
     for (ns, dev) in [(&pair.a, "veth-a"), (&pair.b, "veth-b")] {
         ns.ip(&["link", "set", "dev", dev, "mtu", "3000"]).unwrap();
     }
-    pair.b
-        .ip(&[
-            "neigh",
-            "replace",
-            &engine_ip.to_string(),
-            "lladdr",
-            &mac_a
-                .0
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            "dev",
-            "veth-b",
-        ])
-        .unwrap();
+    pin_neighbor(&pair.b, "veth-b", engine_ip, mac_a);
     pair.b
         .run(|| netns::set_tx_checksum_offload("veth-b", false))
         .unwrap()
@@ -1603,22 +1579,7 @@ fn chains_round_trip(mode: XdpMode, net: u8) {
         .run(move || netns::set_tx_checksum_offload(&if_b, false))
         .unwrap()
         .expect("ethtool tx off on the peer");
-    pair.b
-        .ip(&[
-            "neigh",
-            "replace",
-            &engine_ip.to_string(),
-            "lladdr",
-            &mac_a
-                .0
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            "dev",
-            &pair.if_b,
-        ])
-        .unwrap();
+    pin_neighbor(&pair.b, &pair.if_b, engine_ip, mac_a);
     let total = ROUNDS * WINDOW;
     let (ready_tx, ready_rx) = mpsc::channel::<()>();
     let pair = &pair;
@@ -1825,22 +1786,7 @@ fn offload_pair(net: u8, mtu: u32) -> (VethPair, Ipv4Addr) {
             .expect("ethtool tx off");
     }
     let mac_a = mac_of(&pair.a, &pair.if_a);
-    pair.b
-        .ip(&[
-            "neigh",
-            "replace",
-            &engine_ip.to_string(),
-            "lladdr",
-            &mac_a
-                .0
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":"),
-            "dev",
-            &pair.if_b,
-        ])
-        .unwrap();
+    pin_neighbor(&pair.b, &pair.if_b, engine_ip, mac_a);
     (pair, engine_ip)
 }
 
