@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use std::{io, thread};
 
 use smoltcp::phy::{Device, RxToken, TxToken};
-use xwarp_poll_driver::afxdp::{
-    AfXdpConfig, AfXdpNic, ChunkSize, SteeringFilter, TxChecksumOffload, XdpMode,
-};
+
+use super::tcp::pattern;
+use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter, TxChecksumOffload, XdpMode};
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::netns::NetNs;
 
@@ -89,22 +89,13 @@ pub struct Outcome {
     pub lost: u64,
 }
 
-/// The pattern byte at stream offset `i` (the same prime-period pattern as the TCP rows).
-fn pattern(i: u64) -> u8 {
-    super::tcp::pattern(i)
-}
-
 fn nic_config(side: &Side<'_>, s: &Settings) -> AfXdpConfig {
     let mut cfg = AfXdpConfig::new(side.ifname, SteeringFilter::new(vec![side.ip], Vec::new()));
     cfg.mode = s.mode;
     // The frames go out exactly as written (UDP checksum 0).
     cfg.tx_checksum = TxChecksumOffload::Off;
-    cfg.chunk = if s.mtu + 14 > ChunkSize::C2048.max_frame_size() {
-        ChunkSize::C4096
-    } else {
-        ChunkSize::C2048
-    };
-    cfg.multi_buffer = s.mtu + 14 > ChunkSize::C4096.max_frame_size();
+    // Frames larger than a chunk: multi-buffer (descriptor chains).
+    (cfg.chunk, cfg.multi_buffer) = super::umem_for_mtu(s.mtu);
     cfg
 }
 
@@ -134,14 +125,7 @@ fn headers(
     ip[9] = 17;
     ip[12..16].copy_from_slice(&src.octets());
     ip[16..20].copy_from_slice(&dst.octets());
-    let mut sum: u32 = ip
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    smoltcp::wire::Ipv4Packet::new_unchecked(ip).fill_checksum();
     let udp = &mut h[34..42];
     udp[0..2].copy_from_slice(&PORT.to_be_bytes());
     udp[2..4].copy_from_slice(&PORT.to_be_bytes());

@@ -12,6 +12,8 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use xwarp_poll_driver::afxdp::ChunkSize;
+
 pub mod ceiling;
 pub mod rdma;
 pub mod shim;
@@ -44,4 +46,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The UMEM layout the benches' AF_XDP sockets use for an IP MTU: 4096-byte chunks when a
+/// 2048-byte chunk cannot hold the frame, and multi-buffer chains (`multi_buffer`) when a
+/// 4096-byte chunk cannot either.
+pub(crate) fn umem_for_mtu(mtu: usize) -> (ChunkSize, bool) {
+    let frame = mtu + 14;
+    let chunk = if frame > ChunkSize::C2048.max_frame_size() {
+        ChunkSize::C4096
+    } else {
+        ChunkSize::C2048
+    };
+    (chunk, frame > ChunkSize::C4096.max_frame_size())
 }

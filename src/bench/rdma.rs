@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use xwarp_poll_driver::afxdp::AfXdpNic;
-use xwarp_poll_driver::afxdp::{ChunkSize, XdpMode};
+use xwarp_poll_driver::afxdp::XdpMode;
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::VethPair;
@@ -863,13 +863,8 @@ fn run_round(o: &Options, net: &VethPair) -> io::Result<Results> {
         c.engine.core = core;
         c.engine.spin = engine_spin(o);
         c.mode = o.xdp_mode;
-        c.chunk = if o.mtu + 14 > ChunkSize::C2048.max_frame_size() {
-            ChunkSize::C4096
-        } else {
-            ChunkSize::C2048
-        };
         // Frames larger than a chunk: multi-buffer (descriptor chains).
-        c.multi_buffer = o.mtu + 14 > ChunkSize::C4096.max_frame_size();
+        (c.chunk, c.multi_buffer) = super::umem_for_mtu(o.mtu);
         // Socket buffers as `xwarp bench tcp` sizes them for the MTU.
         c.stack.rx_buffer = super::tcp::socket_buffer(o.mtu);
         c.stack.tx_buffer = super::tcp::socket_buffer(o.mtu);

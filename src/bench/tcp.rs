@@ -55,7 +55,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use xwarp_poll_driver::afxdp::{ChunkSize, XdpMode};
+use xwarp_poll_driver::afxdp::XdpMode;
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_poll_driver::netns::{NetNs, VethPair};
@@ -749,13 +749,8 @@ fn start_engine(
         (&net.veth.b, &net.veth.if_b, net.xb, "bench-engine-b")
     };
     let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
-    cfg.chunk = if o.mtu + 14 > ChunkSize::C2048.max_frame_size() {
-        ChunkSize::C4096
-    } else {
-        ChunkSize::C2048
-    };
     // Frames larger than a chunk: multi-buffer (descriptor chains).
-    cfg.multi_buffer = o.mtu + 14 > ChunkSize::C4096.max_frame_size();
+    (cfg.chunk, cfg.multi_buffer) = super::umem_for_mtu(o.mtu);
     cfg.engine.name = name.into();
     cfg.engine.core = core;
     cfg.engine.spin = o.spin;
