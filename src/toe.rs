@@ -94,6 +94,9 @@ impl RxChecksum {
     }
 }
 
+/// Default [`XdpEngineConfig::rx_frames`].
+pub const DEFAULT_RX_FRAMES: u32 = 2048;
+
 /// Everything [`start_xdp_engine`] needs.
 #[derive(Debug, Clone)]
 pub struct XdpEngineConfig {
@@ -120,6 +123,14 @@ pub struct XdpEngineConfig {
     /// "Checksums"); `Auto` by default. Whether it ended up active:
     /// [`AfXdpNic::tx_checksum_offload`] on the NIC [`open_xdp_nic`] returns.
     pub tx_checksum: TxChecksumOffload,
+    /// UMEM chunks for received frames (`AfXdpConfig::rx_frames`, 2048 by default; the
+    /// fill and RX rings grow to hold them). The kernel writes frames into these chunks in
+    /// turn, in address order, so every one of them passes through the cache: an area much
+    /// larger than the receive windows the engine advertises only makes the kernel's copy
+    /// into it (on the *sending* side's core, over a veth) write to memory that has left
+    /// the cache. Too few chunks for the windows in flight, and the kernel drops frames
+    /// (counted in the NIC's `dropped`) that TCP then retransmits.
+    pub rx_frames: u32,
 }
 
 impl XdpEngineConfig {
@@ -137,6 +148,7 @@ impl XdpEngineConfig {
             rx_checksum: RxChecksum::default(),
             multi_buffer: false,
             tx_checksum: TxChecksumOffload::Auto,
+            rx_frames: DEFAULT_RX_FRAMES,
         }
     }
 }
@@ -173,6 +185,10 @@ pub fn open_xdp_nic(
     xcfg.checksum = cfg.rx_checksum.capabilities();
     xcfg.multi_buffer = cfg.multi_buffer;
     xcfg.tx_checksum = cfg.tx_checksum;
+    xcfg.rx_frames = cfg.rx_frames;
+    let ring = cfg.rx_frames.max(1).next_power_of_two();
+    xcfg.rings.fill = xcfg.rings.fill.max(ring);
+    xcfg.rings.rx = xcfg.rings.rx.max(ring);
     let nic = match ns {
         Some(ns) => ns.run(move || AfXdpNic::open(xcfg))??,
         None => AfXdpNic::open(xcfg)?,

@@ -758,6 +758,8 @@ fn start_engine(
     let buffer = socket_buffer(o.mtu);
     cfg.stack.rx_buffer = buffer;
     cfg.stack.tx_buffer = buffer;
+    // RX chunks for that window (see `rx_frames_for`).
+    cfg.rx_frames = super::rx_frames_for(o.mtu, buffer);
     // Application rings of half the socket buffer (at least 256 KiB, the stack's default):
     // at MTU 60000 a 256 KiB ring holds four 64 KiB writes and the writer sleeps on it every
     // few segments; measured xwarp-xwarp 21.2-21.5 Gbit/s with 256 KiB, 24.0-25.3 with 1 MiB
