@@ -852,3 +852,83 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
     );
     drop(ea);
 }
+
+/// `XdpEngineConfig::rx_frames` sizes the RX area. Two engines at MTU 60000 (multi-buffer
+/// chains of 16 chunks) with as few RX chunks as `xwarp bench` gives them for a 2 MiB
+/// receive window (764: a full window of full frames plus a quarter, plus 64) move 48 MiB
+/// intact, the receiver's kernel socket drops nothing for want of a fill buffer, and the
+/// area has the asked-for size (every chunk back once traffic stopped).
+#[test]
+fn rx_area_sized_to_the_receive_window_takes_jumbo_frames_without_drops() {
+    use xwarp::poll_driver::afxdp::ChunkSize;
+    use xwarp::poll_driver::backend::Backend;
+    require_root_and_afxdp!();
+    let n = 30;
+    let window = 2 << 20;
+    let rx_frames = 764;
+    let net = VethPair::new(n).expect("veth pair");
+    for (ns, ifname) in [(&net.a, &net.if_a), (&net.b, &net.if_b)] {
+        ns.ip(&["link", "set", ifname, "mtu", "60000"])
+            .expect("mtu 60000");
+    }
+    let start = |ns: &NetNs, ifname: &str, ip: Ipv4Addr, name: &str| {
+        let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
+        cfg.chunk = ChunkSize::C4096;
+        cfg.multi_buffer = true;
+        cfg.rx_frames = rx_frames;
+        cfg.stack.rx_buffer = window;
+        cfg.stack.tx_buffer = window;
+        cfg.engine.name = name.into();
+        start_xdp_engine(Some(ns), cfg).expect("engine with a window-sized RX area")
+    };
+    let ea = start(&net.a, &net.if_a, engine_ip(n), "xdp-test-30a");
+    let b_ip = Ipv4Addr::new(10, 88, n, 20);
+    let eb = start(&net.b, &net.if_b, b_ip, "xdp-test-30b");
+    assert_eq!(
+        eb.stack().config().mtu,
+        60000,
+        "stack MTU follows the interface"
+    );
+
+    let total: u64 = 48 << 20;
+    let listener = TcpListener::bind(eb.stack(), SocketAddr::from((b_ip, 5001))).unwrap();
+    let receiver = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        read_to_end_sha256(&mut s, 91)
+    });
+    let mut s = TcpStream::connect_timeout(
+        ea.stack(),
+        SocketAddr::from((b_ip, 5001)),
+        Duration::from_secs(5),
+    )
+    .expect("connect engine to engine");
+    s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    let want = write_pattern_sha256(&mut s, 91, total);
+    s.shutdown(Shutdown::Write).unwrap();
+    let r = receiver.join().expect("receiver");
+    assert_eq!(
+        (r.bytes, r.first_mismatch),
+        (total, None),
+        "B received the whole pattern"
+    );
+    assert_eq!(r.digest, want, "B's digest of the upload");
+    drop(s);
+    drop(ea);
+    let mut exit_b = eb.stop().expect("stop engine b");
+    let xs = exit_b.backend.xdp_statistics().expect("XDP statistics");
+    assert_eq!(
+        (xs.rx_dropped, xs.rx_ring_full),
+        (0, 0),
+        "the kernel dropped frames into a window-sized RX area: {xs:?}"
+    );
+    let c = exit_b.backend.chunk_counts();
+    assert_eq!(c.rx_total, rx_frames, "RX chunks as configured");
+    let st = exit_b.backend.stats();
+    assert!(
+        st.rx_frames > 0 && st.rx_bytes / st.rx_frames > 16 << 10,
+        "engine b took jumbo frames: {} bytes in {} frames",
+        st.rx_bytes,
+        st.rx_frames
+    );
+}
