@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use verbs_common::*;
 use xwarp::poll_driver::vwire::WireConfig;
 use xwarp::verbs::{
-    CmEvent, CompletionQueue, CompletionStatus, ConnectParams, MemoryRegion, QpModify, QpState,
-    QueuePair, SendOpcode, SendRequest, WcOpcode, WorkCompletion,
+    CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Listener, MemoryRegion, MpaAttr,
+    QpInitAttr, QpModify, QpState, QueuePair, RtrType, SendOpcode, SendRequest, WcOpcode,
+    WorkCompletion,
 };
 
 fn state(qp: &QueuePair) -> QpState {
@@ -366,10 +367,11 @@ fn siw_qp_modify_illegal_transitions_are_invalid_input() {
 }
 
 /// IDLE → ERROR (siw: flush, state ERROR): work queued before connect completes with
-/// WrFlushError exactly once, later work too; a QP in ERROR never leaves it (every other
-/// target is InvalidInput), cannot connect and takes no attributes.
+/// WrFlushError exactly once, later work too; from ERROR only a reset to IDLE is possible
+/// (every other target is InvalidInput); in ERROR the QP cannot connect and takes no
+/// attributes without the reset.
 #[test]
-fn siw_modify_idle_to_error_flushes_queued_work_and_error_is_final() {
+fn siw_modify_idle_to_error_flushes_queued_work_and_only_reset_leaves_error() {
     let (a, _b) = pair(WireConfig::default());
     let e = end(&a, |_| {});
     let m = mr(&e, 4096);
@@ -402,13 +404,8 @@ fn siw_modify_idle_to_error_flushes_queued_work_and_error_is_final() {
     e.qp.post_recv(120, &[m.sge(0, 8).unwrap()]).unwrap();
     assert_eq!(wc(&e.scq).status, CompletionStatus::WrFlushError);
     assert_eq!(wc(&e.rcq).status, CompletionStatus::WrFlushError);
-    // ERROR is final.
-    for to in [
-        QpState::Idle,
-        QpState::Rts,
-        QpState::Closing,
-        QpState::Terminate,
-    ] {
+    // From ERROR only the reset (tested with connections below).
+    for to in [QpState::Rts, QpState::Closing, QpState::Terminate] {
         assert_invalid(
             e.qp.modify(&QpModify::to_state(to)),
             &format!("Error -> {to:?}"),
@@ -456,7 +453,9 @@ fn rfc5040_modify_to_closing_is_a_graceful_disconnect() {
     let st = state(&c.qp);
     assert!(matches!(st, QpState::Closing | QpState::Idle), "{st:?}");
     if st == QpState::Closing {
-        for to in [QpState::Rts, QpState::Terminate, QpState::Idle] {
+        // CLOSING → IDLE is tested on a slow wire below (here the close may finish in
+        // between, and IDLE → IDLE after a close is a reset).
+        for to in [QpState::Rts, QpState::Terminate] {
             let r = c.qp.modify(&QpModify::to_state(to));
             // The close may have finished meanwhile (then IDLE → x is judged).
             if state(&c.qp) == QpState::Closing {
@@ -1116,4 +1115,517 @@ fn rfc5040_work_posted_after_disconnect_is_flushed_not_run_before_the_close() {
     assert_eq!(remote.to_vec(0, 4).unwrap(), b"last");
     assert_eq!(rs[&8].status, CompletionStatus::WrFlushError);
     wait_state(&c.qp, QpState::Idle);
+}
+
+// ---------------------------------------------------------------- reset and reuse
+
+/// Connect the existing QP of `c` to the existing QP of `s` through `listener`; both
+/// must report Established next (a reset QP carries no stale event). Returns the
+/// client's Established event.
+fn establish(c: &End, s: &End, listener: &Listener) -> CmEvent {
+    c.qp.connect(
+        listener.local_addr(),
+        ConnectParams {
+            private_data: b"again".to_vec(),
+            timeout: T,
+        },
+    )
+    .unwrap();
+    let req = listener.get_request(T).unwrap();
+    assert_eq!(req.private_data, b"again");
+    req.accept(&s.qp, b"ok").unwrap();
+    let ec = c.qp.next_event(T).unwrap();
+    assert!(
+        matches!(&ec, CmEvent::Established { private_data, .. } if private_data == b"ok"),
+        "client: {ec:?}"
+    );
+    let es = s.qp.next_event(T).unwrap();
+    assert!(
+        matches!(&es, CmEvent::Established { private_data, .. } if private_data == b"again"),
+        "server: {es:?}"
+    );
+    assert_eq!((state(&c.qp), state(&s.qp)), (QpState::Rts, QpState::Rts));
+    ec
+}
+
+/// A Write, a Send and a Read from `c` to `s` with wr_ids `base + 1..=3` (the receive is
+/// `base + 10`): every completion comes once with its id, opcode and length, and the
+/// bytes arrive (the Read's bytes come back).
+fn move_data(c: &End, s: &End, seed: u8, base: u64) {
+    const W: usize = 48 * 1024;
+    const SEND: usize = 1000;
+    const R: usize = 24 * 1024;
+    let csrc = mr(c, W + SEND);
+    let csink = mr(c, R);
+    let sbuf = mr(s, 2 * W + R);
+    let (wdata, sdata, rdata) = (
+        pattern(W, seed),
+        pattern(SEND, seed ^ 0x55),
+        pattern(R, !seed),
+    );
+    csrc.write(0, &wdata).unwrap();
+    csrc.write(W, &sdata).unwrap();
+    sbuf.write(2 * W, &rdata).unwrap();
+    s.qp.post_recv(base + 10, &[sbuf.sge(W, W).unwrap()])
+        .unwrap();
+    c.qp.post_send(SendRequest::write(
+        base + 1,
+        vec![csrc.sge(0, W).unwrap()],
+        sbuf.rkey(),
+        sbuf.addr(),
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::send(
+        base + 2,
+        vec![csrc.sge(W, SEND).unwrap()],
+    ))
+    .unwrap();
+    c.qp.post_send(SendRequest::read(
+        base + 3,
+        csink.sge_all().unwrap(),
+        sbuf.rkey(),
+        sbuf.addr() + 2 * W as u64,
+    ))
+    .unwrap();
+    let got = collect_exactly_once(&c.scq, &[base + 1, base + 2, base + 3], &c.qp, None);
+    for (id, op, len) in [
+        (base + 1, WcOpcode::Write, None),
+        (base + 2, WcOpcode::Send, None),
+        (base + 3, WcOpcode::Read, Some(R as u32)),
+    ] {
+        let w = got[&id];
+        assert_eq!(
+            (w.status, w.opcode),
+            (CompletionStatus::Success, op),
+            "{w:?}"
+        );
+        assert_eq!(w.qp_num, c.qp.qp_num());
+        if let Some(len) = len {
+            assert_eq!(w.byte_len, len);
+        }
+    }
+    let r = collect_exactly_once(&s.rcq, &[base + 10], &s.qp, None)[&(base + 10)];
+    assert_eq!(
+        (r.status, r.opcode, r.byte_len as usize, r.qp_num),
+        (
+            CompletionStatus::Success,
+            WcOpcode::Recv,
+            SEND,
+            s.qp.qp_num()
+        )
+    );
+    assert_eq!(sbuf.to_vec(0, W).unwrap(), wdata);
+    assert_eq!(sbuf.to_vec(W, SEND).unwrap(), sdata);
+    assert_eq!(csink.to_vec(0, R).unwrap(), rdata);
+}
+
+/// Verbs RESET (ERROR → IDLE): after an abortive ERROR during traffic (the peer sees the
+/// reset), the same QP (same qp_num) connects again, here with new attributes given in
+/// the reset (CRC, a Read RTR), and moves data with a Write, a Send and a Read. Every
+/// work request of the old connection completed exactly once before the reset, none of
+/// them after it on either CQ, no CM event of the old connection follows the reset, the
+/// old TCP connection is not reused, and query shows the new negotiation. Work posted in
+/// IDLE after the reset waits for the new connection, as on a new QP.
+#[test]
+fn verbs_qp_reset_from_error_allows_a_new_connection() {
+    // 5 ms each way: the large Writes below are still in flight at the abort.
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = Duration::from_millis(5);
+    }
+    let (a, b) = pair(wire);
+    let listener = b.device().listen(server_addr(6100), 4).unwrap();
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    let qpn = (c.qp.qp_num(), s.qp.qp_num());
+    establish(&c, &s, &listener);
+    move_data(&c, &s, 1, 100);
+    let old = c.qp.query().unwrap();
+    let old_neg = old.negotiated.clone().unwrap();
+    assert_eq!(
+        (old_neg.crc, old_neg.p2p_rtr),
+        (false, Some(RtrType::Write))
+    );
+
+    // Outstanding work on both sides, then the abort.
+    let big = mr(&c, 8 << 20);
+    let sink = mr(&s, 8 << 20);
+    let cbuf = mr(&c, 64);
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+    for i in 0..8u64 {
+        c.qp.post_send(SendRequest::write(
+            1000 + i,
+            vec![big.sge((i as usize) << 20, 1 << 20).unwrap()],
+            sink.rkey(),
+            sink.addr() + (i << 20),
+        ))
+        .unwrap();
+        sends.push(1000 + i);
+    }
+    c.qp.post_recv(1500, &[cbuf.sge(0, 64).unwrap()]).unwrap();
+    recvs.push(1500);
+    for i in 0..3u64 {
+        s.qp.post_recv(2000 + i, &[sink.sge(0, 64).unwrap()])
+            .unwrap();
+    }
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    // Flushed synchronously by the modify: all there, exactly once.
+    let sc = collect_exactly_once(&c.scq, &sends, &c.qp, None);
+    assert!(sc.values().all(|w| matches!(
+        w.status,
+        CompletionStatus::Success | CompletionStatus::WrFlushError
+    )));
+    let rc = collect_exactly_once(&c.rcq, &recvs, &c.qp, None);
+    assert_eq!(rc[&1500].status, CompletionStatus::WrFlushError);
+    // The peer sees the reset and flushes its receives once each.
+    let pr = collect_exactly_once(
+        &s.rcq,
+        &[2000, 2001, 2002],
+        &s.qp,
+        Some(&CmEvent::Disconnected),
+    );
+    assert!(pr
+        .values()
+        .all(|w| w.status == CompletionStatus::WrFlushError));
+    assert!(b.stack_stats().resets >= 1, "{:?}", b.stack_stats());
+    wait_state(&s.qp, QpState::Error);
+
+    // Reset at once (the client's TCP teardown may still be running: it is released
+    // from the QP, not waited for), with new attributes.
+    c.qp.modify(&QpModify {
+        state: Some(QpState::Idle),
+        crc: Some(true),
+        p2p_rtr: Some(Some(RtrType::Read)),
+        ..QpModify::default()
+    })
+    .unwrap();
+    s.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    for (e, n) in [(&c, qpn.0), (&s, qpn.1)] {
+        let q = e.qp.query().unwrap();
+        assert_eq!((q.state, q.qp_num), (QpState::Idle, n));
+        assert_eq!(
+            (q.negotiated, q.local_addr, q.peer_addr),
+            (None, None, None)
+        );
+        assert_eq!(e.qp.poll_event(), None, "an old CM event after the reset");
+        assert_eq!(e.scq.poll_one(), None, "an old completion after the reset");
+        assert_eq!(e.rcq.poll_one(), None, "an old completion after the reset");
+    }
+    let q = c.qp.query().unwrap();
+    assert_eq!((q.mpa.crc, q.mpa.p2p_rtr), (true, Some(RtrType::Read)));
+    // IDLE → IDLE on a reset QP is a plain no-op.
+    c.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    let q = c.qp.query().unwrap();
+    assert_eq!((q.state, q.mpa.crc), (QpState::Idle, true));
+
+    // Work posted in IDLE waits for the connection, as on a new QP.
+    let early = mr(&c, 64);
+    early.write(0, b"posted while idle").unwrap();
+    let early_sink = mr(&s, 64);
+    s.qp.post_recv(310, &[early_sink.sge(0, 64).unwrap()])
+        .unwrap();
+    c.qp.post_send(SendRequest::send(300, vec![early.sge(0, 17).unwrap()]))
+        .unwrap();
+    let ev = establish(&c, &s, &listener);
+    assert!(
+        matches!(ev, CmEvent::Established { crc: true, .. }),
+        "{ev:?}"
+    );
+    let w = collect_exactly_once(&c.scq, &[300], &c.qp, None)[&300];
+    assert_eq!(w.status, CompletionStatus::Success);
+    let r = collect_exactly_once(&s.rcq, &[310], &s.qp, None)[&310];
+    assert_eq!((r.status, r.byte_len), (CompletionStatus::Success, 17));
+    assert_eq!(early_sink.to_vec(0, 17).unwrap(), b"posted while idle");
+
+    move_data(&c, &s, 2, 200);
+    let (qc, qs) = (c.qp.query().unwrap(), s.qp.query().unwrap());
+    let (nc, ns) = (qc.negotiated.unwrap(), qs.negotiated.unwrap());
+    assert!(nc.crc && ns.crc);
+    assert_eq!(
+        (nc.p2p_rtr, ns.p2p_rtr),
+        (Some(RtrType::Read), Some(RtrType::Read))
+    );
+    assert_eq!((qc.qp_num, qs.qp_num), qpn);
+    // A new TCP connection: the old one is never reused.
+    assert_ne!(qc.local_addr, old.local_addr);
+    assert_eq!(qs.peer_addr, qc.local_addr);
+}
+
+/// The reset also works after errors the peer caused, and after a graceful disconnect:
+/// a Terminate from the peer (both ends ERROR), then a graceful disconnect (the closing
+/// end is IDLE, its peer ERROR; without the reset the closed QP cannot connect). After
+/// each reset the same QPs connect again and move data. Each QP is reset as soon as its
+/// Disconnected came, while (30 ms each way) its TCP connection is still finishing its
+/// close: that teardown goes on detached from the QP and never reaches the new
+/// connection.
+#[test]
+fn verbs_qp_reset_after_peer_terminate_and_after_graceful_disconnect() {
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = Duration::from_millis(30);
+    }
+    let (a, b) = pair(wire);
+    let listener = b.device().listen(server_addr(6101), 4).unwrap();
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    establish(&c, &s, &listener);
+    move_data(&c, &s, 3, 100);
+
+    // The server sends a Terminate: the client's ERROR is the peer's doing.
+    let cr = mr(&c, 64);
+    c.qp.post_recv(150, &[cr.sge(0, 64).unwrap()]).unwrap();
+    s.qp.modify(&QpModify::to_state(QpState::Terminate))
+        .unwrap();
+    let (sent, received) = term(0, 0, 0xff);
+    expect_events(&c.qp, &[received, CmEvent::Disconnected]);
+    assert_eq!(state(&c.qp), QpState::Error);
+    let r = collect_exactly_once(&c.rcq, &[150], &c.qp, None);
+    assert_eq!(r[&150].status, CompletionStatus::WrFlushError);
+    c.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    expect_events(&s.qp, &[sent, CmEvent::Disconnected]);
+    assert_eq!(state(&s.qp), QpState::Error);
+    s.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    assert_eq!((state(&c.qp), state(&s.qp)), (QpState::Idle, QpState::Idle));
+    establish(&c, &s, &listener);
+    move_data(&c, &s, 4, 200);
+
+    // Graceful disconnect from the client.
+    c.qp.disconnect().unwrap();
+    // The passive end: Disconnected on the peer's FIN, its own FIN not yet acknowledged.
+    expect_event(&s.qp, &CmEvent::Disconnected);
+    assert_eq!(state(&s.qp), QpState::Error);
+    s.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    expect_event(&c.qp, &CmEvent::Disconnected);
+    wait_state(&c.qp, QpState::Idle);
+    // Closed but not reset: it cannot connect.
+    c.qp.connect(listener.local_addr(), ConnectParams::default())
+        .unwrap();
+    assert!(matches!(
+        c.qp.next_event(T).unwrap(),
+        CmEvent::ConnectError(_)
+    ));
+    c.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    for e in [&c, &s] {
+        let q = e.qp.query().unwrap();
+        assert_eq!((q.state, q.negotiated), (QpState::Idle, None));
+    }
+    establish(&c, &s, &listener);
+    move_data(&c, &s, 5, 300);
+    // The old connections' teardown (the client's TIME-WAIT included) is not the QPs'.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!((state(&c.qp), state(&s.qp)), (QpState::Rts, QpState::Rts));
+    assert_eq!(c.qp.poll_event(), None);
+    assert_eq!(s.qp.poll_event(), None);
+    assert_eq!(c.scq.poll_one(), None);
+    assert_eq!(s.rcq.poll_one(), None);
+}
+
+/// Transitions that do not reset are refused with InvalidInput and a reason: RTS → IDLE
+/// (siw_qp_nextstate_from_rts has no IDLE), CLOSING → IDLE while the close still drains
+/// (siw moves CLOSING to IDLE itself once the LLP closed), attribute changes in RTS and
+/// CLOSING (revision and P2P RTR too). The refused QP keeps working; from CLOSING the
+/// way out is ERROR, and the reset then works.
+#[test]
+fn siw_reset_refused_from_rts_and_closing() {
+    // The Read Response (1 MiB) crawls back at 2 Mbit/s: the QP stays CLOSING (its Read
+    // is outstanding) for about 4 s after the disconnect, while the test needs a moment.
+    let mut wire = WireConfig::default();
+    wire.b_to_a.rate_bps = 2_000_000;
+    wire.b_to_a.rate_queue = Duration::from_secs(8);
+    let (a, b) = pair(wire);
+    let (c, s) = connect(&a, &b, 6102, |_| {});
+    let attrs = [
+        QpModify {
+            revision: Some(1),
+            p2p_rtr: Some(None),
+            ..QpModify::default()
+        },
+        QpModify {
+            p2p_rtr: Some(Some(RtrType::Send)),
+            ..QpModify::default()
+        },
+        QpModify {
+            state: Some(QpState::Idle),
+            crc: Some(true),
+            ..QpModify::default()
+        },
+    ];
+    assert_invalid(
+        c.qp.modify(&QpModify::to_state(QpState::Idle)),
+        "Rts -> Idle",
+    );
+    for m in &attrs {
+        assert_invalid(c.qp.modify(m), &format!("{m:?} in RTS"));
+    }
+    let q = c.qp.query().unwrap();
+    assert_eq!(q.state, QpState::Rts);
+    assert_eq!(q.mpa, MpaAttr::default());
+    let why =
+        c.qp.modify(&QpModify::to_state(QpState::Idle))
+            .unwrap_err()
+            .to_string();
+    assert!(why.contains("Rts -> Idle"), "{why}");
+
+    let sink = mr(&c, 1 << 20);
+    let remote = mr(&s, 1 << 20);
+    remote.write(0, &pattern(1 << 20, 9)).unwrap();
+    c.qp.post_send(SendRequest::read(
+        1,
+        sink.sge_all().unwrap(),
+        remote.rkey(),
+        remote.addr(),
+    ))
+    .unwrap();
+    c.qp.disconnect().unwrap();
+    assert_eq!(state(&c.qp), QpState::Closing);
+    let r = c.qp.modify(&QpModify::to_state(QpState::Idle));
+    assert_invalid(r, "Closing -> Idle");
+    for m in &attrs {
+        assert_invalid(c.qp.modify(m), &format!("{m:?} in CLOSING"));
+    }
+    assert_eq!(
+        state(&c.qp),
+        QpState::Closing,
+        "the refused modify changed the state"
+    );
+    // CLOSING → ERROR, then the reset.
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    let w = collect_exactly_once(&c.scq, &[1], &c.qp, Some(&CmEvent::Disconnected))[&1];
+    assert_eq!(
+        (w.opcode, w.status),
+        (WcOpcode::Read, CompletionStatus::WrFlushError)
+    );
+    c.qp.modify(&QpModify {
+        state: Some(QpState::Idle),
+        revision: Some(1),
+        p2p_rtr: Some(None),
+        ..QpModify::default()
+    })
+    .unwrap();
+    let q = c.qp.query().unwrap();
+    assert_eq!(
+        (q.state, q.mpa.revision, q.mpa.p2p_rtr),
+        (QpState::Idle, 1, None)
+    );
+}
+
+/// RFC 6581: the MPA revision and the P2P RTR type change by modify before connect, and
+/// with a reset; query reports the settings and what was negotiated: revision 1 without
+/// P2P, revision 2 with the RTR type asked for (the Initiator's choice is the one on the
+/// wire, the Responder accepts every type). P2P with revision 1, or revisions other than
+/// 1 and 2, are refused by modify and by create_qp, and a refused modify changes nothing.
+#[test]
+fn rfc6581_modify_sets_revision_and_p2p_rtr_type() {
+    let (a, b) = pair(WireConfig::default());
+    let listener = b.device().listen(server_addr(6103), 4).unwrap();
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    // Invalid combinations: nothing changes.
+    for (what, m) in [
+        (
+            "revision 1 keeping the default Write RTR",
+            QpModify {
+                revision: Some(1),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "revision 3",
+            QpModify {
+                revision: Some(3),
+                p2p_rtr: Some(None),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "revision 0",
+            QpModify {
+                revision: Some(0),
+                ..QpModify::default()
+            },
+        ),
+        (
+            "P2P with revision 1",
+            QpModify {
+                revision: Some(1),
+                p2p_rtr: Some(Some(RtrType::Read)),
+                ird: Some(2),
+                ..QpModify::default()
+            },
+        ),
+    ] {
+        assert_invalid(c.qp.modify(&m), what);
+    }
+    let q = c.qp.query().unwrap();
+    assert_eq!((q.mpa, q.ird), (MpaAttr::default(), 16));
+    {
+        let pd = a.device().alloc_pd();
+        let mut attr = QpInitAttr::new(&c.scq, &c.rcq);
+        attr.mpa.revision = 1;
+        match pd.create_qp(&attr) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+            other => panic!("create_qp with revision 1 and P2P: {other:?}"),
+        }
+    }
+
+    // P2P with a Read RTR, set by modify: used on the wire.
+    c.qp.modify(&QpModify {
+        p2p_rtr: Some(Some(RtrType::Read)),
+        ..QpModify::default()
+    })
+    .unwrap();
+    assert_eq!(c.qp.query().unwrap().mpa.p2p_rtr, Some(RtrType::Read));
+    c.qp.connect(listener.local_addr(), ConnectParams::default())
+        .unwrap();
+    let req = listener.get_request(T).unwrap();
+    assert_eq!((req.revision, req.p2p), (2, Some(RtrType::Read)));
+    req.accept(&s.qp, b"").unwrap();
+    assert!(matches!(
+        c.qp.next_event(T).unwrap(),
+        CmEvent::Established { revision: 2, .. }
+    ));
+    assert!(matches!(
+        s.qp.next_event(T).unwrap(),
+        CmEvent::Established { revision: 2, .. }
+    ));
+    for e in [&c, &s] {
+        let n = e.qp.query().unwrap().negotiated.unwrap();
+        assert_eq!((n.revision, n.p2p_rtr), (2, Some(RtrType::Read)));
+    }
+    move_data(&c, &s, 6, 100);
+
+    // Error, then a reset to revision 1 without P2P on the client.
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    expect_event(&s.qp, &CmEvent::Disconnected);
+    c.qp.modify(&QpModify {
+        state: Some(QpState::Idle),
+        revision: Some(1),
+        p2p_rtr: Some(None),
+        ..QpModify::default()
+    })
+    .unwrap();
+    s.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    let q = c.qp.query().unwrap();
+    assert_eq!(
+        (q.mpa.revision, q.mpa.p2p_rtr, q.negotiated),
+        (1, None, None)
+    );
+    c.qp.connect(listener.local_addr(), ConnectParams::default())
+        .unwrap();
+    let req = listener.get_request(T).unwrap();
+    assert_eq!((req.revision, req.p2p), (1, None));
+    req.accept(&s.qp, b"").unwrap();
+    assert!(matches!(
+        c.qp.next_event(T).unwrap(),
+        CmEvent::Established { revision: 1, .. }
+    ));
+    assert!(matches!(
+        s.qp.next_event(T).unwrap(),
+        CmEvent::Established { revision: 1, .. }
+    ));
+    for e in [&c, &s] {
+        let n = e.qp.query().unwrap().negotiated.unwrap();
+        assert_eq!((n.revision, n.p2p_rtr, n.peer_ird), (1, None, None));
+    }
+    move_data(&c, &s, 7, 200);
 }

@@ -26,8 +26,8 @@ use xwarp_stack::{Readiness, SocketError};
 
 use super::mem::{EngineRegion, RawBuf};
 use super::{
-    CmEvent, ConnectParams, CqShared, MpaAttr, QpAttr, QpModify, QpState, SendOpcode, SendRequest,
-    WcOpcode, WorkCompletion,
+    CmEvent, ConnPhase, ConnectParams, CqShared, MpaAttr, QpAttr, QpModify, QpState, SendOpcode,
+    SendRequest, WcOpcode, WorkCompletion,
 };
 
 /// Most raw bytes kept while a Request is pending (MPA header + 512 private data).
@@ -102,7 +102,8 @@ pub(crate) enum Cmd {
     ModifyQp {
         qpn: u32,
         m: QpModify,
-        reply: Sender<Result<(), String>>,
+        /// `Ok(true)`: the change included a reset (see `VerbsHost::reset_qp`).
+        reply: Sender<Result<bool, String>>,
     },
     Listen {
         token: u64,
@@ -191,6 +192,17 @@ impl QpSlot {
             },
             None if self.finished || self.errored => QpState::Error,
             None => QpState::Idle,
+        }
+    }
+
+    /// Where the connection is, for `super::check_modify`.
+    fn phase(&self) -> ConnPhase {
+        if self.finished {
+            ConnPhase::Done
+        } else if self.conn_id.is_none() && !self.errored {
+            ConnPhase::Unused
+        } else {
+            ConnPhase::Active
         }
     }
 
@@ -690,7 +702,9 @@ impl VerbsHost {
                     return;
                 };
                 if slot.conn_id.is_some() || slot.finished {
-                    slot.event(CmEvent::ConnectError("QP already used".into()));
+                    slot.event(CmEvent::ConnectError(
+                        "QP already used (reset it with modify to Idle first)".into(),
+                    ));
                     return;
                 }
                 let deadline = now + params.timeout;
@@ -869,21 +883,33 @@ impl VerbsHost {
         }
     }
 
-    /// `QueuePair::modify`: check (`super::check_modify`), then apply.
-    fn modify_qp(&mut self, qpn: u32, m: &QpModify) -> Result<(), String> {
+    /// `QueuePair::modify`: check (`super::check_modify`), then apply. `Ok(true)`: the QP
+    /// was reset.
+    fn modify_qp(&mut self, qpn: u32, m: &QpModify) -> Result<bool, String> {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return Err("QP not found".into());
         };
         let cur = slot.state();
-        super::check_modify(cur, slot.conn_id.is_some() || slot.finished, m)?;
+        let reset = super::check_modify(cur, slot.phase(), m)?;
+        // Judge every attribute before changing anything: a refused modify changes nothing.
+        let mpa = m.apply_mpa(&slot.mpa);
+        mpa.validate()?;
         if let Some(n) = m.max_inline_data {
-            if !slot.early.is_empty() {
+            super::check_inline(n, slot.qp.sq_depth)?;
+            // A reset leaves nothing queued (ERROR flushed it).
+            if !reset && !slot.early.is_empty() {
                 return Err("max_inline_data cannot change while work is queued".into());
             }
-            super::check_inline(n, slot.qp.sq_depth)?;
-            let len = n
-                .checked_mul(slot.qp.sq_depth)
-                .ok_or("max_inline_data too large")?;
+        }
+        if reset {
+            self.reset_qp(qpn);
+        }
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return Err("QP not found".into());
+        };
+        if let Some(n) = m.max_inline_data {
+            // `check_inline` passed above: the product fits.
+            let len = n.saturating_mul(slot.qp.sq_depth);
             let new = if n > 0 {
                 let r = self.res.stags.register(
                     slot.qp.pd,
@@ -901,9 +927,9 @@ impl VerbsHost {
         }
         slot.qp.ird = m.ird.unwrap_or(slot.qp.ird);
         slot.qp.ord = m.ord.unwrap_or(slot.qp.ord);
-        slot.mpa.crc = m.crc.unwrap_or(slot.mpa.crc);
-        slot.mpa.markers = m.markers.unwrap_or(slot.mpa.markers);
+        slot.mpa = mpa;
         match m.state {
+            _ if reset => {}
             Some(to) if to == cur => {}
             Some(QpState::Closing) => self.disconnect(qpn),
             Some(QpState::Terminate) => {
@@ -937,7 +963,59 @@ impl VerbsHost {
             }
             _ => {}
         }
-        Ok(())
+        Ok(reset)
+    }
+
+    /// The reset of `QueuePair::modify` (ERROR → IDLE, or IDLE after a graceful close):
+    /// the QP becomes as created. The old connection (with its protocol state: MSNs,
+    /// ORD/IRD queues, Terminate state, negotiated MPA) is dropped after every work
+    /// request it still held was flushed and drained to the CQs (entering ERROR or the
+    /// close already did that; this makes sure, so nothing is lost and nothing of it
+    /// completes later). Its TCP connection is released: a stream that already finished
+    /// its iWARP side (a graceful close under way, or TIME-WAIT) goes on as a detached
+    /// owner (`Owner::Detached`) and closes gracefully; one still open has no owner any
+    /// more, so `close_request` aborts it (RST) and its `on_closed` finds nothing. Either
+    /// way no event or completion of it reaches the QP again and it is never reused.
+    fn reset_qp(&mut self, qpn: u32) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if let Some(c) = slot.conn.as_mut() {
+            if let Some(q) = c.qp_mut() {
+                // No-op when already in ERROR (the usual case).
+                q.modify_to_error();
+            } else if !c.is_closed() {
+                // Still in the MPA handshake: closing it flushes the work it holds.
+                c.close();
+            }
+        }
+        slot.drain();
+        for e in std::mem::take(&mut slot.held) {
+            slot.flush_one(e);
+        }
+        slot.flush_early();
+        let conn = slot.conn.take();
+        if let Some(id) = slot.conn_id.take() {
+            if matches!(self.owners.get(&id), Some(Owner::Qp(q)) if *q == qpn) {
+                match conn {
+                    Some(c) if c.is_closed() && c.wants_close() => {
+                        self.owners.insert(id, Owner::Detached { conn: c });
+                    }
+                    _ => {
+                        self.owners.remove(&id);
+                    }
+                }
+            }
+        }
+        slot.connecting = None;
+        slot.abort = false;
+        slot.finished = false;
+        slot.disconnect_requested = false;
+        slot.errored = false;
+        slot.addrs = None;
+        if let Some(inline) = slot.inline.as_mut() {
+            inline.2 = 0;
+        }
     }
 
     /// `ConnRequest::accept` (rdma_accept): bind the pending connection to QP `qpn`.

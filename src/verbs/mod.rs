@@ -366,12 +366,9 @@ impl ProtectionDomain {
                 "queue depths must be at least 1",
             ));
         }
-        if attr.mpa.revision != 1 && attr.mpa.revision != 2 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "MPA revision must be 1 or 2",
-            ));
-        }
+        attr.mpa
+            .validate()
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         check_inline(attr.max_inline_data, attr.max_send_wr)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         let qpn = self.dev.inner.next_qpn.fetch_add(1, Ordering::Relaxed);
@@ -750,6 +747,30 @@ impl Default for MpaAttr {
     }
 }
 
+impl MpaAttr {
+    /// Whether the settings can make a connection: the revision is 1 or 2 (RFC 5044 /
+    /// RFC 6581), and P2P (an RTR type) only with revision 2, since the RTR type is
+    /// negotiated in the MPA v2 block (RFC 6581 §3). [`ProtectionDomain::create_qp`] and
+    /// [`QueuePair::modify`] refuse anything else with `InvalidInput` and this reason.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.revision != 1 && self.revision != 2 {
+            return Err(format!(
+                "MPA revision must be 1 or 2 (got {})",
+                self.revision
+            ));
+        }
+        if self.revision == 1 {
+            if let Some(rtr) = self.p2p_rtr {
+                return Err(format!(
+                    "P2P RTR type {rtr:?} needs MPA revision 2 (RFC 6581 negotiates it in the \
+                     v2 block); set p2p_rtr to None for revision 1"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// QP creation attributes.
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {
@@ -1014,7 +1035,8 @@ impl QpAttr {
 /// A change for [`QueuePair::modify`] (after `ibv_modify_qp`): a new state and/or new
 /// attributes; `None` fields stay as they are.
 ///
-/// Transitions (siw's `siw_qp_modify`; anything else is `InvalidInput`):
+/// Transitions (siw's `siw_qp_modify`, plus the verbs RESET; anything else is
+/// `InvalidInput` with the reason):
 /// * IDLE → ERROR (queued work is flushed; a connect in progress is aborted);
 /// * RTS → CLOSING (graceful disconnect, like [`QueuePair::disconnect`]), RTS →
 ///   TERMINATE (a Terminate, RDMAP layer, local catastrophic error, code 0xff, then the
@@ -1022,11 +1044,21 @@ impl QpAttr {
 /// * CLOSING → ERROR, TERMINATE → ERROR (abortive);
 /// * teardown on the wire as siw does it (iwarp-wire.md §4.7): CLOSING ends with a TCP
 ///   FIN and no RDMAP message, ERROR releases the connection at once (a TCP reset);
-/// * to the current state: nothing happens (IDLE → IDLE only carries attributes).
+/// * ERROR → IDLE, and IDLE → IDLE once a graceful close finished: a **reset** (verbs
+///   `IBV_QPS_RESET`, which siw maps to its IDLE); see [`QueuePair::modify`];
+/// * to the current state otherwise: nothing happens (IDLE → IDLE on a QP that never
+///   connected only carries attributes).
 ///
+/// Refused on purpose: RTS → IDLE (siw's `siw_qp_nextstate_from_rts` has no IDLE: the
+/// connection must end first, by CLOSING or ERROR); CLOSING → IDLE (siw moves a CLOSING
+/// QP to IDLE itself when the LLP close finished, `siw_qp_llp_close`; here too: once the
+/// graceful close finished the QP is IDLE and may be reset, before that the close is
+/// still draining work); TERMINATE → IDLE (ERROR follows once the Terminate is sent).
 /// RTS is entered by [`QueuePair::connect`] / [`ConnRequest::accept`] only (siw needs the
-/// LLP handle for it), and a QP never leaves ERROR. Attributes change only in IDLE before
-/// the connection was started (connect or accept): after that they are negotiated.
+/// LLP handle for it).
+///
+/// Attributes change only in IDLE before the connection was started (connect or accept),
+/// or together with / after a reset: once a connection started they are negotiated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QpModify {
     /// Move to this state.
@@ -1042,6 +1074,12 @@ pub struct QpModify {
     /// Largest inline payload (0 disables inline; bounded as
     /// [`QpInitAttr::max_inline_data`]). Refused while work is queued.
     pub max_inline_data: Option<usize>,
+    /// MPA revision to request / highest accepted ([`MpaAttr::revision`], 1 or 2).
+    pub revision: Option<u8>,
+    /// The P2P RTR type the Initiator offers ([`MpaAttr::p2p_rtr`]): `Some(None)` turns
+    /// P2P off, `Some(Some(t))` asks for type `t`. The result must pass
+    /// [`MpaAttr::validate`] (P2P needs revision 2), else the whole modify is refused.
+    pub p2p_rtr: Option<Option<RtrType>>,
 }
 
 impl QpModify {
@@ -1060,17 +1098,44 @@ impl QpModify {
             || self.crc.is_some()
             || self.markers.is_some()
             || self.max_inline_data.is_some()
+            || self.revision.is_some()
+            || self.p2p_rtr.is_some()
+    }
+
+    /// `mpa` with this change's MPA fields applied.
+    pub(crate) fn apply_mpa(&self, mpa: &MpaAttr) -> MpaAttr {
+        MpaAttr {
+            revision: self.revision.unwrap_or(mpa.revision),
+            crc: self.crc.unwrap_or(mpa.crc),
+            markers: self.markers.unwrap_or(mpa.markers),
+            p2p_rtr: self.p2p_rtr.unwrap_or(mpa.p2p_rtr),
+        }
     }
 }
 
-/// Whether `m` is legal for a QP in `cur` (`started`: a connect or accept was already
-/// applied to it). `Err` carries the reason.
-pub(crate) fn check_modify(cur: QpState, started: bool, m: &QpModify) -> Result<(), String> {
+/// Where a QP's connection is, as [`check_modify`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnPhase {
+    /// No connect or accept was applied (a new QP, or one just reset).
+    Unused,
+    /// A connection was started and has not ended (connecting, MPA, RTS, closing).
+    Active,
+    /// The connection ended (closed, failed, or the QP was moved to ERROR).
+    Done,
+}
+
+/// Whether `m` is legal for a QP in `cur` whose connection is in `phase`. `Ok(true)`:
+/// the change includes a reset (ERROR → IDLE, or IDLE → IDLE after the connection
+/// ended); `Err` carries the reason.
+pub(crate) fn check_modify(cur: QpState, phase: ConnPhase, m: &QpModify) -> Result<bool, String> {
     use QpState::*;
+    let reset =
+        m.state == Some(Idle) && (cur == Error || (cur == Idle && phase == ConnPhase::Done));
     if m.has_attrs() {
-        if cur != Idle || started {
+        if !reset && (cur != Idle || phase != ConnPhase::Unused) {
             return Err(format!(
-                "QP attributes can change only before connect/accept (the QP is {cur:?}{})",
+                "QP attributes can change only before connect/accept or with a reset to \
+                 Idle (the QP is {cur:?}{})",
                 if cur == Idle {
                     ", connection started"
                 } else {
@@ -1084,17 +1149,34 @@ pub(crate) fn check_modify(cur: QpState, started: bool, m: &QpModify) -> Result<
         }
     }
     let Some(to) = m.state else {
-        return Ok(());
+        return Ok(false);
     };
     match (cur, to) {
-        (a, b) if a == b => Ok(()),
-        (Idle | Rts | Closing | Terminate, Error) => Ok(()),
-        (Rts, Closing | Terminate) => Ok(()),
+        (Error, Idle) => Ok(true),
+        (a, b) if a == b => Ok(reset),
+        (Idle | Rts | Closing | Terminate, Error) => Ok(false),
+        (Rts, Closing | Terminate) => Ok(false),
         (_, Rts) => Err(format!(
             "{cur:?} -> Rts: RTS is entered by connect or accept"
         )),
+        (Rts, Idle) => Err(
+            "Rts -> Idle: the QP is connected; end the connection first (disconnect / \
+             Closing, or Error), then reset it to Idle"
+                .into(),
+        ),
+        (Closing, Idle) => Err(
+            "Closing -> Idle: the graceful close is still draining work; the QP enters \
+             Idle by itself when it finished (then modify to Idle resets it), or move it \
+             to Error"
+                .into(),
+        ),
+        (Terminate, Idle) => Err(
+            "Terminate -> Idle: the Terminate is being sent; the QP enters Error next, \
+             then reset it to Idle"
+                .into(),
+        ),
         (Error, _) => Err(format!(
-            "Error -> {to:?}: a QP in ERROR stays there (create a new QP)"
+            "Error -> {to:?}: from ERROR only a reset to Idle is possible"
         )),
         (Idle, Closing | Terminate) => Err(format!("Idle -> {to:?}: the QP is not connected")),
         _ => Err(format!("{cur:?} -> {to:?} is not a QP state transition")),
@@ -1228,10 +1310,11 @@ impl QueuePair {
     /// change and posted work waits for the connection; the QP enters `Rts` when the
     /// connection manager finished MPA (and, for a P2P Responder, the RTR arrived).
     /// `Closing` is a graceful close in progress (queued work drains, then TCP closes);
-    /// after a clean graceful close the QP is `Idle` again (as in siw; it cannot connect
-    /// again, create a new QP). `Terminate`: a Terminate is queued, `Error` follows once it
-    /// is sent. `Error`: every outstanding and later work request completes with
-    /// `WrFlushError`.
+    /// after a clean graceful close the QP is `Idle` again (as in siw). `Terminate`: a
+    /// Terminate is queued, `Error` follows once it is sent. `Error`: every outstanding
+    /// and later work request completes with `WrFlushError`. From `Error`, and from
+    /// `Idle` after a graceful close, a reset ([`QueuePair::modify`] to `Idle`) makes the
+    /// QP usable for a new connect/accept.
     pub fn state(&self) -> io::Result<QpState> {
         Ok(self.query()?.state)
     }
@@ -1252,15 +1335,42 @@ impl QueuePair {
     /// once); a connection (or a connect in progress) is reset and
     /// [`CmEvent::Disconnected`] (or `ConnectError`) follows; a QP that never connected
     /// reports no CM event. The call returns once the engine applied the change.
+    ///
+    /// **Reset** (to `Idle` from `Error`, or from `Idle` once a graceful close finished;
+    /// verbs `IBV_QPS_RESET`): the QP becomes as freshly created, with the same
+    /// [`Self::qp_num`], CQs, PD and attributes, and [`Self::connect`] /
+    /// [`ConnRequest::accept`] work on it again. Everything outstanding already completed
+    /// when the QP entered ERROR (or closed), exactly once; the reset adds no completion
+    /// and no completion or CM event of the old connection follows it. The old
+    /// connection's protocol state (MSNs, ORD/IRD queues, Terminate state, the negotiated
+    /// MPA results, [`QpAttr::negotiated`], the addresses) is dropped, and CM events of it
+    /// that were not read yet are discarded. Its TCP connection is released from the QP
+    /// and never reused: reset (RST) if it is still open, or left to finish a graceful
+    /// close it already began. The reset never waits for that: siw refuses to leave a
+    /// state while a work request is still active (`-EAGAIN`), which cannot happen here,
+    /// since the old connection's work was flushed when it ended. Attributes given in the
+    /// same call apply after the reset. Work posted after the reset waits for the new
+    /// connection, as on a new QP. Do not accept on the QP from another thread while it
+    /// is being reset.
+    ///
+    /// siw itself treats ERROR as final (its `siw_qp_modify` ignores a move out of ERROR,
+    /// and RESET maps to its IDLE); allowing the reset follows the verbs state machine.
     pub fn modify(&self, m: &QpModify) -> io::Result<()> {
         let qpn = self.qpn;
         let m2 = m.clone();
-        self.dev
+        let reset = self
+            .dev
             .inner
             .call(|reply| Cmd::ModifyQp { qpn, m: m2, reply })?
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         if let Some(n) = m.max_inline_data {
             self.max_inline.store(n, Ordering::Relaxed);
+        }
+        if reset {
+            // The engine answered after the reset, and it sends no event of the old
+            // connection after it: everything queued now belongs to the old one.
+            while self.events.try_recv().is_ok() {}
+            self.ready.drain();
         }
         Ok(())
     }
@@ -1406,7 +1516,8 @@ impl ConnRequest {
     ///
     /// Errors (as `rdma_accept`), reported here and never as an event of `qp`:
     /// `InvalidInput` if `qp` was already used (connected, connecting, accepted, or in
-    /// ERROR) — the request's connection is then dropped (reset); `ConnectionAborted` if
+    /// ERROR; a reset with [`QueuePair::modify`] to `Idle` makes it unused again) — the
+    /// request's connection is then dropped (reset); `ConnectionAborted` if
     /// the Initiator's connection went away before the answer.
     pub fn accept(mut self, qp: &QueuePair, private_data: &[u8]) -> io::Result<()> {
         self.answered = true;
@@ -1443,7 +1554,7 @@ impl Drop for ConnRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_modify, QpModify, QpState};
+    use super::{check_modify, ConnPhase, MpaAttr, QpModify, QpState, RtrType};
 
     const ALL: [QpState; 5] = [
         QpState::Idle,
@@ -1452,10 +1563,12 @@ mod tests {
         QpState::Terminate,
         QpState::Error,
     ];
+    const PHASES: [ConnPhase; 3] = [ConnPhase::Unused, ConnPhase::Active, ConnPhase::Done];
 
     /// siw_qp_modify's table (siw_qp_nextstate_from_idle/_rts/_term/_close): from IDLE
     /// only ERROR (RTS needs the LLP handle, so only connect/accept enter it); from RTS
-    /// CLOSING, TERMINATE, ERROR; from CLOSING and TERMINATE only ERROR; ERROR is final.
+    /// CLOSING, TERMINATE, ERROR; from CLOSING and TERMINATE only ERROR. Plus the verbs
+    /// RESET: ERROR → IDLE, and IDLE → IDLE once the connection ended, report a reset.
     /// To the current state is a no-op; every other pair is refused with a reason.
     #[test]
     fn siw_qp_modify_transition_table() {
@@ -1464,16 +1577,20 @@ mod tests {
             from == to
                 || matches!(
                     (from, to),
-                    (Idle | Rts | Closing | Terminate, Error) | (Rts, Closing | Terminate)
+                    (Idle | Rts | Closing | Terminate, Error)
+                        | (Rts, Closing | Terminate)
+                        | (Error, Idle)
                 )
         };
         let mut n_legal = 0;
         for from in ALL {
             for to in ALL {
-                for started in [false, true] {
-                    let r = check_modify(from, started, &QpModify::to_state(to));
+                for phase in PHASES {
+                    let r = check_modify(from, phase, &QpModify::to_state(to));
                     if legal(from, to) {
-                        assert_eq!(r, Ok(()), "{from:?} -> {to:?}");
+                        let reset = to == Idle
+                            && (from == Error || (from == Idle && phase == ConnPhase::Done));
+                        assert_eq!(r, Ok(reset), "{from:?} -> {to:?} ({phase:?})");
                         n_legal += 1;
                     } else {
                         let why = r.expect_err(&format!("{from:?} -> {to:?} accepted"));
@@ -1482,12 +1599,13 @@ mod tests {
                 }
             }
         }
-        // 5 no-ops + 4 to ERROR + 2 from RTS, with and without a started connection.
-        assert_eq!(n_legal, 2 * (5 + 4 + 2));
+        // 5 no-ops + 4 to ERROR + 2 from RTS + the reset from ERROR, in each phase.
+        assert_eq!(n_legal, 3 * (5 + 4 + 2 + 1));
     }
 
-    /// Attributes change only in IDLE before connect/accept; IRD/ORD fit the 14-bit MPA
-    /// v2 fields (RFC 6581 §3); a refused attribute fails the whole modify.
+    /// Attributes change only in IDLE before connect/accept, or with a reset; IRD/ORD
+    /// fit the 14-bit MPA v2 fields (RFC 6581 §3); a refused attribute fails the whole
+    /// modify.
     #[test]
     fn rfc6581_attributes_only_before_connect_and_within_14_bits() {
         let attrs = QpModify {
@@ -1496,19 +1614,44 @@ mod tests {
             crc: Some(true),
             markers: Some(false),
             max_inline_data: Some(0),
+            revision: Some(2),
+            p2p_rtr: Some(Some(RtrType::Read)),
             ..QpModify::default()
         };
         assert!(attrs.has_attrs());
-        assert_eq!(check_modify(QpState::Idle, false, &attrs), Ok(()));
-        assert!(check_modify(QpState::Idle, true, &attrs).is_err());
+        assert_eq!(
+            check_modify(QpState::Idle, ConnPhase::Unused, &attrs),
+            Ok(false)
+        );
+        for phase in [ConnPhase::Active, ConnPhase::Done] {
+            assert!(check_modify(QpState::Idle, phase, &attrs).is_err());
+        }
         for s in ALL.into_iter().filter(|&s| s != QpState::Idle) {
-            assert!(check_modify(s, true, &attrs).is_err(), "{s:?}");
+            assert!(check_modify(s, ConnPhase::Done, &attrs).is_err(), "{s:?}");
             let with_state = QpModify {
                 state: Some(QpState::Error),
                 ..attrs.clone()
             };
-            assert!(check_modify(s, true, &with_state).is_err(), "{s:?}");
+            assert!(
+                check_modify(s, ConnPhase::Done, &with_state).is_err(),
+                "{s:?}"
+            );
         }
+        // With a reset the attributes are judged as on a new QP.
+        let with_reset = QpModify {
+            state: Some(QpState::Idle),
+            ..attrs.clone()
+        };
+        assert_eq!(
+            check_modify(QpState::Error, ConnPhase::Active, &with_reset),
+            Ok(true)
+        );
+        assert_eq!(
+            check_modify(QpState::Idle, ConnPhase::Done, &with_reset),
+            Ok(true)
+        );
+        assert!(check_modify(QpState::Idle, ConnPhase::Active, &with_reset).is_err());
+        assert!(check_modify(QpState::Rts, ConnPhase::Active, &with_reset).is_err());
         for bad in [
             QpModify {
                 ird: Some(0x4000),
@@ -1519,8 +1662,43 @@ mod tests {
                 ..QpModify::default()
             },
         ] {
-            assert!(check_modify(QpState::Idle, false, &bad).is_err());
+            assert!(check_modify(QpState::Idle, ConnPhase::Unused, &bad).is_err());
         }
         assert!(!QpModify::to_state(QpState::Error).has_attrs());
+    }
+
+    /// RFC 6581 §3: the RTR type is negotiated in the MPA v2 block, so P2P needs
+    /// revision 2; revisions other than 1 and 2 do not exist (RFC 5044 §7.1, RFC 6581).
+    #[test]
+    fn rfc6581_p2p_needs_revision_2() {
+        let base = MpaAttr::default();
+        assert_eq!(base.validate(), Ok(()));
+        let m = |revision, p2p_rtr| QpModify {
+            revision,
+            p2p_rtr,
+            ..QpModify::default()
+        };
+        let ok = [
+            m(Some(1), Some(None)),
+            m(Some(2), Some(Some(RtrType::Send))),
+            m(None, Some(Some(RtrType::Read))),
+            m(None, Some(None)),
+        ];
+        for x in ok {
+            let a = x.apply_mpa(&base);
+            assert_eq!(a.validate(), Ok(()), "{x:?}");
+        }
+        let v1 = m(Some(1), Some(None)).apply_mpa(&base);
+        assert_eq!((v1.revision, v1.p2p_rtr), (1, None));
+        // Revision 1 keeping the default Write RTR, or P2P asked on a revision-1 QP.
+        for (x, on) in [
+            (m(Some(1), None), &base),
+            (m(None, Some(Some(RtrType::Write))), &v1),
+            (m(Some(0), Some(None)), &base),
+            (m(Some(3), None), &base),
+        ] {
+            let why = x.apply_mpa(on).validate().expect_err(&format!("{x:?}"));
+            assert!(why.contains("revision"), "{why}");
+        }
     }
 }
