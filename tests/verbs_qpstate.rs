@@ -1629,3 +1629,42 @@ fn rfc6581_modify_sets_revision_and_p2p_rtr_type() {
     }
     move_data(&c, &s, 7, 200);
 }
+
+/// A failed connect leaves the QP in ERROR (refused: nobody listens); the reset makes it
+/// connect again. A connect aborted by ERROR during the TCP handshake and reset at once
+/// (its TCP connection still opening, 20 ms each way) leaves no trace: the next connect
+/// of the same QP is the only request the listener sees, and no event of the aborted one
+/// reaches the QP.
+#[test]
+fn verbs_qp_reset_after_a_failed_or_aborted_connect() {
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = Duration::from_millis(20);
+    }
+    let (a, b) = pair(wire);
+    let c = end(&a, |_| {});
+    let s = end(&b, |_| {});
+    c.qp.connect(server_addr(6104), ConnectParams::default())
+        .unwrap();
+    assert!(matches!(
+        c.qp.next_event(T).unwrap(),
+        CmEvent::ConnectError(_)
+    ));
+    assert_eq!(state(&c.qp), QpState::Error);
+    c.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    assert_eq!(state(&c.qp), QpState::Idle);
+
+    let listener = b.device().listen(server_addr(6104), 4).unwrap();
+    c.qp.connect(server_addr(6104), ConnectParams::default())
+        .unwrap();
+    c.qp.modify(&QpModify::to_state(QpState::Error)).unwrap();
+    c.qp.modify(&QpModify::to_state(QpState::Idle)).unwrap();
+    assert_eq!(state(&c.qp), QpState::Idle);
+    establish(&c, &s, &listener);
+    move_data(&c, &s, 8, 100);
+    assert!(
+        listener.get_request(Duration::from_millis(100)).is_err(),
+        "a request from the aborted connect"
+    );
+    assert_eq!(c.qp.poll_event(), None);
+}

@@ -24,7 +24,9 @@
 //!   Local Invalidate; SGLs, signaled/unsignaled, inline, fence), post_recv, connect,
 //!   disconnect, CM events ([`CmEvent`]); the QP state machine through
 //!   [`QueuePair::state`], [`QueuePair::query`] ([`QpAttr`]) and [`QueuePair::modify`]
-//!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`.
+//!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`;
+//!   a reset (modify to IDLE from ERROR, or after a graceful close) makes a QP
+//!   connect/accept again.
 //! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
 //!   the peer's IRD/ORD; accept or reject with private data.
 //!
