@@ -362,7 +362,8 @@ enum Owner {
         reported: bool,
         abort: bool,
     },
-    /// A rejecting probe finishing its Reply.
+    /// A connection no QP owns, finishing its close: a rejecting probe sending its
+    /// Reply, or the old connection of a reset QP (`VerbsHost::reset_qp`).
     Detached { conn: Connection },
 }
 
