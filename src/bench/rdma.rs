@@ -74,7 +74,7 @@ usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin apart
                     core, server + engine B on the second; none: no pinning (default
                     apart). Waiters yield while they poll
   --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
-                    (yield the core that long, then sleep) or forever (default: yield50)
+                    (yield the core that long, then sleep) or forever (default: yield2000)
   --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
                     separated; the others report 0)
   --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
@@ -415,7 +415,10 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
     let (mut posted, mut done) = (0u64, 0u64);
     // `--pin apart`: the client runs on the core of the engine that receives the data (see
     // the module docs); this thread goes back to side A's core afterwards.
-    let _side_b = (!read && APART.load(Ordering::Relaxed)).then(OnSideB::enter);
+    let apart = APART.load(Ordering::Relaxed);
+    let _side_b = (!read && apart).then(OnSideB::enter);
+    // Off the sending engine's core (`--pin apart`) the client polls before it sleeps.
+    let poll_for = if apart { BULK_POLL } else { Duration::ZERO };
     let cpu0 = process_cpu();
     let t0 = Instant::now();
     loop {
@@ -437,7 +440,7 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
         if done == posted {
             break;
         }
-        let wc = ok(next_sleeping(&c.scq)?)?;
+        let wc = ok(next_completion(&c.scq, poll_for)?)?;
         if wc.wr_id < done || wc.wr_id >= posted {
             return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
         }
@@ -456,14 +459,32 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
     Ok((bytes * 8.0 / secs / 1e9, cpu.as_secs_f64() / (bytes / 1e9)))
 }
 
-/// The next completion; sleeps on the CQ's notification while there is none (as the
-/// applications of `xwarp bench tcp` sleep on their sockets, and perftest's `-e`). The
-/// client shares its core with the sending engine: `CompletionQueue::next` yields that
-/// core in a loop for 50 µs first, which kept a busy engine from running whole scheduler
-/// slices. Measured at MTU 9000, 3 interleaved runs: 7.5-8.1 Gbit/s sleeping vs 5.4-6.2
-/// yielding, at the same CPU per GB.
-fn next_sleeping(cq: &CompletionQueue) -> io::Result<WorkCompletion> {
+/// How long the bandwidth client polls its CQ (yielding the core on every empty poll)
+/// before it sleeps on the CQ's notification, when it does not share the sending engine's
+/// core (`--pin apart`; perftest's `ib_write_bw` polls without `-e`). A sleeping client is
+/// woken by the sending engine with an eventfd write, an IPI to the other core, on the
+/// bottleneck core. Measured at MTU 60000 with the engines' 2 ms yield budget, 3
+/// interleaved pairs of write_bw runs: 24.7 / 24.4 / 25.0 Gbit/s polling against
+/// 22.7 / 22.7 (and one slow 13.2) with the client sleeping and engines yielding 50 µs,
+/// at the same CPU per GB (0.62-0.64 s).
+const BULK_POLL: Duration = Duration::from_millis(2);
+
+/// The next completion: polls for `poll_for` (yielding), then sleeps on the CQ's
+/// notification while there is none (as the applications of `xwarp bench tcp` sleep on
+/// their sockets, and perftest's `-e`). With `--pin sides` the client shares its core with
+/// the sending engine and does not poll: `CompletionQueue::next` yields that core in a loop
+/// for 50 µs first, which kept a busy engine from running whole scheduler slices. Measured
+/// at MTU 9000, 3 interleaved runs: 7.5-8.1 Gbit/s sleeping vs 5.4-6.2 yielding, at the
+/// same CPU per GB.
+fn next_completion(cq: &CompletionQueue, poll_for: Duration) -> io::Result<WorkCompletion> {
     let deadline = Instant::now() + WAIT;
+    let poll_until = Instant::now() + poll_for;
+    while Instant::now() < poll_until {
+        if let Some(wc) = cq.poll_one() {
+            return Ok(wc);
+        }
+        std::thread::yield_now();
+    }
     loop {
         if let Some(wc) = cq.poll_one() {
             return Ok(wc);
@@ -866,7 +887,20 @@ pub fn run(o: &Options) -> io::Result<Results> {
         if o.repeat > 1 {
             eprintln!("xwarp bench rdma: round {}/{}", round + 1, o.repeat);
         }
-        rounds.push(run_round(o, &net)?);
+        let r = run_round(o, &net)?;
+        if o.repeat > 1 {
+            // Each round's bandwidths, so the spread behind the medians is on record.
+            eprintln!(
+                "xwarp bench rdma: round {}: write_bw {:.2} read_bw {:.2} kernel bulk {:.2} \
+                 ceiling {:.2} Gbit/s",
+                round + 1,
+                r.write_bw_gbps,
+                r.read_bw_gbps,
+                r.tcp_bulk_gbps,
+                r.ceiling_gbps
+            );
+        }
+        rounds.push(r);
     }
     Ok(median(&rounds))
 }
@@ -1020,9 +1054,18 @@ fn ceiling(net: &VethPair, o: &Options, a_ip: Ipv4Addr, b_ip: Ipv4Addr) -> io::R
 /// waiters do) hands over with a context switch instead: ~15-20 µs. (With waiters that
 /// busy-spin, a yielding engine would lose a whole scheduler slice per yield; sleeping at
 /// once, `--spin-us 0`, is the better choice there.)
+///
+/// The budget is 2 ms rather than `SpinBudget::SHARED_CORES`' 50 µs: the receiving engine
+/// of a bulk test idles in gaps of tens of µs while the sender refills its send buffer,
+/// and each time it fell asleep the sender's next frame had to wake it (an IPI from inside
+/// the sender's `sendto`, on the bottleneck core): ~2.5% of that core went to
+/// `sock_def_readable` at MTU 60000. Yielding costs the core's other thread nothing.
 fn engine_spin(o: &Options) -> SpinBudget {
-    o.spin.unwrap_or(SpinBudget::SHARED_CORES)
+    o.spin.unwrap_or(ENGINE_SPIN)
 }
+
+/// Default engine idle policy of `xwarp bench rdma` (see [`engine_spin`]).
+const ENGINE_SPIN: SpinBudget = SpinBudget::Yield(Duration::from_millis(2));
 
 fn spin_name(o: &Options) -> String {
     match engine_spin(o) {
@@ -1194,10 +1237,11 @@ mod tests {
             (o.duration, o.small, o.net, o.pin),
             (Duration::from_millis(500), 8, 91, Pin::None)
         );
-        assert_eq!(
-            engine_spin(&o),
-            SpinBudget::Yield(Duration::from_micros(50))
-        );
+        assert_eq!(Options::default().pin, Pin::Apart);
+        let o = parse(&a(&["--pin", "sides"])).unwrap().unwrap();
+        assert_eq!(o.pin, Pin::Sides);
+        assert!(parse(&a(&["--pin", "everywhere"])).is_err());
+        assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
         let o = parse(&a(&["--spin-us", "0"])).unwrap().unwrap();
         assert_eq!(engine_spin(&o), SpinBudget::Duration(Duration::ZERO));
         assert!(parse(&a(&["--spin-us", "yieldx"])).is_err());
@@ -1225,10 +1269,7 @@ mod tests {
             (XdpMode::Generic, RxChecksum::TrustL4)
         );
         let o = parse(&a(&[])).unwrap().unwrap();
-        assert_eq!(
-            engine_spin(&o),
-            SpinBudget::Yield(Duration::from_micros(50))
-        );
+        assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
         assert!(TESTS.iter().all(|t| o.runs(t)));
     }
 }
