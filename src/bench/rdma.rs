@@ -417,7 +417,11 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
     // the module docs); this thread goes back to side A's core afterwards.
     let apart = APART.load(Ordering::Relaxed);
     let _side_b = (!read && apart).then(OnSideB::enter);
-    // Off the sending engine's core (`--pin apart`) the client polls before it sleeps.
+    // The client sleeps on the CQ's notification while there is no completion (as the
+    // applications of `xwarp bench tcp` sleep on their sockets, and perftest's `-e`); off
+    // the sending engine's core (`--pin apart`) it polls for `BULK_POLL` first. With
+    // `--pin sides` it shares that core and sleeps at once: measured at MTU 9000, 3
+    // interleaved runs, 7.5-8.1 Gbit/s sleeping vs 5.4-6.2 yielding, at the same CPU per GB.
     let poll_for = if apart { BULK_POLL } else { Duration::ZERO };
     let cpu0 = process_cpu();
     let t0 = Instant::now();
@@ -440,7 +444,7 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
         if done == posted {
             break;
         }
-        let wc = ok(next_completion(&c.scq, poll_for)?)?;
+        let wc = ok(c.scq.next_polling(WAIT, poll_for)?)?;
         if wc.wr_id < done || wc.wr_id >= posted {
             return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
         }
@@ -468,38 +472,6 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
 /// 22.7 / 22.7 (and one slow 13.2) with the client sleeping and engines yielding 50 µs,
 /// at the same CPU per GB (0.62-0.64 s).
 const BULK_POLL: Duration = Duration::from_millis(2);
-
-/// The next completion: polls for `poll_for` (yielding), then sleeps on the CQ's
-/// notification while there is none (as the applications of `xwarp bench tcp` sleep on
-/// their sockets, and perftest's `-e`). With `--pin sides` the client shares its core with
-/// the sending engine and does not poll: `CompletionQueue::next` yields that core in a loop
-/// for 50 µs first, which kept a busy engine from running whole scheduler slices. Measured
-/// at MTU 9000, 3 interleaved runs: 7.5-8.1 Gbit/s sleeping vs 5.4-6.2 yielding, at the
-/// same CPU per GB.
-fn next_completion(cq: &CompletionQueue, poll_for: Duration) -> io::Result<WorkCompletion> {
-    let deadline = Instant::now() + WAIT;
-    let poll_until = Instant::now() + poll_for;
-    while Instant::now() < poll_until {
-        if let Some(wc) = cq.poll_one() {
-            return Ok(wc);
-        }
-        std::thread::yield_now();
-    }
-    loop {
-        if let Some(wc) = cq.poll_one() {
-            return Ok(wc);
-        }
-        cq.req_notify(false);
-        if let Some(wc) = cq.poll_one() {
-            return Ok(wc);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(err("no completion"));
-        }
-        cq.wait(Some(left))?;
-    }
-}
 
 /// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock ticks
 /// of 10 ms: USER_HZ is 100 on Linux). Without `CONFIG_IRQ_TIME_ACCOUNTING` the softirq

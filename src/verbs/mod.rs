@@ -647,10 +647,19 @@ impl CompletionQueue {
     }
 
     /// Block until a completion arrives (spin briefly, then sleep on the fd) or
-    /// `timeout` passes.
+    /// `timeout` passes: [`CompletionQueue::next_polling`] with 50 µs of polling.
     pub fn next(&self, timeout: Duration) -> io::Result<WorkCompletion> {
+        self.next_polling(timeout, Duration::from_micros(50))
+    }
+
+    /// Block until a completion arrives or `timeout` passes: poll for `poll` first,
+    /// yielding the core on every empty poll, then arm the notification and sleep on the
+    /// fd. A zero `poll` sleeps at once (the thread shares its core with the engine that
+    /// produces the completions); a long one keeps the engine from having to wake this
+    /// thread (an eventfd write, an IPI when it runs on another core).
+    pub fn next_polling(&self, timeout: Duration, poll: Duration) -> io::Result<WorkCompletion> {
         let deadline = Instant::now() + timeout;
-        let spin_until = Instant::now() + Duration::from_micros(50);
+        let spin_until = Instant::now() + poll;
         loop {
             if let Some(wc) = self.poll_one() {
                 return Ok(wc);
