@@ -16,6 +16,15 @@ use xwarp::verbs::{
     WorkCompletion,
 };
 
+/// A virtual wire that delays every frame by `each_way` in both directions.
+fn delayed(each_way: Duration) -> WireConfig {
+    let mut wire = WireConfig::default();
+    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
+        l.delay = each_way;
+    }
+    wire
+}
+
 fn state(qp: &QueuePair) -> QpState {
     qp.state().expect("query")
 }
@@ -946,11 +955,7 @@ fn verbs_accept_on_a_used_qp_is_refused() {
 #[test]
 fn siw_modify_to_error_during_the_tcp_handshake_aborts_the_connect() {
     // 150 ms each way: the SYN-ACK arrives long after the modify.
-    let mut wire = WireConfig::default();
-    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
-        l.delay = Duration::from_millis(150);
-    }
-    let (a, b) = pair(wire);
+    let (a, b) = pair(delayed(Duration::from_millis(150)));
     let listener = b.device().listen(server_addr(6015), 4).unwrap();
     let c = end(&a, |_| {});
     let m = mr(&c, 64);
@@ -1060,11 +1065,7 @@ fn verbs_max_inline_data_is_bounded() {
 fn rfc5040_work_posted_after_disconnect_is_flushed_not_run_before_the_close() {
     // 20 ms each way: the Read is surely outstanding (the Local Invalidate held) when
     // the disconnect and the later work arrive.
-    let mut wire = WireConfig::default();
-    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
-        l.delay = Duration::from_millis(20);
-    }
-    let (a, b) = pair(wire);
+    let (a, b) = pair(delayed(Duration::from_millis(20)));
     let (c, s) = connect(&a, &b, 6017, |_| {});
     let sink = mr(&c, 256 * 1024);
     let victim = mr(&c, 64);
@@ -1229,11 +1230,7 @@ fn move_data(c: &End, s: &End, seed: u8, base: u64) {
 #[test]
 fn verbs_qp_reset_from_error_allows_a_new_connection() {
     // 5 ms each way: the large Writes below are still in flight at the abort.
-    let mut wire = WireConfig::default();
-    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
-        l.delay = Duration::from_millis(5);
-    }
-    let (a, b) = pair(wire);
+    let (a, b) = pair(delayed(Duration::from_millis(5)));
     let listener = b.device().listen(server_addr(6100), 4).unwrap();
     let c = end(&a, |_| {});
     let s = end(&b, |_| {});
@@ -1360,11 +1357,7 @@ fn verbs_qp_reset_from_error_allows_a_new_connection() {
 /// connection.
 #[test]
 fn verbs_qp_reset_after_peer_terminate_and_after_graceful_disconnect() {
-    let mut wire = WireConfig::default();
-    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
-        l.delay = Duration::from_millis(30);
-    }
-    let (a, b) = pair(wire);
+    let (a, b) = pair(delayed(Duration::from_millis(30)));
     let listener = b.device().listen(server_addr(6101), 4).unwrap();
     let c = end(&a, |_| {});
     let s = end(&b, |_| {});
@@ -1637,11 +1630,7 @@ fn rfc6581_modify_sets_revision_and_p2p_rtr_type() {
 /// reaches the QP.
 #[test]
 fn verbs_qp_reset_after_a_failed_or_aborted_connect() {
-    let mut wire = WireConfig::default();
-    for l in [&mut wire.a_to_b, &mut wire.b_to_a] {
-        l.delay = Duration::from_millis(20);
-    }
-    let (a, b) = pair(wire);
+    let (a, b) = pair(delayed(Duration::from_millis(20)));
     let c = end(&a, |_| {});
     let s = end(&b, |_| {});
     c.qp.connect(server_addr(6104), ConnectParams::default())

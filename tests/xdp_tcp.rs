@@ -252,6 +252,32 @@ fn engine_in_a(net: &VethPair, n: u8, rx: RxChecksum) -> XdpEngine {
     start_xdp_engine(Some(&net.a), cfg).expect("engine on veth-a")
 }
 
+/// Set both ends of `net` to IP MTU `mtu`, then start an engine on each: A owning
+/// `10.88.<n>.10` ([`engine_ip`]), B owning `10.88.<n>.20`, each configured by `tweak`
+/// and named `xdp-test-<n>a` / `-<n>b`. Returns both engines and B's address.
+fn jumbo_engine_pair(
+    net: &VethPair,
+    n: u8,
+    mtu: u32,
+    tweak: impl Fn(&mut XdpEngineConfig),
+) -> (XdpEngine, XdpEngine, Ipv4Addr) {
+    let mtu = mtu.to_string();
+    for (ns, ifname) in [(&net.a, &net.if_a), (&net.b, &net.if_b)] {
+        ns.ip(&["link", "set", ifname, "mtu", &mtu])
+            .expect("set the veth MTU");
+    }
+    let start = |ns: &NetNs, ifname: &str, ip: Ipv4Addr, side: &str| {
+        let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
+        tweak(&mut cfg);
+        cfg.engine.name = format!("xdp-test-{n}{side}");
+        start_xdp_engine(Some(ns), cfg).expect("engine")
+    };
+    let b_ip = Ipv4Addr::new(10, 88, n, 20);
+    let ea = start(&net.a, &net.if_a, engine_ip(n), "a");
+    let eb = start(&net.b, &net.if_b, b_ip, "b");
+    (ea, eb, b_ip)
+}
+
 /// The `Tcp:` counters of a namespace's kernel (`/proc/net/snmp`).
 fn tcp_snmp(ns: &NetNs, field: &str) -> u64 {
     let mut cmd = ns.command("cat").expect("netns command");
@@ -743,21 +769,7 @@ fn multi_buffer_jumbo_frames_both_ways_verified() {
     ensure_tool("nc", "netcat-openbsd");
     let n = 29;
     let net = VethPair::new(n).expect("veth pair");
-    net.a
-        .ip(&["link", "set", &net.if_a, "mtu", "9000"])
-        .expect("mtu a");
-    net.b
-        .ip(&["link", "set", &net.if_b, "mtu", "9000"])
-        .expect("mtu b");
-    let start = |ns: &NetNs, ifname: &str, ip: Ipv4Addr, name: &str| {
-        let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
-        cfg.multi_buffer = true;
-        cfg.engine.name = name.into();
-        start_xdp_engine(Some(ns), cfg).expect("multi-buffer engine")
-    };
-    let ea = start(&net.a, &net.if_a, engine_ip(n), "xdp-test-29a");
-    let b_ip = Ipv4Addr::new(10, 88, n, 20);
-    let eb = start(&net.b, &net.if_b, b_ip, "xdp-test-29b");
+    let (ea, eb, b_ip) = jumbo_engine_pair(&net, n, 9000, |cfg| cfg.multi_buffer = true);
     assert_eq!(
         ea.stack().config().mtu,
         9000,
@@ -867,23 +879,13 @@ fn rx_area_sized_to_the_receive_window_takes_jumbo_frames_without_drops() {
     let window = 2 << 20;
     let rx_frames = 764;
     let net = VethPair::new(n).expect("veth pair");
-    for (ns, ifname) in [(&net.a, &net.if_a), (&net.b, &net.if_b)] {
-        ns.ip(&["link", "set", ifname, "mtu", "60000"])
-            .expect("mtu 60000");
-    }
-    let start = |ns: &NetNs, ifname: &str, ip: Ipv4Addr, name: &str| {
-        let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
+    let (ea, eb, b_ip) = jumbo_engine_pair(&net, n, 60000, |cfg| {
         cfg.chunk = ChunkSize::C4096;
         cfg.multi_buffer = true;
         cfg.rx_frames = rx_frames;
         cfg.stack.rx_buffer = window;
         cfg.stack.tx_buffer = window;
-        cfg.engine.name = name.into();
-        start_xdp_engine(Some(ns), cfg).expect("engine with a window-sized RX area")
-    };
-    let ea = start(&net.a, &net.if_a, engine_ip(n), "xdp-test-30a");
-    let b_ip = Ipv4Addr::new(10, 88, n, 20);
-    let eb = start(&net.b, &net.if_b, b_ip, "xdp-test-30b");
+    });
     assert_eq!(
         eb.stack().config().mtu,
         60000,

@@ -649,6 +649,31 @@ mod tests {
         segment(true, TcpControl::None, 100, ack, window, payload)
     }
 
+    /// A TCP header (no options) from `ports.0` to `ports.1`, acknowledging `ack`.
+    fn tcp_repr(
+        ports: (u16, u16),
+        control: TcpControl,
+        seq: i32,
+        ack: i32,
+        window: u16,
+        payload: &[u8],
+    ) -> TcpRepr<'_> {
+        TcpRepr {
+            src_port: ports.0,
+            dst_port: ports.1,
+            control,
+            seq_number: TcpSeqNumber(seq),
+            ack_number: Some(TcpSeqNumber(ack)),
+            window_len: window,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload,
+        }
+    }
+
     /// A TCP segment between the peer (10.0.0.2:80) and us (10.0.0.1:5000), in the
     /// direction `from_peer` says.
     fn segment(
@@ -665,20 +690,7 @@ mod tests {
         } else {
             (us, peer, 5000, 80)
         };
-        let tcp = TcpRepr {
-            src_port,
-            dst_port,
-            control,
-            seq_number: TcpSeqNumber(seq),
-            ack_number: Some(TcpSeqNumber(ack)),
-            window_len: window,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: None,
-            payload,
-        };
+        let tcp = tcp_repr((src_port, dst_port), control, seq, ack, window, payload);
         let ip = Ipv4Repr {
             src_addr: src,
             dst_addr: dst,
@@ -801,20 +813,7 @@ mod tests {
             Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
         );
         let payload = b"the last bytes";
-        let tcp = TcpRepr {
-            src_port: 80,
-            dst_port: 5000,
-            control: TcpControl::Fin,
-            seq_number: TcpSeqNumber(9000),
-            ack_number: Some(TcpSeqNumber(42)),
-            window_len: 512,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: None,
-            payload,
-        };
+        let tcp = tcp_repr((80, 5000), TcpControl::Fin, 9000, 42, 512, payload);
         let ip = Ipv6Repr {
             src_addr: src,
             dst_addr: dst,
