@@ -15,10 +15,10 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::{KeepAlive, SocketOptions, StackConfig};
-use crate::service::{StackStats, StatsCell};
 use crate::shared::{
     ListenerShared, Phase, SocketError, SocketShared, TcpInfo, WANT_READ, WANT_WRITE,
 };
+use crate::stats::{StackStats, StatsCell};
 
 /// Wakes the engine after an application queued work (the engine's doorbell).
 pub type Kick = Arc<dyn Fn() + Send + Sync>;

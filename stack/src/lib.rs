@@ -13,12 +13,16 @@
 mod api;
 mod command;
 pub mod config;
+mod conn;
 mod device;
+mod hosted;
 mod ports;
 pub mod proto;
 mod rescue;
 mod service;
 mod shared;
+mod socket;
+mod stats;
 
 pub use api::{Kick, ListenSocket, StackHandle, Stream};
 pub use command::AcceptedConn;
@@ -26,8 +30,9 @@ pub use config::{
     socket_buffer_size, ConfigError, Congestion, KeepAlive, SocketOptions, StackConfig, TcpOptions,
     MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER,
 };
-pub use service::{StackStats, TcpService};
+pub use service::TcpService;
 pub use shared::{Phase, Readiness, SocketError, TcpInfo};
+pub use stats::StackStats;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -38,7 +43,7 @@ pub fn new_stack(config: StackConfig) -> Result<(TcpService, StackHandle), Confi
     config.validate()?;
     let (tx, rx) = crossbeam_channel::unbounded();
     let next_id = Arc::new(AtomicU64::new(1));
-    let stats = Arc::new(service::StatsCell::default());
+    let stats = Arc::new(stats::StatsCell::default());
     let service = TcpService::new(config.clone(), rx, next_id.clone(), stats.clone());
     let handle = StackHandle::new(tx, next_id, Arc::new(config), stats);
     Ok((service, handle))

@@ -1,0 +1,871 @@
+//! The one connection model of the engine.
+//!
+//! Every TCP connection the engine owns, whoever consumes its bytes, is one [`Conn`] in
+//! the [`ConnTable`]: the smoltcp socket handle with its TCP-side bookkeeping
+//! ([`ConnTcp`]) plus its [`Sink`], the consumer of its byte stream: an application's
+//! pair of rings and shared state ([`AppEnd`]) or the in-engine protocol host
+//! ([`HostEnd`], see `proto.rs`). The table also owns the smoltcp socket set and the
+//! port reservations, so removing a connection frees its socket, its port and its
+//! rescue flow in one place. The service iterates the table through
+//! [`ConnTable::serve`], the per-connection code of this file.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::tcp::{self, State};
+
+use crate::config::StackConfig;
+use crate::ports::Ports;
+use crate::proto::{CloseRequest, ProtoConnId, ProtocolHost, NAGLE_BACKLOG};
+use crate::rescue::{AckWatch, FlowKey};
+use crate::shared::{SocketError, SocketShared, TcpInfo, WANT_READ, WANT_WRITE};
+use crate::socket::apply_options;
+use crate::stats::StackStats;
+
+/// TCP-side state of one connection, whoever consumes its bytes.
+pub(crate) struct ConnTcp {
+    pub(crate) handle: SocketHandle,
+    /// Ephemeral or explicitly claimed local port, released on removal.
+    pub(crate) port: Option<u16>,
+    /// Active open in progress, until this deadline.
+    pub(crate) connecting: Option<Instant>,
+    pub(crate) last_state: State,
+    pub(crate) fin_queued: bool,
+    /// `tcp_fin_timeout`: abort a close the peer has not finished by then.
+    pub(crate) close_deadline: Option<Instant>,
+    /// The outcome was reported to the consumer; the socket only waits to be removed.
+    pub(crate) finished: bool,
+    /// Counters, RTT estimate and option state (`TCP_INFO`, keep-alive).
+    pub(crate) extra: ConnExtra,
+}
+
+impl ConnTcp {
+    /// A connection on socket `handle` in `state`, nothing reported yet.
+    pub(crate) fn new(
+        handle: SocketHandle,
+        port: Option<u16>,
+        connecting: Option<Instant>,
+        state: State,
+        extra: ConnExtra,
+    ) -> ConnTcp {
+        ConnTcp {
+            handle,
+            port,
+            connecting,
+            last_state: state,
+            fin_queued: false,
+            close_deadline: None,
+            finished: false,
+            extra,
+        }
+    }
+}
+
+/// The application's end of a connection: its rings and shared state.
+pub(crate) struct AppEnd {
+    pub(crate) shared: Arc<SocketShared>,
+    pub(crate) rx: rtrb::Producer<u8>,
+    pub(crate) tx: rtrb::Consumer<u8>,
+    /// `shutdown(Write)`: FIN once the tx ring is drained.
+    pub(crate) shutdown: bool,
+    /// The application closed (or never accepted) the connection.
+    pub(crate) app_closed: bool,
+}
+
+/// The protocol host's end of a connection (the host itself lives in `hosted.rs`).
+#[derive(Default)]
+pub(crate) struct HostEnd {
+    /// (local, peer) once established.
+    pub(crate) addrs: Option<(SocketAddr, SocketAddr)>,
+    /// [`ProtocolHost::on_peer_fin`] was called.
+    pub(crate) fin_reported: bool,
+}
+
+/// Who consumes a connection's bytes.
+pub(crate) enum Sink {
+    /// An application, through a [`Stream`](crate::Stream)'s rings.
+    App(AppEnd),
+    /// The in-engine protocol host.
+    Host(HostEnd),
+}
+
+/// One connection as the engine sees it.
+pub(crate) struct Conn {
+    /// The socket and its TCP-side state.
+    pub(crate) tcp: ConnTcp,
+    /// The consumer of its bytes.
+    pub(crate) sink: Sink,
+}
+
+impl Conn {
+    /// The [`AckWatch`] key of an established IPv4 connection.
+    fn flow_key(&self) -> Option<FlowKey> {
+        let addrs = match &self.sink {
+            Sink::App(a) => a.shared.addrs(),
+            Sink::Host(h) => h.addrs,
+        };
+        match addrs? {
+            (local, SocketAddr::V4(peer)) => Some((*peer.ip(), peer.port(), local.port())),
+            _ => None,
+        }
+    }
+}
+
+/// Which connections to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Application connections.
+    App,
+    /// Connections of the protocol host.
+    Hosted,
+}
+
+/// What serving one connection did.
+#[derive(Default)]
+pub(crate) struct Step {
+    /// Bytes or state moved.
+    pub(crate) moved: bool,
+    /// The connection is done: recycle it.
+    pub(crate) remove: bool,
+}
+
+/// What the protocol host's side (`hosted.rs`) may use of the engine: the connection
+/// table, the configuration, the counters and the connection id source.
+pub(crate) struct EngineCtx<'a> {
+    pub(crate) table: &'a mut ConnTable,
+    pub(crate) config: &'a StackConfig,
+    pub(crate) stats: &'a mut StackStats,
+    pub(crate) ids: &'a Arc<AtomicU64>,
+}
+
+/// Every connection of the engine, with the socket set and the port reservations.
+pub(crate) struct ConnTable {
+    /// smoltcp's sockets: connections, and the listener pools of the service and host.
+    pub(crate) sockets: SocketSet<'static>,
+    /// Ephemeral and listening ports.
+    pub(crate) ports: Ports,
+    conns: HashMap<u64, Conn>,
+    /// How many of `conns` are hosted.
+    hosted: usize,
+}
+
+impl ConnTable {
+    /// An empty table drawing ports from `ports`.
+    pub(crate) fn new(ports: Ports) -> ConnTable {
+        ConnTable {
+            sockets: SocketSet::new(Vec::new()),
+            ports,
+            conns: HashMap::new(),
+            hosted: 0,
+        }
+    }
+
+    /// The socket behind `h`.
+    pub(crate) fn socket(&self, h: SocketHandle) -> &tcp::Socket<'static> {
+        self.sockets.get::<tcp::Socket>(h)
+    }
+
+    /// The socket behind `h`, mutably.
+    pub(crate) fn socket_mut(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(h)
+    }
+
+    /// Add connection `id`.
+    pub(crate) fn insert(&mut self, id: u64, c: Conn) {
+        if matches!(c.sink, Sink::Host(_)) {
+            self.hosted += 1;
+        }
+        if let Some(old) = self.conns.insert(id, c) {
+            if matches!(old.sink, Sink::Host(_)) {
+                self.hosted -= 1;
+            }
+        }
+    }
+
+    /// How many connections of `kind` exist.
+    pub(crate) fn len(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::App => self.conns.len() - self.hosted,
+            Kind::Hosted => self.hosted,
+        }
+    }
+
+    /// The ids of the connections of `kind`.
+    pub(crate) fn ids(&self, kind: Kind) -> Vec<u64> {
+        if self.len(kind) == 0 {
+            return Vec::new();
+        }
+        self.conns
+            .iter()
+            .filter(|(_, c)| (kind == Kind::Hosted) == matches!(c.sink, Sink::Host(_)))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Application connection `id`.
+    pub(crate) fn app(&self, id: u64) -> Option<(&ConnTcp, &AppEnd)> {
+        match self.conns.get(&id)? {
+            Conn {
+                tcp,
+                sink: Sink::App(a),
+            } => Some((tcp, a)),
+            _ => None,
+        }
+    }
+
+    /// Application connection `id`, mutably.
+    pub(crate) fn app_mut(&mut self, id: u64) -> Option<(&mut ConnTcp, &mut AppEnd)> {
+        match self.conns.get_mut(&id)? {
+            Conn {
+                tcp,
+                sink: Sink::App(a),
+            } => Some((tcp, a)),
+            _ => None,
+        }
+    }
+
+    /// Serve connection `id` (application or hosted; `host` serves the hosted ones).
+    pub(crate) fn serve(
+        &mut self,
+        id: u64,
+        now: Instant,
+        fin_timeout: Duration,
+        stats: &mut StackStats,
+        host: Option<&mut dyn ProtocolHost>,
+    ) -> Step {
+        let Some(Conn { tcp, sink }) = self.conns.get_mut(&id) else {
+            return Step::default();
+        };
+        match (sink, host) {
+            (Sink::App(a), _) => serve_app(&mut self.sockets, tcp, a, now, stats),
+            (Sink::Host(h), Some(host)) => {
+                serve_hosted(host, &mut self.sockets, id, tcp, h, now, fin_timeout, stats)
+            }
+            (Sink::Host(_), None) => Step::default(),
+        }
+    }
+
+    /// Remove connection `id`: forget its rescue flow, free its socket and its port.
+    /// Returns whether it existed.
+    pub(crate) fn recycle(&mut self, id: u64, watch: &mut AckWatch) -> bool {
+        let Some(c) = self.conns.remove(&id) else {
+            return false;
+        };
+        if matches!(c.sink, Sink::Host(_)) {
+            self.hosted -= 1;
+        }
+        if let Some(key) = c.flow_key() {
+            watch.forget(&key);
+        }
+        self.sockets.remove(c.tcp.handle);
+        if let Some(p) = c.tcp.port {
+            self.ports.release(p);
+        }
+        true
+    }
+
+    /// Apply changed options and answer `TCP_INFO` requests of application connection
+    /// `id`. Returns whether smoltcp now has a timeout armed on it.
+    pub(crate) fn control(&mut self, id: u64, config: &StackConfig) -> bool {
+        let Some(Conn {
+            tcp: c,
+            sink: Sink::App(a),
+        }) = self.conns.get_mut(&id)
+        else {
+            return false;
+        };
+        a.shared.control.store(false, Ordering::SeqCst);
+        let mut armed = false;
+        if let Some(o) = a.shared.take_changed_options() {
+            let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            armed = apply_options(&config.tcp, s, &o);
+            c.extra.timeout_armed = armed;
+        }
+        if a.shared.info_pending() {
+            let s = self.sockets.get::<tcp::Socket>(c.handle);
+            a.shared.answer_info(tcp_info(s, c, a, config));
+        }
+        armed
+    }
+
+    /// Hand the bytes received so far on every hosted connection to the host.
+    pub(crate) fn drain_hosted(
+        &mut self,
+        host: &mut dyn ProtocolHost,
+        now: Instant,
+        stats: &mut StackStats,
+    ) {
+        for (&id, c) in self.conns.iter() {
+            if !matches!(c.sink, Sink::Host(_)) {
+                continue;
+            }
+            let c = &c.tcp;
+            if c.connecting.is_some() || c.finished {
+                continue;
+            }
+            let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            while s.can_recv() {
+                let n = s
+                    .recv(|d| {
+                        let n = host.on_recv(id, now, d).min(d.len());
+                        (n, n)
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                stats.rx_bytes += n as u64;
+            }
+        }
+    }
+
+    /// The stalled-flow rescue scan (`rescue.rs`): queue replayed ACKs into `replay` for
+    /// every open connection with data outstanding whose flow made no progress for
+    /// `floor`. Returns whether any connection has data outstanding.
+    pub(crate) fn rescue_scan(
+        &mut self,
+        watch: &mut AckWatch,
+        now: Instant,
+        floor: Duration,
+        replay: &mut VecDeque<Vec<u8>>,
+    ) -> bool {
+        let mut outstanding = false;
+        for c in self.conns.values_mut() {
+            if c.tcp.finished || c.tcp.connecting.is_some() {
+                continue;
+            }
+            let s = self.sockets.get::<tcp::Socket>(c.tcp.handle);
+            if s.send_queue() == 0 || !s.is_active() {
+                continue;
+            }
+            if let Some(key) = c.flow_key() {
+                outstanding = true;
+                if watch.rescue(&key, now, floor, replay) {
+                    c.tcp.extra.rescues = c.tcp.extra.rescues.saturating_add(1);
+                }
+            }
+        }
+        outstanding
+    }
+
+    /// Some hosted connection is not finished.
+    pub(crate) fn hosted_open(&self) -> bool {
+        self.hosted > 0
+            && self
+                .conns
+                .values()
+                .any(|c| matches!(c.sink, Sink::Host(_)) && !c.tcp.finished)
+    }
+
+    /// The earliest connect or close deadline of an unfinished connection.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter(|c| !c.tcp.finished)
+            .filter_map(|c| c.tcp.connecting.or(c.tcp.close_deadline))
+            .min()
+    }
+
+    /// smoltcp aborts a connection whose timeout expired during egress: mark such
+    /// application connections `TimedOut` and push their ids to `dirty`. Returns
+    /// (whether one was found, whether any connection still has a timeout armed).
+    pub(crate) fn detect_timeouts(&mut self, dirty: &mut Vec<u64>) -> (bool, bool) {
+        let mut any = false;
+        let mut armed = false;
+        for c in self.conns.values_mut() {
+            let Conn {
+                tcp: c,
+                sink: Sink::App(a),
+            } = c
+            else {
+                continue;
+            };
+            if !c.extra.timeout_armed || c.finished {
+                continue;
+            }
+            armed = true;
+            if c.connecting.is_some() {
+                continue;
+            }
+            if self.sockets.get::<tcp::Socket>(c.handle).state() == State::Closed
+                && !matches!(
+                    c.last_state,
+                    State::TimeWait | State::LastAck | State::Closing
+                )
+            {
+                a.shared.set_error(SocketError::TimedOut);
+                dirty.push(a.shared.id);
+                any = true;
+            }
+        }
+        (any, armed)
+    }
+
+    /// `XWARP_STACK_TRACE`: application connection states to stderr.
+    pub(crate) fn dump_app(&self, config: &StackConfig) {
+        for (id, c) in &self.conns {
+            let Conn {
+                tcp: c,
+                sink: Sink::App(a),
+            } = c
+            else {
+                continue;
+            };
+            let s = self.sockets.get::<tcp::Socket>(c.handle);
+            eprintln!(
+                "xwarp-stack {:?} conn {id}: {} send_q {} recv_q {} rx_ring_free {} tx_ring_used {} eof {} err {:?} fin_queued {} app_closed {} dirty {} stalled {}",
+                config.ipv4.map(|a| a.0),
+                s.state(),
+                s.send_queue(),
+                s.recv_queue(),
+                a.rx.slots(),
+                a.tx.slots(),
+                a.shared.rx_eof(),
+                a.shared.error(),
+                c.fin_queued,
+                a.app_closed,
+                a.shared.dirty.load(Ordering::Relaxed),
+                a.shared.rx_stalled.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// `XWARP_PROTO_TRACE`: hosted connection states to stderr.
+    pub(crate) fn dump_hosted(&self, now: Instant, config: &StackConfig) {
+        for (id, c) in &self.conns {
+            if !matches!(c.sink, Sink::Host(_)) {
+                continue;
+            }
+            let s = self.sockets.get::<tcp::Socket>(c.tcp.handle);
+            eprintln!(
+                "proto {:?} {:?} conn {id}: {} send_q {} recv_q {} can_send {} can_recv {} peer {:?}",
+                now,
+                config.ipv4.map(|a| a.0),
+                s.state(),
+                s.send_queue(),
+                s.recv_queue(),
+                s.can_send(),
+                s.can_recv(),
+                s.remote_endpoint(),
+            );
+        }
+    }
+}
+
+/// Per-connection bookkeeping beyond the data path: byte counters, the engine's RTT
+/// estimate and whether smoltcp may abort the connection on its own (keep-alive).
+#[derive(Debug, Default)]
+pub(crate) struct ConnExtra {
+    /// Bytes handed to smoltcp for sending.
+    tx_total: u64,
+    /// Bytes taken from smoltcp's receive buffer.
+    rx_total: u64,
+    /// RFC 6298 `SRTT` and `RTTVAR`.
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// RTT sample in flight: when bytes were handed to an idle connection and the
+    /// `tx_total` whose acknowledgement ends the sample.
+    probe: Option<(Instant, u64)>,
+    /// smoltcp has a timeout set (keep-alive or user timeout): a close in egress is a
+    /// timeout, reported as `TimedOut` rather than `Reset`.
+    timeout_armed: bool,
+    /// Loss rescues (rescue.rs) triggered for this connection.
+    rescues: u32,
+    /// Receive and send buffer sizes of the smoltcp socket.
+    buffers: (usize, usize),
+}
+
+impl ConnExtra {
+    pub(crate) fn new(buffers: (usize, usize), timeout_armed: bool) -> ConnExtra {
+        ConnExtra {
+            buffers,
+            timeout_armed,
+            ..ConnExtra::default()
+        }
+    }
+
+    /// RFC 6298 §2: fold one RTT measurement into `SRTT`/`RTTVAR`.
+    fn sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                let delta = srtt.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + delta) / 4;
+                self.srtt = Some((srtt * 7 + r) / 8);
+            }
+        }
+    }
+}
+
+/// Linux's `TCP_*` state numbers (`include/net/tcp_states.h`).
+fn linux_state(s: State) -> u8 {
+    match s {
+        State::Established => 1,
+        State::SynSent => 2,
+        State::SynReceived => 3,
+        State::FinWait1 => 4,
+        State::FinWait2 => 5,
+        State::TimeWait => 6,
+        State::Closed => 7,
+        State::CloseWait => 8,
+        State::LastAck => 9,
+        State::Listen => 10,
+        State::Closing => 11,
+    }
+}
+
+/// What the engine knows about connection `c` (`TCP_INFO`).
+fn tcp_info(s: &tcp::Socket<'static>, c: &ConnTcp, a: &AppEnd, config: &StackConfig) -> TcpInfo {
+    let v6 = matches!(a.shared.addrs(), Some((SocketAddr::V6(_), _)));
+    let mss = config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u32;
+    let x = &c.extra;
+    // smoltcp's own minimum RTO is 1 s; the rescue floor (rescue.rs) lowers it.
+    let floor = config.rto_floor.unwrap_or(Duration::from_secs(1));
+    let rto = match x.srtt {
+        None => Duration::from_secs(1).max(floor),
+        Some(srtt) => (srtt + (x.rttvar * 4).max(Duration::from_millis(1))).max(floor),
+    }
+    .min(Duration::from_secs(60));
+    let send_queue = s.send_queue();
+    let u32c = |v: usize| v.min(u32::MAX as usize) as u32;
+    TcpInfo {
+        state: linux_state(s.state()),
+        rto,
+        rtt: x.srtt,
+        rttvar: x.rttvar,
+        snd_mss: mss,
+        rcv_mss: mss,
+        send_queue: u32c(send_queue),
+        recv_queue: u32c(s.recv_queue()),
+        rcv_wnd: u32c(s.recv_capacity().saturating_sub(s.recv_queue())),
+        bytes_sent: x.tx_total,
+        bytes_acked: x.tx_total.saturating_sub(send_queue as u64),
+        bytes_received: x.rx_total + s.recv_queue() as u64,
+        retransmits: x.rescues,
+        recv_buffer: u32c(x.buffers.0),
+        send_buffer: u32c(x.buffers.1),
+    }
+}
+
+/// Serve an application connection: move data between its rings and the socket,
+/// publish state, decide removal.
+fn serve_app(
+    sockets: &mut SocketSet<'static>,
+    c: &mut ConnTcp,
+    a: &mut AppEnd,
+    now: Instant,
+    stats: &mut StackStats,
+) -> Step {
+    let mut step = Step::default();
+    let s = sockets.get_mut::<tcp::Socket>(c.handle);
+    let state = s.state();
+
+    if let Some(deadline) = c.connecting {
+        match state {
+            State::SynSent | State::SynReceived | State::Listen => {
+                if now >= deadline {
+                    s.abort();
+                    a.shared.set_error(SocketError::TimedOut);
+                    c.connecting = None;
+                    c.finished = true;
+                }
+            }
+            State::Closed => {
+                let e = if now >= deadline {
+                    SocketError::TimedOut
+                } else {
+                    SocketError::Refused
+                };
+                a.shared.set_error(e);
+                c.connecting = None;
+                c.finished = true;
+            }
+            _ => {
+                if let (Some(l), Some(r)) = (s.local_endpoint(), s.remote_endpoint()) {
+                    a.shared.set_established(l.into(), r.into());
+                }
+                c.connecting = None;
+                stats.established += 1;
+            }
+        }
+    }
+
+    if c.connecting.is_none() && !c.finished {
+        // Receive: TCP buffer -> rx ring, straight through smoltcp's ring slices.
+        let mut pushed = 0usize;
+        while s.can_recv() {
+            if a.app_closed {
+                let _ = s.recv(|d| (d.len(), ()));
+                continue;
+            }
+            if a.rx.slots() == 0 {
+                a.shared.rx_stalled.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if a.rx.slots() == 0 {
+                    break;
+                }
+            }
+            let rx = &mut a.rx;
+            let n = s
+                .recv(|d| {
+                    let (_, rest) = rx.push_partial_slice(d);
+                    let n = d.len() - rest.len();
+                    (n, n)
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            pushed += n;
+        }
+        if pushed > 0 {
+            c.extra.rx_total += pushed as u64;
+            stats.rx_bytes += pushed as u64;
+            a.shared.notify(WANT_READ);
+            step.moved = true;
+        }
+
+        // Transmit: tx ring -> TCP buffer.
+        if !c.fin_queued {
+            let idle = s.send_queue() == 0;
+            let mut moved = 0usize;
+            while s.can_send() {
+                let avail = a.tx.slots();
+                if avail == 0 {
+                    break;
+                }
+                let tx = &mut a.tx;
+                let n = s
+                    .send(|free| {
+                        let n = free.len().min(avail);
+                        if let Ok(chunk) = tx.read_chunk(n) {
+                            let (a, b) = chunk.as_slices();
+                            free[..a.len()].copy_from_slice(a);
+                            free[a.len()..n].copy_from_slice(b);
+                            chunk.commit_all();
+                            (n, n)
+                        } else {
+                            (0, 0)
+                        }
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                moved += n;
+            }
+            if moved > 0 {
+                c.extra.tx_total += moved as u64;
+                if idle && c.extra.probe.is_none() {
+                    c.extra.probe = Some((now, c.extra.tx_total));
+                }
+                stats.tx_bytes += moved as u64;
+                a.shared.notify(WANT_WRITE);
+                step.moved = true;
+            }
+            // smoltcp 0.14 in LAST-ACK answers an ACK that acknowledges nothing with a
+            // challenge ACK and drops it before reading its window field. Entering
+            // LAST-ACK with data still queued behind a zero window would then deadlock:
+            // the peer's window update is ignored forever (seen in CI: bulk download
+            // after the peer's FIN). So in CLOSE-WAIT the FIN waits until every byte
+            // queued before it is acknowledged; it costs at most one round trip.
+            let fin_must_wait = state == State::CloseWait && s.send_queue() > 0;
+            if (a.shutdown || a.app_closed) && a.tx.slots() == 0 && s.may_send() && !fin_must_wait {
+                s.close();
+                c.fin_queued = true;
+                step.moved = true;
+            }
+        }
+
+        if let Some((start, until)) = c.extra.probe {
+            if c.extra.tx_total.saturating_sub(s.send_queue() as u64) >= until {
+                c.extra.probe = None;
+                c.extra.sample(now.saturating_duration_since(start));
+            }
+        }
+
+        let state = s.state();
+        if c.fin_queued && matches!(state, State::FinWait2 | State::TimeWait) && s.send_queue() == 0
+        {
+            a.shared.set_fin_acked();
+        }
+        if state == State::Closed {
+            let graceful = matches!(
+                c.last_state,
+                State::LastAck | State::TimeWait | State::Closing
+            ) || (c.last_state == State::Closed);
+            if graceful {
+                if c.fin_queued {
+                    a.shared.set_fin_acked();
+                }
+                a.shared.set_rx_eof();
+                a.shared.set_closed();
+            } else {
+                stats.resets += 1;
+                a.shared.set_error(SocketError::Reset);
+            }
+            c.finished = true;
+        } else if !s.may_recv() && s.recv_queue() == 0 {
+            // FIN received and every byte before it delivered.
+            a.shared.set_rx_eof();
+        }
+        c.last_state = state;
+
+        if a.app_closed && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
+            // tcp_fin_timeout: the peer never finished the close.
+            s.abort();
+            c.finished = true;
+        }
+    }
+
+    let s = sockets.get::<tcp::Socket>(c.handle);
+    if s.state() == State::Closed && s.local_endpoint().is_none() {
+        if !c.finished {
+            a.shared.set_closed();
+            c.finished = true;
+        }
+        step.remove = true;
+    }
+    step
+}
+
+/// Serve a hosted connection: report its connect outcome, hand received bytes to the
+/// host and let it fill the send buffer, carry out its close request, decide removal.
+#[allow(clippy::too_many_arguments)]
+fn serve_hosted(
+    host: &mut dyn ProtocolHost,
+    sockets: &mut SocketSet<'static>,
+    id: ProtoConnId,
+    c: &mut ConnTcp,
+    h: &mut HostEnd,
+    now: Instant,
+    fin_timeout: Duration,
+    stats: &mut StackStats,
+) -> Step {
+    let mut moved = false;
+    let s = sockets.get_mut::<tcp::Socket>(c.handle);
+    if let Some(deadline) = c.connecting {
+        match s.state() {
+            State::SynSent | State::SynReceived | State::Listen => {
+                if now >= deadline {
+                    s.abort();
+                    c.connecting = None;
+                    c.finished = true;
+                    host.on_closed(id, now, Some(SocketError::TimedOut));
+                }
+            }
+            State::Closed => {
+                let e = if now >= deadline {
+                    SocketError::TimedOut
+                } else {
+                    SocketError::Refused
+                };
+                c.connecting = None;
+                c.finished = true;
+                host.on_closed(id, now, Some(e));
+            }
+            _ => {
+                c.connecting = None;
+                stats.established += 1;
+                if let (Some(l), Some(r)) = (s.local_endpoint(), s.remote_endpoint()) {
+                    h.addrs = Some((l.into(), r.into()));
+                    host.on_established(id, l.into(), r.into(), now);
+                    moved = true;
+                }
+            }
+        }
+    }
+    if c.connecting.is_none() && !c.finished {
+        // Receive: straight from the TCP buffer into the protocol.
+        while s.can_recv() {
+            let n = s
+                .recv(|d| {
+                    let n = host.on_recv(id, now, d).min(d.len());
+                    (n, n)
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            stats.rx_bytes += n as u64;
+            moved = true;
+        }
+        if !h.fin_reported && !s.may_recv() && s.recv_queue() == 0 && s.state() != State::Closed {
+            h.fin_reported = true;
+            host.on_peer_fin(id, now);
+            moved = true;
+        }
+        // Transmit: the protocol encodes straight into the TCP send buffer.
+        if !c.fin_queued {
+            while s.can_send() {
+                let n = s
+                    .send(|buf| {
+                        let n = host.on_send(id, now, buf).min(buf.len());
+                        (n, n)
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                stats.tx_bytes += n as u64;
+                moved = true;
+            }
+        }
+        // Nagle only while a bulk backlog is queued: a lone small message (latency
+        // ping-pong) leaves at once, while the small window openings of a bulk stream
+        // do not turn into tiny segments (silly-window sends at per-packet egress).
+        s.set_nagle_enabled(s.send_queue() >= NAGLE_BACKLOG);
+        match host.close_request(id) {
+            CloseRequest::None => {}
+            CloseRequest::Graceful => {
+                if !c.fin_queued && s.may_send() {
+                    s.close();
+                    c.fin_queued = true;
+                    c.close_deadline = Some(now + fin_timeout);
+                    moved = true;
+                } else if !c.fin_queued {
+                    c.fin_queued = true;
+                    c.close_deadline = Some(now + fin_timeout);
+                }
+            }
+            CloseRequest::Abort => {
+                s.abort();
+                c.fin_queued = true;
+                c.finished = true;
+                host.on_closed(id, now, Some(SocketError::Aborted));
+                moved = true;
+            }
+        }
+        let state = s.state();
+        if !c.finished && state == State::Closed {
+            let graceful = matches!(
+                c.last_state,
+                State::LastAck | State::TimeWait | State::Closing
+            ) || c.last_state == State::Closed;
+            c.finished = true;
+            if graceful {
+                host.on_closed(id, now, None);
+            } else {
+                stats.resets += 1;
+                host.on_closed(id, now, Some(SocketError::Reset));
+            }
+            moved = true;
+        }
+        c.last_state = state;
+        if !c.finished && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
+            s.abort();
+            c.finished = true;
+            host.on_closed(id, now, Some(SocketError::TimedOut));
+        }
+    }
+    let s = sockets.get::<tcp::Socket>(c.handle);
+    let remove = c.finished && s.state() == State::Closed && s.local_endpoint().is_none();
+    Step { moved, remove }
+}
