@@ -480,6 +480,8 @@ pub(crate) struct ConnExtra {
 }
 
 impl ConnExtra {
+    /// Bookkeeping of a socket with `buffers` (receive, send) and, if `timeout_armed`, a
+    /// smoltcp timeout.
     pub(crate) fn new(buffers: (usize, usize), timeout_armed: bool) -> ConnExtra {
         ConnExtra {
             buffers,
