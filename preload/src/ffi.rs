@@ -14,14 +14,14 @@ use libc::{
 };
 
 use crate::addr;
-use crate::engine::{config, engine, xlog};
+use crate::engine::engine;
 use crate::epoll;
+use crate::errno::{errno_of, set_errno};
 use crate::fork;
+use crate::process::{config, xlog};
 use crate::real;
-use crate::sock::{
-    self, block, block_hinted, errno_of, lookup, set_errno, Bound, ListenerSock, Opts, Sock,
-    StreamSock,
-};
+use crate::sock::{self, lookup, Bound, ListenerSock, Opts, Sock, StreamSock};
+use crate::wait::{self, block, block_hinted};
 
 fn fail(e: c_int) -> c_int {
     set_errno(e);
@@ -660,7 +660,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         };
                     }
                     if now < start + spin {
-                        sock::spin_pause();
+                        wait::spin_pause();
                         continue;
                     }
                     // The eventfd also fires for readable data the program has not read:
@@ -668,9 +668,9 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                     if st.available_cached() {
                         std::thread::sleep(Duration::from_micros(200));
                     } else if let Err(e) =
-                        sock::wait_readable(st.common.evfd, deadline, sock::MAX_SLEEP)
+                        wait::wait_readable(st.common.evfd, deadline, wait::MAX_SLEEP)
                     {
-                        if e == libc::EINTR && deadline.is_none() && sock::restart_after_signal() {
+                        if e == libc::EINTR && deadline.is_none() && wait::restart_after_signal() {
                             continue;
                         }
                         break if done > 0 { Ok(done) } else { Err(e) };
@@ -1722,7 +1722,7 @@ unsafe fn poll_impl(
             let cap = if out_wait {
                 Duration::from_millis(1)
             } else {
-                sock::MAX_SLEEP
+                wait::MAX_SLEEP
             };
             t = Some(t.map_or(cap, |t| t.min(cap)));
         }

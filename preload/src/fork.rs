@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
-use crate::engine::xlog;
+use crate::linger;
+use crate::process::xlog;
 use crate::real;
 use crate::sock::{self, Opts, Sock, StreamSock, TableGuard};
 
@@ -184,7 +185,7 @@ struct Prep {
 /// Locks held across `fork` by the forking thread, and what prepare made.
 struct Held {
     // Field order is drop order: the reverse of the locking order.
-    linger: sock::LingerGuard,
+    linger: linger::LingerGuard,
     table: TableGuard,
     relayed: RwLockWriteGuard<'static, RelayedMap>,
     books: MutexGuard<'static, Option<RelayBooks>>,
@@ -207,12 +208,12 @@ fn errno() -> c_int {
 pub(crate) extern "C" fn prepare() {
     // Lock order: books, relayed, table, lingering list. Elsewhere only books → list
     // nests (the parent handler retires connections with the books held); nothing takes
-    // any of the others while holding the list (see `sock::lock_lingering`).
+    // any of the others while holding the list (see `linger::lock_lingering`).
     let mut books = books();
     let relayed = relayed_write();
     let table = sock::lock_table();
     // Taken so that no thread (the linger watcher mid-round) holds it at `fork`.
-    let linger = sock::lock_lingering();
+    let linger = linger::lock_lingering();
     books.get_or_insert_with(RelayBooks::default);
     // Distinct live connections, each with every descriptor number the program has for it.
     let mut conns: Vec<(Arc<Sock>, Vec<RawFd>)> = Vec::new();
@@ -330,7 +331,7 @@ pub(crate) extern "C" fn child() {
             mut books,
             pending,
         } = held;
-        sock::forget_lingering_after_fork(&mut linger);
+        linger::forget_lingering_after_fork(&mut linger);
         drop(linger);
         // The parent's relay does not exist here: its descriptors are not ours.
         if let Some(b) = books.as_mut() {
@@ -463,7 +464,7 @@ fn start_relay(b: &mut RelayBooks) -> io::Result<RawFd> {
     let (epfd, wake) = (relay.epfd, relay.wake);
     // The relay thread blocks every signal: the program's handlers run on the program's
     // threads, as without it.
-    let r = sock::spawn_with_signals_blocked("xwarp-relay", move || {
+    let r = crate::wait::spawn_with_signals_blocked("xwarp-relay", move || {
         let mut relay = relay;
         loop {
             let new = books()
