@@ -31,3 +31,10 @@ pub(crate) fn set_errno(e: c_int) {
     // SAFETY: errno is thread-local.
     unsafe { *libc::__errno_location() = e };
 }
+
+/// The calling thread's errno after a failed C library call (`EIO` if it is not set).
+pub(crate) fn last_errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
