@@ -21,15 +21,21 @@
 pub mod config;
 
 mod addr;
+mod call;
 mod engine;
 mod epoll;
 mod errno;
 mod exit;
+mod fdops;
 mod fork;
+mod io;
+mod lifecycle;
 mod linger;
+mod poll;
 mod process;
 mod real;
 mod sock;
+mod sockopt;
 mod wait;
 
 /// The exported C symbols (not exported from unit-test builds, which must keep libc's).
