@@ -1,62 +1,16 @@
-//! The process's engine: configuration read once, the AF_XDP engine started lazily on
-//! the first socket that needs it, logging.
+//! The process's engine: the AF_XDP engine started lazily on the first socket that
+//! needs it (the configuration and logging are in [`crate::process`]).
 
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
 use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle, SpinBudget};
 use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
 
-use crate::config::{Config, LogLevel};
-
-/// Log level as a number, readable without the configuration.
-static LOG: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
-
-/// Bumped in the child after every `fork`: sockets of an older generation belong to the
-/// parent's engine, which does not exist in the child.
-pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Write one log line on stderr if `level` is enabled.
-pub(crate) fn log(level: LogLevel, msg: std::fmt::Arguments<'_>) {
-    if level as u8 <= LOG.load(Ordering::Relaxed) {
-        let tag = match level {
-            LogLevel::Warn => "warning",
-            LogLevel::Info => "info",
-            _ => "debug",
-        };
-        eprintln!("xwarp-preload[{}]: {tag}: {msg}", std::process::id());
-    }
-}
-
-/// `log!(Level, "fmt", args)`.
-macro_rules! xlog {
-    ($lvl:ident, $($t:tt)*) => {
-        $crate::engine::log($crate::config::LogLevel::$lvl, format_args!($($t)*))
-    };
-}
-pub(crate) use xlog;
-
-/// The configuration, read at load time (`None`: shim inactive).
-pub(crate) fn config() -> Option<&'static Config> {
-    static CFG: OnceLock<Option<Config>> = OnceLock::new();
-    CFG.get_or_init(|| match Config::from_vars(|k| std::env::var(k).ok()) {
-        Ok(c) => {
-            if let Some(c) = &c {
-                LOG.store(c.log as u8, Ordering::Relaxed);
-            }
-            c
-        }
-        Err(e) => {
-            eprintln!("xwarp-preload: configuration error: {e}");
-            // A misconfiguration is the user's to fix: refuse to run rather than silently
-            // measuring the kernel.
-            std::process::exit(2);
-        }
-    })
-    .as_ref()
-}
+use crate::config::Config;
+use crate::process::{config, xlog, GENERATION};
 
 /// A running engine.
 pub(crate) struct Running {

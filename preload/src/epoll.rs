@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event};
 
+use crate::errno::set_errno;
 use crate::real;
 use crate::sock::{self, Sock};
 
@@ -76,17 +77,17 @@ pub(crate) fn ctl(
     match op {
         libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD => {
             let Some(ev) = ev else {
-                sock::set_errno(libc::EFAULT);
+                set_errno(libc::EFAULT);
                 return -1;
             };
             let events = ev.events;
             let data = ev.u64;
             if op == libc::EPOLL_CTL_ADD && m.contains_key(&(epfd, fd)) {
-                sock::set_errno(libc::EEXIST);
+                set_errno(libc::EEXIST);
                 return -1;
             }
             if op == libc::EPOLL_CTL_MOD && !m.contains_key(&(epfd, fd)) {
-                sock::set_errno(libc::ENOENT);
+                set_errno(libc::ENOENT);
                 return -1;
             }
             if kctl(epfd, op, fd, kernel_events(events, false)) < 0 {
@@ -117,7 +118,7 @@ pub(crate) fn ctl(
             r
         }
         _ => {
-            sock::set_errno(libc::EINVAL);
+            set_errno(libc::EINVAL);
             -1
         }
     }
@@ -189,7 +190,7 @@ pub(crate) unsafe fn wait(
     mask: *const libc::sigset_t,
 ) -> c_int {
     if max <= 0 || events.is_null() {
-        sock::set_errno(libc::EINVAL);
+        set_errno(libc::EINVAL);
         return -1;
     }
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));

@@ -5,7 +5,8 @@
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use crate::sock::{self, Closing, Sock};
+use crate::linger::{self, Closing};
+use crate::sock::{self, Sock};
 
 /// How long `exit` waits at most for connections to finish.
 const EXIT_LINGER: Duration = Duration::from_secs(5);
@@ -29,7 +30,7 @@ extern "C" fn flush_at_exit() {
     // (everything sent, end of stream received), give them a short grace period.
     let mut quiet_since: Option<Instant> = None;
     loop {
-        let mut busy = sock::reap();
+        let mut busy = linger::reap();
         for s in &open {
             if let Sock::Stream(st) = &**s {
                 if st.common.alive() && st.closing() == Closing::Busy {

@@ -21,12 +21,22 @@
 pub mod config;
 
 mod addr;
+mod call;
 mod engine;
 mod epoll;
+mod errno;
 mod exit;
+mod fdops;
 mod fork;
+mod io;
+mod lifecycle;
+mod linger;
+mod poll;
+mod process;
 mod real;
 mod sock;
+mod sockopt;
+mod wait;
 
 /// The exported C symbols (not exported from unit-test builds, which must keep libc's).
 pub mod ffi;
@@ -36,7 +46,7 @@ pub mod ffi;
 /// misconfiguration exits with a message) and install the fork handlers (engine
 /// connections inherited by a child are relayed by the parent, see [`fork`]).
 extern "C" fn on_load() {
-    if engine::config().is_some() {
+    if process::config().is_some() {
         // SAFETY: registering plain extern "C" functions as the fork handlers.
         unsafe { libc::pthread_atfork(Some(fork::prepare), Some(fork::parent), Some(fork::child)) };
     }
