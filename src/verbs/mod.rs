@@ -45,9 +45,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::engine::{Doorbell, Engine, EngineConfig, EngineHandle, EngineStats};
-use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
-use xwarp_stack::{new_stack, Readiness, StackConfig, StackHandle, StackStats, TcpService};
+use xwarp_poll_driver::engine::{Doorbell, EngineConfig, EngineHandle, EngineStats};
+use xwarp_poll_driver::vwire::{VirtualNic, WireConfig};
+use xwarp_stack::builder::{EngineBuilder, PairConfig, RunningEngine};
+use xwarp_stack::xdp::XdpEngineConfig;
+use xwarp_stack::{Readiness, StackConfig, StackHandle, StackStats, TcpService};
 
 pub use xwarp_ddp::mpa::RtrType;
 pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
@@ -132,23 +134,25 @@ impl<B: Backend + Send + 'static> Context<B> {
         stack_config: StackConfig,
         engine_config: EngineConfig,
     ) -> io::Result<Self> {
+        Self::from_builder(EngineBuilder::new(backend, stack_config, engine_config))
+    }
+
+    /// Install the verbs host in the engine `builder` describes and spawn it.
+    pub fn from_builder(builder: EngineBuilder<B>) -> io::Result<Self> {
+        let stack_config = builder.stack_config();
         let ipv4 = stack_config.ipv4.map(|a| a.0);
         // EMSS: MTU minus IPv4 and TCP headers, minus the timestamp option.
         let emss =
             stack_config.mtu.saturating_sub(40) - if stack_config.timestamps { 12 } else { 0 };
-        let (mut service, stack) =
-            new_stack(stack_config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (tx, rx) = crossbeam_channel::unbounded();
-        service.set_protocol_host(Box::new(VerbsHost::new(rx, emss)));
-        let bell = Doorbell::new()?;
-        let engine = Engine::spawn_with_doorbell(engine_config, bell.clone(), backend, service)?;
-        let b2 = bell.clone();
-        stack.set_kick(Arc::new(move || b2.ring()));
+        let RunningEngine { stack, engine } = builder
+            .protocol_host(Box::new(VerbsHost::new(rx, emss)))
+            .spawn()?;
         Ok(Context {
             dev: Device {
                 inner: Arc::new(DevInner {
                     cmds: tx,
-                    bell,
+                    bell: engine.doorbell(),
                     next_qpn: AtomicU32::new(1),
                     next_pd: AtomicU32::new(1000),
                     next_token: AtomicU32::new(1),
@@ -199,33 +203,24 @@ impl<B: Backend + Send + 'static> Drop for Context<B> {
 }
 
 /// Two verbs engines (10.77.0.1 and 10.77.0.2 by default) joined by a virtual wire.
-pub fn vwire_pair(
-    cfg: crate::net::PairConfig,
-) -> io::Result<(Context<VirtualNic>, Context<VirtualNic>)> {
-    let (nic_a, nic_b) = VirtualWire::pair(cfg.wire)?;
-    let mut ea = cfg.engine.clone();
-    ea.name = format!("{}-a", cfg.engine.name);
-    let mut eb = cfg.engine;
-    eb.name = format!("{}-b", eb.name);
-    let a = Context::start(nic_a, cfg.a, ea)?;
-    let b = Context::start(nic_b, cfg.b, eb)?;
-    Ok((a, b))
+pub fn vwire_pair(cfg: PairConfig) -> io::Result<(Context<VirtualNic>, Context<VirtualNic>)> {
+    let (a, b) = EngineBuilder::vwire_pair(cfg)?;
+    Ok((Context::from_builder(a)?, Context::from_builder(b)?))
 }
 
-/// A verbs engine on a real interface through AF_XDP (see [`crate::toe`]).
+/// A verbs engine on a real interface through AF_XDP (see [`xwarp_stack::xdp`]).
 pub type XdpContext = Context<xwarp_poll_driver::afxdp::AfXdpNic>;
 
 impl Context<xwarp_poll_driver::afxdp::AfXdpNic> {
     /// Open an AF_XDP NIC on `cfg.ifname` in namespace `ns` (the caller's own when `None`)
-    /// and start a verbs engine on it: [`crate::toe::open_xdp_nic`] followed by
-    /// [`Context::start`], so the verbs host is installed before the engine spawns.
-    /// Root is needed.
+    /// and start a verbs engine on it: [`EngineBuilder::xdp`] followed by
+    /// [`Context::from_builder`], so the verbs host is installed before the engine
+    /// spawns. Root is needed.
     pub fn start_xdp(
         ns: Option<&xwarp_poll_driver::netns::NetNs>,
-        cfg: crate::toe::XdpEngineConfig,
+        cfg: XdpEngineConfig,
     ) -> io::Result<Self> {
-        let (nic, stack, engine) = crate::toe::open_xdp_nic(ns, cfg)?;
-        Context::start(nic, stack, engine)
+        Context::from_builder(EngineBuilder::xdp(ns, cfg)?)
     }
 }
 
@@ -233,7 +228,7 @@ impl Context<xwarp_poll_driver::afxdp::AfXdpNic> {
 pub fn vwire_pair_simple(
     wire: WireConfig,
 ) -> io::Result<(Context<VirtualNic>, Context<VirtualNic>)> {
-    vwire_pair(crate::net::PairConfig {
+    vwire_pair(PairConfig {
         wire,
         ..Default::default()
     })

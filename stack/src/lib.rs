@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod api;
+pub mod builder;
 mod command;
 pub mod config;
 mod device;
@@ -19,6 +20,8 @@ pub mod proto;
 mod rescue;
 mod service;
 mod shared;
+#[cfg(target_os = "linux")]
+pub mod xdp;
 
 pub use api::{Kick, ListenSocket, StackHandle, Stream};
 pub use command::AcceptedConn;
