@@ -249,3 +249,43 @@ impl QpModify {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 6581 §3: the RTR type is negotiated in the MPA v2 block, so P2P needs
+    /// revision 2; revisions other than 1 and 2 do not exist (RFC 5044 §7.1, RFC 6581).
+    #[test]
+    fn rfc6581_p2p_needs_revision_2() {
+        let base = MpaAttr::default();
+        assert_eq!(base.validate(), Ok(()));
+        let m = |revision, p2p_rtr| QpModify {
+            revision,
+            p2p_rtr,
+            ..QpModify::default()
+        };
+        let ok = [
+            m(Some(1), Some(None)),
+            m(Some(2), Some(Some(RtrType::Send))),
+            m(None, Some(Some(RtrType::Read))),
+            m(None, Some(None)),
+        ];
+        for x in ok {
+            let a = x.apply_mpa(&base);
+            assert_eq!(a.validate(), Ok(()), "{x:?}");
+        }
+        let v1 = m(Some(1), Some(None)).apply_mpa(&base);
+        assert_eq!((v1.revision, v1.p2p_rtr), (1, None));
+        // Revision 1 keeping the default Write RTR, or P2P asked on a revision-1 QP.
+        for (x, on) in [
+            (m(Some(1), None), &base),
+            (m(None, Some(Some(RtrType::Write))), &v1),
+            (m(Some(0), Some(None)), &base),
+            (m(Some(3), None), &base),
+        ] {
+            let why = x.apply_mpa(on).validate().expect_err(&format!("{x:?}"));
+            assert!(why.contains("revision"), "{why}");
+        }
+    }
+}
