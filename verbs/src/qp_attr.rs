@@ -19,7 +19,7 @@ pub const MAX_INLINE_BUFFER: usize = 64 * 1024 * 1024;
 
 /// Whether `max_inline_data` is acceptable for a send queue of `sq_depth` entries
 /// (`Err` carries the reason).
-pub fn check_inline(max_inline_data: usize, sq_depth: usize) -> Result<(), String> {
+pub(crate) fn check_inline(max_inline_data: usize, sq_depth: usize) -> Result<(), String> {
     if max_inline_data > MAX_INLINE_DATA {
         return Err(format!(
             "max_inline_data {max_inline_data} is more than {MAX_INLINE_DATA}"
