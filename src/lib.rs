@@ -5,6 +5,7 @@
 //! * [`rdmap`] — RDMAP messages, stream state machines, QP and memory model (sans-IO).
 //! * [`stack`] — the smoltcp-based TCP engine.
 //! * [`poll_driver`] — NIC backends (AF_XDP, virtual wire) and the engine loop.
+//! * [`verbs`] — RDMA verbs and a connection manager on the engine (`xwarp-verbs`).
 #![warn(missing_docs)]
 
 pub use xwarp_ddp as ddp;
@@ -16,5 +17,14 @@ pub mod bench;
 pub mod demo;
 pub mod launcher;
 pub mod net;
+pub mod perftest;
 pub mod toe;
-pub mod verbs;
+
+pub mod verbs {
+    //! RDMA verbs and a connection manager on an xwarp engine: the [`xwarp_verbs`]
+    //! crate, re-exported (its crate docs describe the objects).
+    pub use xwarp_verbs::*;
+
+    /// The perftest-style tools, at their old path (they move to the `tools` crate).
+    pub use crate::perftest;
+}

@@ -24,9 +24,10 @@ mod engine;
 mod listener;
 mod stream;
 
-pub use engine::{vwire_pair, vwire_pair_with, NetEngine, PairConfig};
+pub use engine::{vwire_pair, vwire_pair_with, NetEngine};
 pub use listener::{TcpListener, DEFAULT_BACKLOG};
 pub use stream::{Shutdown, TcpStream};
+pub use xwarp_stack::builder::PairConfig;
 pub use xwarp_stack::{
     socket_buffer_size, Congestion, KeepAlive, SocketOptions, StackConfig, StackHandle, StackStats,
     TcpInfo, TcpOptions,

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod api;
+pub mod builder;
 mod command;
 pub mod config;
 mod conn;
@@ -23,6 +24,8 @@ mod service;
 mod shared;
 mod socket;
 mod stats;
+#[cfg(target_os = "linux")]
+pub mod xdp;
 
 pub use api::{Kick, ListenSocket, StackHandle, Stream};
 pub use command::AcceptedConn;

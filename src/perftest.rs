@@ -69,11 +69,11 @@ use hdrhistogram::Histogram;
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::vwire::{LinkConfig, WireConfig};
 
-use super::{
+use crate::net::PairConfig;
+use crate::verbs::{
     vwire_pair, Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context,
     MemoryRegion, QpInitAttr, QueuePair, SendOpcode, SendRequest, Stag, WorkCompletion,
 };
-use crate::net::PairConfig;
 
 /// Which test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

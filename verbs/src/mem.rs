@@ -2,14 +2,14 @@
 //!
 //! # Memory-aliasing contract
 //!
-//! A registered buffer is owned by its [`MemoryRegion`](super::MemoryRegion) (it was
+//! A registered buffer is owned by its [`MemoryRegion`](crate::MemoryRegion) (it was
 //! either allocated by xwarp or handed over by the application as a `Vec<u8>`/`Box<[u8]>`),
 //! never borrowed, so it cannot be freed or moved while the engine may touch it: the
 //! engine holds its own reference, dropped only when the engine deregistered the STag.
 //! No Rust reference (`&[u8]`/`&mut [u8]`) to region bytes is created on the application
 //! side by the safe API; the application copies in and out with
-//! [`MemoryRegion::write`](super::MemoryRegion::write) and
-//! [`MemoryRegion::read`](super::MemoryRegion::read). The engine writes only inside the
+//! [`MemoryRegion::write`](crate::MemoryRegion::write) and
+//! [`MemoryRegion::read`](crate::MemoryRegion::read). The engine writes only inside the
 //! bounds the [`StagTable`](xwarp_rdmap::StagTable) checked.
 //!
 //! What the application may touch while operations are in flight (as in C verbs):

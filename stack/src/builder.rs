@@ -1,0 +1,184 @@
+//! Starting an engine: the one place where a backend, a TCP stack service and an
+//! optional in-engine protocol host are put together on an engine thread.
+//!
+//! ```no_run
+//! use xwarp_stack::builder::{EngineBuilder, PairConfig};
+//! # fn main() -> std::io::Result<()> {
+//! let (a, b) = EngineBuilder::vwire_pair(PairConfig::default())?;
+//! let a = a.spawn()?; // sockets are opened on `a.stack`
+//! let b = b.spawn()?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`EngineBuilder::spawn`] builds the [`TcpService`] and its [`StackHandle`]
+//! ([`crate::new_stack`]), installs the protocol host if one was given
+//! ([`EngineBuilder::protocol_host`]), spawns the engine thread on the backend and wires
+//! the stack handle's kick to the engine's doorbell, so every command an application
+//! queues wakes the engine. [`EngineBuilder::vwire_pair`] makes two builders joined by the
+//! virtual wire; `EngineBuilder::xdp` (in [`crate::xdp`]) one on an AF_XDP interface.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use xwarp_poll_driver::backend::Backend;
+use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
+
+use crate::proto::ProtocolHost;
+use crate::{new_stack, StackConfig, StackHandle, TcpService};
+
+/// Everything an engine is made of, before it runs: a backend, the TCP stack settings,
+/// the engine loop settings and, optionally, a protocol host for the TCP service.
+pub struct EngineBuilder<B> {
+    backend: B,
+    stack: StackConfig,
+    engine: EngineConfig,
+    host: Option<Box<dyn ProtocolHost>>,
+}
+
+impl<B> std::fmt::Debug for EngineBuilder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("stack", &self.stack)
+            .field("engine", &self.engine)
+            .field("host", &self.host.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running engine as [`EngineBuilder::spawn`] returns it.
+#[derive(Debug)]
+pub struct RunningEngine<B> {
+    /// The handle sockets are opened on (its kick rings the engine's doorbell).
+    pub stack: StackHandle,
+    /// The engine thread's control handle (stats, doorbell, stop).
+    pub engine: EngineHandle<B, TcpService>,
+}
+
+impl<B: Backend + Send + 'static> EngineBuilder<B> {
+    /// An engine over `backend` with a TCP stack configured by `stack` and an engine loop
+    /// configured by `engine`, without a protocol host.
+    pub fn new(backend: B, stack: StackConfig, engine: EngineConfig) -> Self {
+        EngineBuilder {
+            backend,
+            stack,
+            engine,
+            host: None,
+        }
+    }
+
+    /// The stack settings the engine will run with (e.g. to size a protocol host by the
+    /// MTU before [`Self::protocol_host`]).
+    pub fn stack_config(&self) -> &StackConfig {
+        &self.stack
+    }
+
+    /// The engine loop settings.
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine
+    }
+
+    /// Change the engine loop settings.
+    pub fn engine_config_mut(&mut self) -> &mut EngineConfig {
+        &mut self.engine
+    }
+
+    /// Install `host` in the TCP service ([`TcpService::set_protocol_host`]) when the
+    /// engine is spawned.
+    pub fn protocol_host(mut self, host: Box<dyn ProtocolHost>) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// Build the stack, install the protocol host, spawn the engine thread and wire the
+    /// stack's kick to the engine's doorbell. An invalid stack configuration is
+    /// `InvalidInput`.
+    pub fn spawn(self) -> io::Result<RunningEngine<B>> {
+        let (mut service, stack) =
+            new_stack(self.stack).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if let Some(host) = self.host {
+            service.set_protocol_host(host);
+        }
+        let engine = Engine::spawn(self.engine, self.backend, service)?;
+        let bell = engine.doorbell();
+        stack.set_kick(Arc::new(move || bell.ring()));
+        Ok(RunningEngine { stack, engine })
+    }
+}
+
+/// Configuration of a pair of engines joined by the virtual wire
+/// ([`EngineBuilder::vwire_pair`]): the wire and both ends.
+#[derive(Debug, Clone)]
+pub struct PairConfig {
+    /// The virtual wire (MTU, faults per direction).
+    pub wire: WireConfig,
+    /// Stack of end `a` (default 10.77.0.1/24).
+    pub a: StackConfig,
+    /// Stack of end `b` (default 10.77.0.2/24).
+    pub b: StackConfig,
+    /// Engine loop settings of both ends (thread names get `-a`/`-b` appended).
+    pub engine: EngineConfig,
+}
+
+impl Default for PairConfig {
+    fn default() -> Self {
+        let end = |last: u8| StackConfig {
+            mac: [0x02, 0x78, 0x77, 0x00, 0x00, last],
+            ipv4: Some((Ipv4Addr::new(10, 77, 0, last), 24)),
+            ..StackConfig::default()
+        };
+        PairConfig {
+            wire: WireConfig::default(),
+            a: end(1),
+            b: end(2),
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+impl EngineBuilder<VirtualNic> {
+    /// Two builders whose backends are the ends of one virtual wire, `a` and `b` of
+    /// `cfg`; the engine threads are named after `cfg.engine.name` with `-a` / `-b`.
+    pub fn vwire_pair(cfg: PairConfig) -> io::Result<(Self, Self)> {
+        let (nic_a, nic_b) = VirtualWire::pair(cfg.wire)?;
+        let mut ea = cfg.engine.clone();
+        ea.name = format!("{}-a", cfg.engine.name);
+        let mut eb = cfg.engine;
+        eb.name = format!("{}-b", eb.name);
+        Ok((
+            EngineBuilder::new(nic_a, cfg.a, ea),
+            EngineBuilder::new(nic_b, cfg.b, eb),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vwire_pair_names_the_engines_after_their_end() {
+        let cfg = PairConfig::default();
+        let (a, b) = EngineBuilder::vwire_pair(cfg).unwrap();
+        assert_eq!(a.engine_config().name, "xwarp-engine-a");
+        assert_eq!(b.engine_config().name, "xwarp-engine-b");
+        assert_eq!(
+            a.stack_config().ipv4,
+            Some((Ipv4Addr::new(10, 77, 0, 1), 24))
+        );
+    }
+
+    #[test]
+    fn spawn_rejects_an_invalid_stack_config() {
+        let (nic, _peer) = VirtualWire::pair(WireConfig::default()).unwrap();
+        let bad = StackConfig {
+            mtu: 10,
+            ..StackConfig::default()
+        };
+        let e = EngineBuilder::new(nic, bad, EngineConfig::default())
+            .spawn()
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+}

@@ -1,0 +1,208 @@
+//! Applying the application's commands, and the graceful disconnect.
+
+use std::time::Instant;
+
+use xwarp_rdmap::Access;
+use xwarp_stack::proto::ProtoCtl;
+
+use crate::cm_event::CmEvent;
+use crate::engine::cmd::Cmd;
+use crate::engine::host::{ListenSlot, Owner, VerbsHost};
+use crate::engine::slot::{Early, QpSlot};
+use crate::mem::EngineRegion;
+use crate::qp_attr::{check_inline, QpAttr};
+
+impl VerbsHost {
+    /// Apply one application command; connect, listen and unlisten need the engine.
+    pub(crate) fn handle(&mut self, cmd: Cmd, now: Instant, ctl: &mut ProtoCtl) {
+        match cmd {
+            Cmd::Connect {
+                qpn,
+                remote,
+                params,
+            } => {
+                let Some(slot) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                // RTS is entered by connect or accept on an unused QP only (qp_state).
+                if !slot.phase().can_start() {
+                    slot.event(CmEvent::ConnectError(
+                        "QP already used (reset it with modify to Idle first)".into(),
+                    ));
+                    return;
+                }
+                let deadline = now + params.timeout;
+                let id = ctl.connect(remote, None, deadline);
+                slot.conn_id = Some(id);
+                slot.connecting = Some((params.private_data, deadline));
+                self.owners.insert(id, Owner::Qp(qpn));
+            }
+            Cmd::Listen {
+                token,
+                addr,
+                backlog,
+                requests,
+                ready,
+                reply,
+            } => {
+                self.listeners.insert(
+                    token,
+                    ListenSlot {
+                        requests,
+                        ready,
+                        reply: Some(reply),
+                    },
+                );
+                ctl.listen(token, addr, backlog);
+            }
+            Cmd::Unlisten { token } => {
+                self.listeners.remove(&token);
+                ctl.unlisten(token);
+            }
+            other => self.handle_local(other, now),
+        }
+    }
+
+    /// Apply one command that needs nothing from the engine (memory, QPs, work requests).
+    pub(crate) fn handle_local(&mut self, cmd: Cmd, now: Instant) {
+        match cmd {
+            c @ (Cmd::Connect { .. } | Cmd::Listen { .. } | Cmd::Unlisten { .. }) => {
+                // Never reached through `apply_queued`; kept in order for `poll` if it were.
+                self.stashed.push_back(c);
+            }
+            Cmd::RegMr {
+                pd,
+                access,
+                base,
+                buf,
+                reply,
+            } => {
+                let r =
+                    self.res
+                        .stags
+                        .register(pd, access, base, Box::new(EngineRegion(buf.clone())));
+                if let Ok(s) = r {
+                    self.bufs.insert(s, buf);
+                }
+                let _ = reply.send(r);
+            }
+            Cmd::DeregMr { stag } => {
+                let _ = self.res.stags.deregister(stag);
+                self.bufs.remove(&stag);
+            }
+            Cmd::Revalidate { stag, reply } => {
+                let _ = reply.send(self.res.stags.revalidate(stag));
+            }
+            Cmd::CreateSrq { depth, reply } => {
+                let _ = reply.send(self.res.create_srq(depth));
+            }
+            Cmd::PostSrqRecv { srq, wr } => {
+                let _ = self.res.post_srq_recv(srq, wr);
+            }
+            Cmd::CreateQp {
+                qpn,
+                qp,
+                max_inline,
+                mpa,
+                send_cq,
+                recv_cq,
+                events,
+                ready,
+            } => {
+                // `create_qp` checked the size (`check_inline`); never allocate an
+                // unchecked one here.
+                let inline = if max_inline > 0 && check_inline(max_inline, qp.sq_depth).is_ok() {
+                    let len = max_inline.saturating_mul(qp.sq_depth);
+                    self.res
+                        .stags
+                        .register(qp.pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; len]))
+                        .ok()
+                        .map(|s| (s, max_inline, 0))
+                } else {
+                    None
+                };
+                self.qps.insert(
+                    qpn,
+                    QpSlot {
+                        qpn,
+                        qp,
+                        mpa,
+                        send_cq,
+                        recv_cq,
+                        events,
+                        ready,
+                        conn_id: None,
+                        conn: None,
+                        early: Vec::new(),
+                        inline,
+                        abort: false,
+                        connecting: None,
+                        destroyed: false,
+                        finished: false,
+                        disconnect_requested: false,
+                        errored: false,
+                        held: std::collections::VecDeque::new(),
+                        addrs: None,
+                    },
+                );
+            }
+            Cmd::DestroyQp { qpn } => {
+                if let Some(slot) = self.qps.get_mut(&qpn) {
+                    slot.destroyed = true;
+                    if slot.conn_id.is_some() && !slot.finished {
+                        slot.abort = true;
+                    } else {
+                        self.remove_qp(qpn);
+                    }
+                }
+            }
+            Cmd::PostSend { qpn, wr } => self.post_send(qpn, wr),
+            Cmd::PostRecv { qpn, wr } => self.post_to_conn(qpn, Early::Recv(wr)),
+            Cmd::Disconnect { qpn } => self.disconnect(qpn),
+            Cmd::QueryQp { qpn, reply } => {
+                let _ = reply.send(self.qps.get(&qpn).map(|s| {
+                    let neg = s.conn.as_ref().and_then(|c| c.negotiated());
+                    let inline = s.inline.map_or(0, |i| i.1);
+                    QpAttr::build(s.qpn, s.state(), &s.qp, &s.mpa, neg, inline, s.addrs)
+                }));
+            }
+            Cmd::ModifyQp { qpn, m, reply } => {
+                let _ = reply.send(self.modify_qp(qpn, &m));
+            }
+            Cmd::Accept {
+                conn,
+                qpn,
+                private_data,
+                reply,
+            } => {
+                let _ = reply.send(self.accept(conn, qpn, private_data, now));
+            }
+            Cmd::Reject { conn, private_data } => {
+                if let Some(Owner::Pending { probe, .. }) = self.owners.remove(&conn) {
+                    let mut probe = probe;
+                    let _ = probe.reject(&private_data);
+                    self.owners.insert(conn, Owner::Detached { conn: probe });
+                }
+            }
+        }
+    }
+
+    /// Graceful disconnect (also modify to CLOSING).
+    pub(crate) fn disconnect(&mut self, qpn: u32) {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        slot.disconnect_requested = true;
+        if !slot.held.is_empty() {
+            return; // `pump_held` closes once the held work reached the QP
+        }
+        match slot.conn.as_mut() {
+            Some(c) => {
+                c.close();
+                slot.drain();
+            }
+            None if slot.conn_id.is_some() => slot.abort = true,
+            None => {}
+        }
+    }
+}

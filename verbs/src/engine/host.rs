@@ -1,0 +1,119 @@
+//! The verbs protocol host: its tables of QPs, connections and listeners.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use xwarp_ddp::mpa::RtrSet;
+use xwarp_rdmap::conn::{ConnConfig, Connection};
+use xwarp_rdmap::verbs::Resources;
+use xwarp_rdmap::Stag;
+use xwarp_stack::proto::ProtoConnId;
+use xwarp_stack::{Readiness, SocketError};
+
+use crate::mem::RawBuf;
+
+use crate::engine::cmd::{Cmd, RequestMsg};
+use crate::engine::slot::QpSlot;
+
+/// Most raw bytes kept while a Request is pending (MPA header + 512 private data).
+pub(crate) const MAX_PENDING_RAW: usize = 4096;
+/// Bytes encoded per `poll_transmit_into` call.
+pub(crate) const TX_BURST: usize = 64 * 1024;
+
+/// Who owns a hosted TCP connection.
+pub(crate) enum Owner {
+    /// Bound to a QP.
+    Qp(u32),
+    /// Accepted; the MPA Request is being read or waits for the ULP's answer.
+    Pending {
+        token: u64,
+        local: SocketAddr,
+        peer: SocketAddr,
+        probe: Connection,
+        raw: Vec<u8>,
+        reported: bool,
+        abort: bool,
+    },
+    /// A connection no QP owns, finishing its close: a rejecting probe sending its
+    /// Reply, or the old connection of a reset QP (`VerbsHost::reset_qp`).
+    Detached { conn: Connection },
+}
+
+pub(crate) struct ListenSlot {
+    pub(crate) requests: Sender<RequestMsg>,
+    pub(crate) ready: Arc<Readiness>,
+    pub(crate) reply: Option<Sender<Result<(), SocketError>>>,
+}
+
+/// The verbs protocol host.
+pub(crate) struct VerbsHost {
+    pub(crate) cmds: Receiver<Cmd>,
+    pub(crate) res: Resources,
+    pub(crate) qps: HashMap<u32, QpSlot>,
+    pub(crate) owners: HashMap<ProtoConnId, Owner>,
+    pub(crate) listeners: HashMap<u64, ListenSlot>,
+    /// Keeps registered buffers alive while the engine may use them.
+    pub(crate) bufs: HashMap<Stag, Arc<RawBuf>>,
+    pub(crate) emss: usize,
+    /// Commands taken off the queue by `VerbsHost::apply_queued` that need the engine's
+    /// `ProtoCtl` (connect, listen, unlisten); `poll` runs them first, so command order holds.
+    pub(crate) stashed: std::collections::VecDeque<Cmd>,
+}
+
+// SAFETY: `Resources` holds `Box<dyn RegionMemory>` (no `Send` bound in its type). Every
+// region ever inserted into this host's table is either an `EngineRegion` (an
+// `Arc<RawBuf>`, which is Send + Sync) or a `Vec<u8>` (the empty Read-RTR sink the
+// Connection registers, and inline buffers registered here); both are `Send`. The host
+// is built empty on the application thread and moved to the engine thread once; it is
+// never shared.
+unsafe impl Send for VerbsHost {}
+
+/// Encode FPDUs straight into `out` (the free space of the TCP send buffer): no staging
+/// copy. An FPDU that does not fit stays in the connection and goes out first next time.
+pub(crate) fn fpdu_direct(conn: &mut Connection, res: &Resources, out: &mut [u8]) -> usize {
+    let mut written = 0;
+    while written < out.len() {
+        let n = conn.poll_transmit_into(res, &mut out[written..]);
+        if n == 0 {
+            break;
+        }
+        written += n;
+    }
+    written
+}
+
+impl VerbsHost {
+    pub(crate) fn new(cmds: Receiver<Cmd>, emss: usize) -> VerbsHost {
+        VerbsHost {
+            cmds,
+            res: Resources::new(),
+            qps: HashMap::new(),
+            owners: HashMap::new(),
+            listeners: HashMap::new(),
+            bufs: HashMap::new(),
+            emss,
+            stashed: std::collections::VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn conn_config(&self, slot: &QpSlot) -> ConnConfig {
+        let mut c = ConnConfig::new(slot.qp);
+        c.emss = self.emss.max(128);
+        c.tx_burst = TX_BURST;
+        c.initiator.revision = slot.mpa.revision;
+        c.initiator.enhanced = slot.mpa.revision == 2;
+        c.initiator.crc = slot.mpa.crc;
+        c.initiator.markers = slot.mpa.markers;
+        c.initiator.p2p = if slot.mpa.revision == 2 {
+            slot.mpa.p2p_rtr.map(RtrSet::only)
+        } else {
+            None
+        };
+        c.responder.max_revision = slot.mpa.revision;
+        c.responder.crc = slot.mpa.crc;
+        c.responder.markers = slot.mpa.markers;
+        c
+    }
+}

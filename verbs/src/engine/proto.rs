@@ -1,0 +1,342 @@
+//! The [`ProtocolHost`] callbacks: CM handling (listen, accept, connect, close) and
+//! placement (received bytes into the connection, FPDUs into the send buffer).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use xwarp_rdmap::conn::{ConnConfig, ConnEvent, Connection};
+use xwarp_rdmap::{PdId, QpConfig};
+use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
+use xwarp_stack::SocketError;
+
+use crate::cm_event::CmEvent;
+use crate::engine::cmd::{Cmd, RequestMsg};
+use crate::engine::host::{fpdu_direct, Owner, VerbsHost, MAX_PENDING_RAW};
+
+impl VerbsHost {
+    /// Apply queued application commands in order, up to the first one that needs the
+    /// engine's `ProtoCtl`; that one and everything after it wait for `poll`.
+    fn apply_queued(&mut self, now: Instant) {
+        if !self.stashed.is_empty() {
+            return;
+        }
+        while let Ok(cmd) = self.cmds.try_recv() {
+            if matches!(
+                cmd,
+                Cmd::Connect { .. } | Cmd::Listen { .. } | Cmd::Unlisten { .. }
+            ) {
+                self.stashed.push_back(cmd);
+                return;
+            }
+            self.handle_local(cmd, now);
+        }
+    }
+}
+
+impl ProtocolHost for VerbsHost {
+    fn poll(&mut self, now: Instant, ctl: &mut ProtoCtl) -> Option<Instant> {
+        while let Some(cmd) = self.stashed.pop_front() {
+            self.handle(cmd, now, ctl);
+        }
+        while let Ok(cmd) = self.cmds.try_recv() {
+            self.handle(cmd, now, ctl);
+        }
+        let mut next: Option<Instant> = None;
+        for slot in self.qps.values_mut() {
+            if let Some(conn) = slot.conn.as_mut() {
+                if conn.poll_timeout().is_some_and(|t| now >= t) {
+                    conn.handle_timeout(now);
+                    slot.drain();
+                }
+                if let Some(conn) = slot.conn.as_ref() {
+                    if let Some(t) = conn.poll_timeout() {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
+            }
+        }
+        for owner in self.owners.values_mut() {
+            if let Owner::Pending { probe, abort, .. } = owner {
+                if probe.poll_timeout().is_some_and(|t| now >= t) {
+                    probe.handle_timeout(now);
+                }
+                if probe.is_closed() {
+                    *abort = true;
+                }
+                if let Some(t) = probe.poll_timeout() {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+        }
+        let done: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|s| s.destroyed && (s.finished || s.conn_id.is_none()))
+            .map(|s| s.qpn)
+            .collect();
+        for q in done {
+            self.remove_qp(q);
+        }
+        next
+    }
+
+    fn on_listen(&mut self, token: u64, result: Result<SocketAddr, SocketError>) {
+        if let Some(l) = self.listeners.get_mut(&token) {
+            if let Some(r) = l.reply.take() {
+                let _ = r.send(result.map(|_| ()));
+            }
+            if result.is_err() {
+                self.listeners.remove(&token);
+            }
+        }
+    }
+
+    fn on_accepted(
+        &mut self,
+        token: u64,
+        conn: ProtoConnId,
+        local: SocketAddr,
+        peer: SocketAddr,
+        now: Instant,
+    ) {
+        let cfg = ConnConfig::new(QpConfig {
+            pd: PdId(0),
+            ird: 1,
+            ord: 1,
+            sq_depth: 1,
+            rq: xwarp_rdmap::RqConfig::Own(1),
+        });
+        let probe = match Connection::responder(cfg, now) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        self.owners.insert(
+            conn,
+            Owner::Pending {
+                token,
+                local,
+                peer,
+                probe,
+                raw: Vec::new(),
+                reported: false,
+                abort: !self.listeners.contains_key(&token),
+            },
+        );
+    }
+
+    fn on_established(
+        &mut self,
+        conn: ProtoConnId,
+        local: SocketAddr,
+        peer: SocketAddr,
+        now: Instant,
+    ) {
+        let Some(Owner::Qp(qpn)) = self.owners.get(&conn) else {
+            return;
+        };
+        let qpn = *qpn;
+        {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            if slot.abort || slot.errored {
+                // modify(ERROR), disconnect or destroy came during the TCP handshake: no
+                // iWARP connection on this socket (no MPA Request, no early work handed to
+                // it). `close_request` resets it and `on_closed` reports ConnectError.
+                slot.abort = true;
+                slot.flush_early();
+                return;
+            }
+        }
+        let Some(slot) = self.qps.get(&qpn) else {
+            return;
+        };
+        let mut cfg = self.conn_config(slot);
+        if let Some((pd, deadline)) = &slot.connecting {
+            cfg.initiator.private_data = pd.clone();
+            cfg.initiator.reply_timeout = deadline
+                .saturating_duration_since(now)
+                .max(std::time::Duration::from_millis(1));
+        }
+        let r = Connection::initiator(cfg, now);
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        slot.addrs = Some((local, peer));
+        match r {
+            Ok(c) => {
+                slot.conn = Some(c);
+                self.give_early(qpn);
+            }
+            Err(e) => {
+                slot.event(CmEvent::ConnectError(e.to_string()));
+                slot.abort = true;
+            }
+        }
+    }
+
+    fn on_recv(&mut self, conn: ProtoConnId, now: Instant, data: &[u8]) -> usize {
+        // The engine may hand over bytes right after an ingress packet, before `poll` has
+        // drained the command queue: a receive the application posted before the peer's
+        // Send arrived must be in place first (iWARP has no RNR; a missing receive is a
+        // Terminate).
+        self.apply_queued(now);
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                let qpn = *qpn;
+                if let Some(slot) = self.qps.get_mut(&qpn) {
+                    if let Some(c) = slot.conn.as_mut() {
+                        let _ = c.handle_input(now, data, &mut self.res);
+                        slot.drain();
+                        if !slot.held.is_empty() {
+                            self.pump_held(qpn);
+                        }
+                    }
+                }
+            }
+            Some(Owner::Pending {
+                token,
+                peer,
+                probe,
+                raw,
+                reported,
+                abort,
+                ..
+            }) => {
+                if raw.len() + data.len() > MAX_PENDING_RAW {
+                    *abort = true;
+                    return data.len();
+                }
+                raw.extend_from_slice(data);
+                let _ = probe.handle_input(now, data, &mut self.res);
+                while let Some(e) = probe.poll_event() {
+                    match e {
+                        ConnEvent::ConnectRequest(req) if !*reported => {
+                            *reported = true;
+                            match self.listeners.get(token) {
+                                Some(l) => {
+                                    let _ = l.requests.send(RequestMsg {
+                                        conn,
+                                        peer: *peer,
+                                        req,
+                                    });
+                                    l.ready.signal();
+                                }
+                                None => *abort = true,
+                            }
+                        }
+                        ConnEvent::Error(_) | ConnEvent::Closed => *abort = true,
+                        _ => {}
+                    }
+                }
+            }
+            Some(Owner::Detached { .. }) | None => {}
+        }
+        data.len()
+    }
+
+    fn on_send(&mut self, conn: ProtoConnId, _now: Instant, buf: &mut [u8]) -> usize {
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                let Some(slot) = self.qps.get_mut(qpn) else {
+                    return 0;
+                };
+                let Some(c) = slot.conn.as_mut() else {
+                    return 0;
+                };
+                let n = fpdu_direct(c, &self.res, buf);
+                slot.drain();
+                if !slot.held.is_empty() {
+                    let qpn = slot.qpn;
+                    self.pump_held(qpn);
+                }
+                n
+            }
+            Some(Owner::Detached { conn }) => fpdu_direct(conn, &self.res, buf),
+            _ => 0,
+        }
+    }
+
+    fn on_peer_fin(&mut self, conn: ProtoConnId, _now: Instant) {
+        match self.owners.get_mut(&conn) {
+            Some(Owner::Qp(qpn)) => {
+                if let Some(slot) = self.qps.get_mut(qpn) {
+                    if let Some(c) = slot.conn.as_mut() {
+                        c.handle_peer_closed();
+                        slot.drain();
+                    }
+                }
+            }
+            Some(Owner::Pending { abort, .. }) => *abort = true,
+            Some(Owner::Detached { conn, .. }) => conn.handle_peer_closed(),
+            None => {}
+        }
+    }
+
+    fn close_request(&mut self, conn: ProtoConnId) -> CloseRequest {
+        match self.owners.get(&conn) {
+            Some(Owner::Qp(qpn)) => match self.qps.get(qpn) {
+                Some(slot) if slot.abort => CloseRequest::Abort,
+                Some(slot) => match slot.conn.as_ref() {
+                    // `wants_close` waits for bytes held back by `poll_transmit_into`.
+                    Some(c) if c.wants_close() => CloseRequest::Graceful,
+                    _ => CloseRequest::None,
+                },
+                None => CloseRequest::Abort,
+            },
+            Some(Owner::Pending { abort: true, .. }) => CloseRequest::Abort,
+            Some(Owner::Pending { .. }) => CloseRequest::None,
+            Some(Owner::Detached { conn }) => {
+                if conn.wants_close() {
+                    CloseRequest::Graceful
+                } else {
+                    CloseRequest::None
+                }
+            }
+            None => CloseRequest::Abort,
+        }
+    }
+
+    fn on_closed(&mut self, conn: ProtoConnId, _now: Instant, error: Option<SocketError>) {
+        let Some(owner) = self.owners.remove(&conn) else {
+            return;
+        };
+        let Owner::Qp(qpn) = owner else {
+            return;
+        };
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        match slot.conn.as_mut() {
+            Some(c) => {
+                if !c.is_closed() {
+                    c.handle_peer_closed();
+                }
+                slot.drain();
+            }
+            None => {
+                let why = match error {
+                    Some(e) => e.to_io().to_string(),
+                    None => "connection closed".into(),
+                };
+                slot.connecting = None;
+                slot.finished = true;
+                slot.event(CmEvent::ConnectError(why));
+                slot.flush_early();
+            }
+        }
+        if !slot.held.is_empty() {
+            self.pump_held(qpn);
+        }
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !slot.finished {
+            slot.finished = true;
+            slot.event(CmEvent::Disconnected);
+        }
+        if slot.destroyed {
+            self.remove_qp(qpn);
+        }
+    }
+}

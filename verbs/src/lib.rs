@@ -1,0 +1,69 @@
+//! # xwarp-verbs (`xwarp::verbs`) — RDMA verbs and a connection manager on an xwarp engine
+//!
+//! The whole iWARP data path runs on the engine thread (see
+//! [`xwarp_stack::proto`]): TCP receive buffer → MPA/FPDU parser → placement into
+//! registered memory → completions; Read Requests are answered from registered memory
+//! without the application; FPDUs are encoded on the engine thread into the TCP send
+//! buffer. Application threads only post work requests (a lock-free command queue plus
+//! the engine doorbell) and take completions (one lock-free queue per CQ plus an
+//! eventfd for blocking waits).
+//!
+//! Objects (after ibverbs / rdma_cm):
+//! * [`Context`] — an engine (TCP stack + verbs host) over a backend: the virtual wire
+//!   ([`vwire_pair`]) or any [`Backend`](xwarp_poll_driver::backend::Backend) (AF_XDP through `xwarp::toe`).
+//! * [`Device`] — cloneable handle: [`Device::alloc_pd`], [`Device::create_cq`],
+//!   [`Device::listen`].
+//! * [`ProtectionDomain`] — memory registration ([`ProtectionDomain::alloc_mr`],
+//!   [`ProtectionDomain::register`]), [`ProtectionDomain::create_qp`],
+//!   [`ProtectionDomain::create_srq`].
+//! * [`MemoryRegion`] — lkey/rkey (STags), address, copy in/out (see [`mem`] for the
+//!   aliasing contract).
+//! * [`CompletionQueue`] — poll, `req_notify` (all or solicited-only), blocking wait on
+//!   an fd usable from epoll.
+//! * [`QueuePair`] — RC QP: post_send (Send, Send with SE / Invalidate, Write, Read,
+//!   Local Invalidate; SGLs, signaled/unsignaled, inline, fence), post_recv, connect,
+//!   disconnect, CM events ([`CmEvent`]); the QP state machine through
+//!   [`QueuePair::state`], [`QueuePair::query`] ([`QpAttr`]) and [`QueuePair::modify`]
+//!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`;
+//!   a reset (modify to IDLE from ERROR, or after a graceful close) makes a QP
+//!   connect/accept again.
+//! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
+//!   the peer's IRD/ORD; accept or reject with private data.
+//!
+//! `wr_id` `u64::MAX` is reserved (the engine's internal RTR message).
+//!
+//! Files, by concern (after siw's split): [`context`] (the engine and the device
+//! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers),
+//! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), `qp_state`
+//! (the QP state machine: the one transition table), [`wr`] (work requests),
+//! [`cm_event`] and [`cm`] (the connection manager), and `engine/` (the engine host:
+//! commands, CM handling, placement).
+#![warn(missing_docs)]
+
+pub mod cm;
+pub mod cm_event;
+pub mod context;
+pub mod cq;
+mod engine;
+pub mod mem;
+pub mod pd;
+pub mod qp;
+pub mod qp_attr;
+mod qp_state;
+pub mod srq;
+pub mod wr;
+
+pub use xwarp_ddp::mpa::RtrType;
+pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
+pub use xwarp_rdmap::{Access, MemError, Stag};
+
+pub use cm::{ConnRequest, Listener};
+pub use cm_event::{CmEvent, ConnectParams};
+pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
+pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};
+pub use pd::{MemoryRegion, ProtectionDomain};
+pub use qp::{QpInitAttr, QueuePair};
+pub use qp_attr::{MpaAttr, NegotiatedMpa, QpAttr, QpModify, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
+pub use qp_state::QpState;
+pub use srq::SharedReceiveQueue;
+pub use wr::{SendOpcode, SendRequest};
