@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
-use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle, SpinBudget};
-use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
+use xwarp_poll_driver::engine::{EngineConfig, EngineHandle, SpinBudget};
+use xwarp_stack::builder::{EngineBuilder, RunningEngine};
+use xwarp_stack::{StackConfig, StackHandle, TcpService};
 
 use crate::config::Config;
 use crate::process::{config, xlog, GENERATION};
@@ -43,23 +44,17 @@ fn start(cfg: &Config) -> io::Result<Running> {
         mtu,
         ..StackConfig::default()
     };
-    let (service, stack) = new_stack(stack_config)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    let engine = Engine::spawn(
-        EngineConfig {
-            name: "xwarp-engine".into(),
-            spin: if cfg.yield_spin {
-                SpinBudget::Yield(cfg.engine_spin)
-            } else {
-                SpinBudget::Duration(cfg.engine_spin)
-            },
-            ..EngineConfig::default()
+    let engine_config = EngineConfig {
+        name: "xwarp-engine".into(),
+        spin: if cfg.yield_spin {
+            SpinBudget::Yield(cfg.engine_spin)
+        } else {
+            SpinBudget::Duration(cfg.engine_spin)
         },
-        nic,
-        service,
-    )?;
-    let bell = engine.doorbell();
-    stack.set_kick(std::sync::Arc::new(move || bell.ring()));
+        ..EngineConfig::default()
+    };
+    let RunningEngine { stack, engine } =
+        EngineBuilder::new(nic, stack_config, engine_config).spawn()?;
     Ok(Running {
         stack,
         _engine: engine,

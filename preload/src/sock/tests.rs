@@ -3,9 +3,10 @@
 use super::*;
 use crate::wait::{block_hinted, spawn_with_signals_blocked};
 use std::net::Ipv4Addr;
-use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_poll_driver::engine::{EngineConfig, EngineHandle};
 use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
-use xwarp_stack::{new_stack, StackConfig, StackHandle, TcpService};
+use xwarp_stack::builder::{EngineBuilder, RunningEngine};
+use xwarp_stack::{StackConfig, StackHandle, TcpService};
 
 /// One engine over the virtual wire.
 pub(crate) struct End {
@@ -21,10 +22,9 @@ pub(crate) fn pair() -> (End, End) {
             ipv4: Some((Ipv4Addr::new(10, 79, 0, last), 24)),
             ..StackConfig::default()
         };
-        let (service, stack) = new_stack(cfg).unwrap();
-        let engine = Engine::spawn(EngineConfig::default(), nic, service).unwrap();
-        let bell = engine.doorbell();
-        stack.set_kick(Arc::new(move || bell.ring()));
+        let RunningEngine { stack, engine } = EngineBuilder::new(nic, cfg, EngineConfig::default())
+            .spawn()
+            .unwrap();
         End {
             stack,
             _engine: engine,
