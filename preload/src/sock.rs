@@ -1832,7 +1832,7 @@ mod fork_tests {
                     signal(w);
                 }
                 n += 1;
-                if n % 40 == 0 {
+                if n.is_multiple_of(40) {
                     if let Some(mut c) = late.pop() {
                         let _ = c.try_write(b"too late");
                         // Kept until the end: the watcher resets it.
