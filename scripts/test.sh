@@ -10,23 +10,58 @@ cd "$(dirname "$0")/.."
 log() { printf '\n=== %s\n' "$*"; }
 
 # --- system packages -------------------------------------------------------------------------
-APT_PACKAGES=(tshark iproute2 ethtool procps curl netcat-openbsd socat python3 ca-certificates)
-if [ "$(id -u)" = 0 ]; then
-    missing=()
+# Every Debian 12 package this script, the tests and the interop suite call, installed before
+# cargo runs (the tests also install a missing tool themselves, one by one, as a fallback).
+# No crate links a C library (the only -sys crates are linux-raw-sys and windows-sys), so no
+# pkg-config or -dev package beyond libc's is needed.
+APT_PACKAGES=(
+    # Rust's linker driver (cc) and libc's crt files and headers; the shim tests compile C
+    # programs (tests/preload/*.c) with gcc.
+    gcc libc6-dev
+    # Root tests: namespaces and veth pairs (ip), TX checksum offload (ethtool), kill/sysctl.
+    iproute2 ethtool procps
+    # Kernel peers and tools the network tests run (tests/xdp_tcp.rs, tests/preload_programs.rs).
+    python3 curl ca-certificates netcat-openbsd socat redis-server redis-tools nginx-light wrk
+    iperf3
+    # Wire-level checks (tests/wire_tshark.rs, poll-driver's pcap test, interop captures).
+    tshark
+    # interop/run.sh and interop/build-guest.sh (which installs the same list itself when run
+    # alone, plus the linux-headers package of the guest's kernel).
+    qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
+    busybox-static kmod tcpdump cpio xz-utils zstd bc make
+)
+missing=()
+if command -v dpkg-query >/dev/null; then
     for p in "${APT_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
     done
-    if [ "${#missing[@]}" -gt 0 ]; then
-        log "installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
 else
-    echo "!!! not root: system packages not installed; root-only tests will be SKIPPED loudly" >&2
+    echo "!!! no dpkg-query: not a Debian system; make sure these are installed: ${APT_PACKAGES[*]}" >&2
+fi
+if [ "${#missing[@]}" -eq 0 ]; then
+    :
+elif [ "$(id -u)" = 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    echo "!!! not root: not installing ${missing[*]}" >&2
+    echo "!!! root-only tests will be SKIPPED loudly; others may fail without these tools" >&2
 fi
 
-command -v cargo >/dev/null || { echo "cargo not found: install a Rust toolchain (rustup) first" >&2; exit 1; }
+# --- Rust toolchain --------------------------------------------------------------------------
+# rust-toolchain.toml pins the toolchain (with rustfmt and clippy); rustup installs it on the
+# first cargo command in this tree. This script installs neither rustup nor Rust.
+if ! command -v cargo >/dev/null; then
+    cat >&2 <<'MSG'
+!!! cargo not found. Install rustup (see https://rustup.rs; Debian 12 has no package for it),
+!!! put ~/.cargo/bin on PATH and rerun: the first cargo command in this repository then
+!!! installs the toolchain that rust-toolchain.toml pins, rustfmt and clippy included.
+MSG
+    exit 1
+fi
+log "toolchain: $(cargo --version), $(rustc --version)"
 
 # --- static checks ---------------------------------------------------------------------------
 log "cargo fmt --check"

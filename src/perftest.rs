@@ -893,7 +893,7 @@ impl Spin {
     fn idle(&mut self) -> bool {
         self.0 = self.0.wrapping_add(1);
         std::thread::yield_now();
-        self.0 % 1024 == 0
+        self.0.is_multiple_of(1024)
     }
 }
 
@@ -1554,7 +1554,7 @@ fn rdma_bw_client(p: &Params, tx_depth: usize, c: &Side, r: &Remote) -> ClientRe
                     SendRequest::write(wr_id(i, seq), vec![sge], r.rkey, raddr)
                 };
                 let last = p.duration.is_none() && seq + 1 == p.iters;
-                wr.signaled = (seq + 1) % cq_mod == 0 || last;
+                wr.signaled = (seq + 1).is_multiple_of(cq_mod) || last;
                 qp.post_send(wr).map_err(post_err)?;
                 posted[i] += 1;
             }
@@ -1664,7 +1664,7 @@ fn send_bw_client(p: &Params, tx_depth: usize, c: &Side) -> ClientResult {
                 let mut wr =
                     SendRequest::send(wr_id(i, seq), vec![c.buf.sge(off, p.size).ok_or("sge")?]);
                 let last = p.duration.is_none() && seq + 1 == p.iters;
-                wr.signaled = (seq + 1) % cq_mod == 0 || last;
+                wr.signaled = (seq + 1).is_multiple_of(cq_mod) || last;
                 qp.post_send(wr).map_err(post_err)?;
                 posted[i] += 1;
                 credits[i] -= 1;
@@ -1791,7 +1791,7 @@ fn send_bw_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, Str
                 inline: Some(n.to_be_bytes().to_vec()),
                 ..SendRequest::send(CTRL_WR | sends, vec![])
             };
-            wr.signaled = sends % 16 == 0;
+            wr.signaled = sends.is_multiple_of(16);
             s.qps[i].post_send(wr).map_err(post_err)?;
         }
         while let Some(w) = s.scq.poll_one() {
@@ -1832,7 +1832,7 @@ fn send_lat_client(p: &Params, c: &Side) -> ClientResult {
         } else {
             SendRequest::send(i, vec![c.buf.sge(slot, size).ok_or("sge")?])
         };
-        wr.signaled = (i + 1) % 16 == 0;
+        wr.signaled = (i + 1).is_multiple_of(16);
         qp.post_send(wr).map_err(post_err)?;
         let mut spin = Spin::new();
         let wc = loop {
@@ -1928,7 +1928,7 @@ fn send_lat_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, St
             s.buf.write(slot, &payload).map_err(e2s)?;
             SendRequest::send(n, vec![s.buf.sge(slot, size).ok_or("sge")?])
         };
-        wr.signaled = n % 16 == 0;
+        wr.signaled = n.is_multiple_of(16);
         qp.post_send(wr).map_err(post_err)?;
         while let Some(w) = s.scq.poll_one() {
             check(&w)?;
@@ -1963,7 +1963,7 @@ fn write_lat_client(p: &Params, c: &Side, r: &Remote) -> ClientResult {
         c.buf.write(size + last, &[m]).map_err(e2s)?;
         let t = Instant::now();
         let mut wr = write_wr(i, &c.buf, size, r);
-        wr.signaled = (i + 1) % 16 == 0;
+        wr.signaled = (i + 1).is_multiple_of(16);
         qp.post_send(wr).map_err(post_err)?;
         let mut spin = Spin::new();
         while c.buf.poll_byte(last) != Some(m) {
@@ -2027,7 +2027,7 @@ fn write_lat_server(p: &Params, s: &Side, r: &Remote, stop: &AtomicBool) -> Resu
         s.buf.write(size + last, &[m]).map_err(e2s)?;
         n += 1;
         let mut wr = write_wr(n, &s.buf, size, r);
-        wr.signaled = n % 16 == 0;
+        wr.signaled = n.is_multiple_of(16);
         qp.post_send(wr).map_err(post_err)?;
         while let Some(w) = s.scq.poll_one() {
             check(&w)?;

@@ -9,6 +9,10 @@
 //! The tests take one global lock: the machine has two cores.
 #![cfg(target_os = "linux")]
 
+#[macro_use]
+#[path = "support/afxdp_skip.rs"]
+mod afxdp_skip;
+
 use std::io::{self, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
@@ -23,40 +27,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
-
-fn skip_reason() -> Option<String> {
-    if !is_root() {
-        return Some("preload program tests need root".into());
-    }
-    if !xwarp::poll_driver::afxdp::available() {
-        return Some("AF_XDP sockets are not available in this kernel".into());
-    }
-    if netns::ip(&["-V"]).is_err() {
-        return Some("the `ip` tool (iproute2) is missing".into());
-    }
-    None
-}
-
-macro_rules! require_root_and_afxdp {
-    () => {
-        if let Some(reason) = skip_reason() {
-            // Straight to fd 2: libtest's capture only swallows the print macros.
-            let _ = writeln!(io::stderr(), "SKIPPED: {reason} ({}:{})", file!(), line!());
-            return;
-        }
-    };
 }
 
 fn have(bin: &str) -> bool {

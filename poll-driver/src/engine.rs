@@ -449,7 +449,7 @@ impl LoopCtx {
         if out.busy {
             st.busy_iterations += 1;
         }
-        if st.iterations % PUBLISH_EVERY == 0 {
+        if st.iterations.is_multiple_of(PUBLISH_EVERY) {
             self.stats.publish(st);
         }
         Ok((out, now))

@@ -1,9 +1,12 @@
-//! Thin, safe wrappers over the few Linux syscalls the engine loop and the virtual wire
-//! need: `eventfd(2)` for wakeups and `ppoll(2)` for sleeping on several descriptors.
+//! The few Linux syscalls the engine loop and the virtual wire need, on top of `rustix`:
+//! `eventfd(2)` for wakeups and `ppoll(2)` for sleeping on several descriptors.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 
 /// A non-blocking, close-on-exec eventfd used as a wakeup signal.
 #[derive(Debug)]
@@ -14,13 +17,7 @@ pub struct EventFd {
 impl EventFd {
     /// Create a new eventfd with a zero counter.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: eventfd takes no pointers; the flags are valid constants.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         Ok(Self { fd })
     }
 
@@ -28,45 +25,21 @@ impl EventFd {
     /// that is already saturated (impossible in practice) is reported as success because
     /// the descriptor is readable anyway.
     pub fn notify(&self) -> io::Result<()> {
-        let one: u64 = 1;
-        // SAFETY: writes exactly 8 bytes from a live, properly aligned u64 to an fd we own.
-        let n = unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&one as *const u64).cast::<libc::c_void>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::WouldBlock {
-                return Ok(());
-            }
-            return Err(err);
+        match rustix::io::write(&self.fd, &1u64.to_ne_bytes()) {
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        Ok(())
     }
 
     /// Reset the counter to zero. Returns `true` if it was non-zero (a notification was
     /// pending).
     pub fn drain(&self) -> io::Result<bool> {
-        let mut value: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live, properly aligned u64 on an fd we own.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                (&mut value as *mut u64).cast::<libc::c_void>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::WouldBlock {
-                return Ok(false);
-            }
-            return Err(err);
+        let mut value = [0u8; 8];
+        match rustix::io::read(&self.fd, &mut value[..]) {
+            Ok(_) => Ok(u64::from_ne_bytes(value) != 0),
+            Err(Errno::AGAIN) => Ok(false),
+            Err(e) => Err(e.into()),
         }
-        Ok(value != 0)
     }
 }
 
@@ -76,9 +49,16 @@ impl AsRawFd for EventFd {
     }
 }
 
-/// Wait until one of `fds` is readable or `timeout` passes (`None`: no timeout).
-/// On return, `readable[i]` tells whether `fds[i]` was readable. `EINTR` counts as an
-/// ordinary wakeup with nothing readable. At most 4 descriptors are supported.
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Wait until one of `fds` is readable or `timeout` passes (`None`: no timeout), with
+/// `ppoll(2)`. On return, `readable[i]` tells whether `fds[i]` was readable (or in error or
+/// hung up). `EINTR` counts as an ordinary wakeup with nothing readable. Negative entries are
+/// ignored, as `ppoll` does. At most 4 descriptors are supported.
 pub fn wait_readable(
     fds: &[RawFd],
     readable: &mut [bool],
@@ -91,50 +71,52 @@ pub fn wait_readable(
             "wait_readable: at most 4 descriptors and one result slot each",
         ));
     }
-    let mut pfds = [libc::pollfd {
-        fd: -1,
-        events: 0,
-        revents: 0,
-    }; MAX];
-    for (slot, &fd) in pfds.iter_mut().zip(fds) {
-        slot.fd = fd;
-        slot.events = libc::POLLIN;
-    }
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
+    let ts = timeout.map(|d| Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
     });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfds` is a live array of at least `fds.len()` pollfd entries, `ts_ptr` is
-    // null or points at a live timespec, and a null signal mask means "unchanged".
-    let n = unsafe {
-        libc::ppoll(
-            pfds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            ts_ptr,
-            std::ptr::null(),
-        )
+    // Which `fds` index each poll entry stands for (the non-negative ones, in order).
+    let mut index = [0usize; MAX];
+    let mut n = 0;
+    for (i, &fd) in fds.iter().enumerate() {
+        if fd >= 0 {
+            index[n] = i;
+            n += 1;
+        }
+    }
+    let borrow = |i: usize| {
+        // SAFETY: `fds[index[i]]` is non-negative (so not the -1 a `BorrowedFd` cannot hold),
+        // and the borrow lives only inside this call, where `poll` hands the number to the
+        // kernel and nothing else: it is never read, written or closed here, and a number
+        // that is not open comes back as POLLNVAL, not as an effect on some other file.
+        let fd = unsafe { BorrowedFd::borrow_raw(fds[index[i.min(n.saturating_sub(1))]]) };
+        PollFd::from_borrowed_fd(fd, PollFlags::IN)
     };
     readable.iter_mut().for_each(|r| *r = false);
-    if n < 0 {
-        let err = io::Error::last_os_error();
-        if err.kind() == io::ErrorKind::Interrupted {
-            return Ok(());
-        }
-        return Err(err);
+    let result = if n == 0 {
+        // Nothing to watch: just sleep.
+        rustix::event::poll(&mut [], ts.as_ref()).map(|_| ())
+    } else {
+        // A fixed array (entries past `n` repeat the last one and are not passed to the
+        // kernel) keeps the sleep path allocation-free.
+        let mut pfds: [PollFd<'_>; MAX] = std::array::from_fn(borrow);
+        let pfds = &mut pfds[..n];
+        rustix::event::poll(pfds, ts.as_ref()).map(|_| {
+            let woke = PollFlags::IN | PollFlags::ERR | PollFlags::HUP;
+            for (p, &i) in pfds.iter().zip(&index[..n]) {
+                readable[i] = p.revents().intersects(woke);
+            }
+        })
+    };
+    match result {
+        Ok(()) | Err(Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    for (r, p) in readable.iter_mut().zip(&pfds[..fds.len()]) {
-        *r = p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
-    }
-    Ok(())
 }
 
 /// The kernel thread id of the calling thread.
 pub fn current_tid() -> i32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::gettid() }
+    rustix::thread::gettid().as_raw_nonzero().get()
 }
 
 /// CPU time (user + system) consumed so far by thread `tid` of this process, read from
@@ -154,9 +136,10 @@ pub fn thread_cpu_time(tid: i32) -> io::Result<Duration> {
         .get(12)
         .and_then(|s| s.parse().ok())
         .ok_or_else(bad)?;
-    // SAFETY: sysconf takes no pointers.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as u64 } else { 100 };
+    let hz = match rustix::param::clock_ticks_per_second() {
+        0 => 100,
+        hz => hz,
+    };
     let ticks = utime.saturating_add(stime);
     Ok(Duration::from_nanos(
         ticks.saturating_mul(1_000_000_000) / hz,

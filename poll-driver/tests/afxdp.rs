@@ -3,6 +3,10 @@
 //! and returns.
 #![cfg(target_os = "linux")]
 
+#[macro_use]
+#[path = "../../tests/support/afxdp_skip.rs"]
+mod afxdp_skip;
+
 use smoltcp::phy::{ChecksumCapabilities, Device, RxToken, TxToken};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
@@ -19,37 +23,6 @@ use xwarp_poll_driver::afxdp::{
 };
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::netns::{self, VethPair};
-
-/// `Some(reason)` if these tests cannot run here.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("afxdp tests need root".into());
-    }
-    if !xwarp_poll_driver::afxdp::available() {
-        return Some("AF_XDP sockets are not available in this kernel".into());
-    }
-    if netns::ip(&["-V"]).is_err() {
-        return Some("the `ip` tool (iproute2) is missing".into());
-    }
-    None
-}
-
-macro_rules! require_root_and_afxdp {
-    () => {
-        if let Some(reason) = skip_reason() {
-            // Straight to fd 2: libtest's capture only swallows the print macros.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {reason} ({}:{})",
-                file!(),
-                line!()
-            );
-            return;
-        }
-    };
-}
 
 fn ifindex(name: &str) -> u32 {
     let c = std::ffi::CString::new(name).unwrap();

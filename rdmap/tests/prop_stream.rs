@@ -170,7 +170,7 @@ proptest! {
             }
             a.qp.post_send(wr).unwrap();
             // Sometimes move traffic between posts.
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 pump_split(&mut a, &mut b, mulpdu, &mut rng);
             }
         }

@@ -588,7 +588,7 @@ fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
                 n += 1;
                 let sge = s.buf.sge(size, size).ok_or_else(|| err("sge"))?;
                 let mut wr = SendRequest::write(n, vec![sge], c.buf.rkey(), c.buf.addr());
-                wr.signaled = n % 16 == 0;
+                wr.signaled = n.is_multiple_of(16);
                 s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
                 while let Some(w) = s.scq.poll_one() {
                     ok(w)?;
@@ -605,7 +605,7 @@ fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
                 let t = Instant::now();
                 let sge = c.buf.sge(size, size).ok_or_else(|| err("sge"))?;
                 let mut wr = SendRequest::write(i, vec![sge], s.buf.rkey(), s.buf.addr());
-                wr.signaled = (i + 1) % 16 == 0;
+                wr.signaled = (i + 1).is_multiple_of(16);
                 c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
                 spin(&AtomicBool::new(false), || {
                     c.buf.poll_byte(last) == Some(mark)
@@ -661,7 +661,7 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
                     inline: Some(payload.clone()),
                     ..SendRequest::send(n, vec![])
                 };
-                wr.signaled = n % 16 == 0;
+                wr.signaled = n.is_multiple_of(16);
                 s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
                 while let Some(w) = s.scq.poll_one() {
                     ok(w)?;
@@ -682,7 +682,7 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
                     inline: Some(data.clone()),
                     ..SendRequest::send(i, vec![])
                 };
-                wr.signaled = (i + 1) % 16 == 0;
+                wr.signaled = (i + 1).is_multiple_of(16);
                 c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
                 let mut got = None;
                 spin(&AtomicBool::new(false), || {

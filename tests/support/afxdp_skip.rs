@@ -1,19 +1,32 @@
 //! Loud skipping for tests that need root, AF_XDP and iproute2 (network namespaces, veth
-//! pairs, XDP programs). Include with
-//! `#[macro_use] #[path = "support/afxdp_skip.rs"] mod afxdp_skip;` and start each such
-//! test with `require_root_and_afxdp!();`.
+//! pairs, XDP programs): the one copy, shared by the facade's tests and the poll-driver's.
+//! Include with `#[macro_use] #[path = "support/afxdp_skip.rs"] mod afxdp_skip;` at the
+//! test crate's root (from `poll-driver/tests/`: `"../../tests/support/afxdp_skip.rs"`) and
+//! start each such test with `require_root_and_afxdp!();`. The including package must depend
+//! on `xwarp-poll-driver`.
 
 use std::io::Write;
 
-use xwarp::poll_driver::netns;
+use xwarp_poll_driver::netns;
+
+/// Whether the effective user id is 0, from `/proc/self/status` (no libc needed).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
 
 /// `Some(reason)` if tests that need root, AF_XDP and `ip` cannot run here.
 pub fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Some("needs root (network namespaces, veth pairs, AF_XDP)".into());
     }
-    if !xwarp::poll_driver::afxdp::available() {
+    if !xwarp_poll_driver::afxdp::available() {
         return Some("AF_XDP sockets are not available in this kernel".into());
     }
     if netns::ip(&["-V"]).is_err() {

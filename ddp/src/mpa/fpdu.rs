@@ -217,7 +217,7 @@ struct MarkerWriter<'o> {
 
 impl MarkerWriter<'_> {
     fn marker_if_due(&mut self) {
-        if self.pos % MARKER_INTERVAL as u64 == 0 {
+        if self.pos.is_multiple_of(MARKER_INTERVAL as u64) {
             // Checked by the caller to fit 16 bits.
             let fpduptr = (self.pos - self.fpdu_start) as u16;
             let m = self.idx;

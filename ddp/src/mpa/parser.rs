@@ -165,7 +165,9 @@ impl FpduParser {
 
     /// Consumes marker bytes if one is due. Returns false if the input ran out first.
     fn take_marker(&mut self, input: &mut &[u8]) -> Result<bool, MpaError> {
-        if !self.markers || (self.marker_have == 0 && self.pos % MARKER_INTERVAL as u64 != 0) {
+        if !self.markers
+            || (self.marker_have == 0 && !self.pos.is_multiple_of(MARKER_INTERVAL as u64))
+        {
             return Ok(true);
         }
         if input.is_empty() {

@@ -60,7 +60,7 @@ fn fork_while_the_linger_watcher_is_mid_round_leaves_a_child_that_exits_promptly
                 signal(w);
             }
             n += 1;
-            if n % 40 == 0 {
+            if n.is_multiple_of(40) {
                 if let Some(mut c) = late.pop() {
                     let _ = c.try_write(b"too late");
                     // Kept until the end: the watcher resets it.
