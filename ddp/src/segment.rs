@@ -15,7 +15,7 @@ use crate::wire::be;
 pub const DDP_VERSION: u8 = 1;
 /// Length of a tagged DDP header (control, RsvdULP, STag, TO).
 pub const TAGGED_HEADER_LEN: usize = 14;
-/// Length of an untagged DDP header (control, RsvdULP[5], QN, MSN, MO).
+/// Length of an untagged DDP header (control, RsvdULP\[5\], QN, MSN, MO).
 pub const UNTAGGED_HEADER_LEN: usize = 18;
 /// Longest DDP header.
 pub const MAX_HEADER_LEN: usize = UNTAGGED_HEADER_LEN;

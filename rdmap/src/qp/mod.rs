@@ -49,7 +49,7 @@ pub const MAX_ULPDU: usize = u16::MAX as usize;
 pub enum RqConfig {
     /// Its own receive queue with this depth.
     Own(usize),
-    /// A shared receive queue in [`Resources`].
+    /// A shared receive queue in [`Resources`](crate::verbs::Resources).
     Shared(SrqId),
 }
 
@@ -231,7 +231,7 @@ impl QueuePair {
     }
 
     /// Post a receive to the QP's own receive queue. In ERROR it completes at once with a
-    /// flush status. QPs on an SRQ post through [`Resources::post_srq_recv`].
+    /// flush status. QPs on an SRQ post through [`Resources::post_srq_recv`](crate::verbs::Resources::post_srq_recv).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.state.flushes_receives() {
             self.flush_recv(wr.wr_id);
