@@ -260,7 +260,7 @@ fn iwarp_wire_5_3_chelsio_request_p2p_read_rtr() {
     }
 }
 
-/// The ULPDU of a §6.2 example, taken from its literal FPDU bytes (after the 2-byte
+/// The ULPDU of an example FPDU, taken from its literal bytes (after the 2-byte
 /// length field, before the pad).
 fn literal_ulpdu(ex: &Example) -> Vec<u8> {
     let fpdu = hex(ex.fpdu_without_crc);

@@ -384,8 +384,8 @@ pub mod hdrct {
     pub const R: u8 = 0x20;
 }
 
-/// Hdrct bits as siw sends them (GCC little-endian bitfields; siw quirk, iwarp-wire.md
-/// §4.6).
+/// Hdrct bits as siw sends them (GCC little-endian bitfields, the siw quirk named in
+/// [`TerminateLayout::Siw`]).
 mod hdrct_siw {
     pub const M: u8 = 0x01;
     pub const D: u8 = 0x02;
@@ -891,7 +891,7 @@ mod tests {
 
     #[test]
     fn rfc5040_read_request_view_reads_and_writes_every_field() {
-        // iwarp-wire.md §6.2 Read Request example, then one byte past the header.
+        // The Read Request of rfc5040_read_request_body_wire_bytes, then one byte past the header.
         let bytes = [
             0, 0, 1, 1, 0, 0, 0x55, 0xd0, 0xe0, 0xa0, 0xb0, 0, 0, 0, 0, 0x40, 0, 0, 2, 3, 0, 0,
             0x55, 0x9d, 0x4c, 0x2a, 0x10, 0, 0xee,
@@ -951,7 +951,7 @@ mod tests {
         w.set_ddp_segment_length(46);
         w.attached_mut().copy_from_slice(&bytes[6..]);
         assert_eq!(out, bytes);
-        // The LLP CRC error of iwarp-wire.md §6.2: layer 2 in the high nibble.
+        // The LLP CRC error (layer 2 in the high nibble, code 0x02).
         let mut llp = [0u8; 4];
         let mut w = TerminateHeader::new_unchecked(&mut llp[..]);
         w.set_etype(0);

@@ -14,6 +14,12 @@
 //! segment's length and DDP header (M+D, plus R with the Read Request when the error is
 //! found in one), moves the QP to TERMINATE and, once the Terminate is handed out, to
 //! ERROR with every outstanding work request flushed.
+//!
+//! The parts live apart, as siw keeps `siw_qp_tx.c`, `siw_qp_rx.c` and `siw_qp.c` apart:
+//! `tx` (the send side), `rx` (the receive side), `read_responder` (the IRD queue and the
+//! Read Responses), `state` ([`QpState`] and its transition rules) and `types` (the
+//! private types they share). This file holds the [`QueuePair`], its public face, and the
+//! entry into TERMINATE and ERROR with the flushing of outstanding work.
 
 mod read_responder;
 mod rx;

@@ -1,4 +1,4 @@
-//! The receive side (RFC 5041 §7.2, RFC 5040 §7; iwarp-wire.md §2.6, §4.5): DDP
+//! The receive side (RFC 5041 §7.2, RFC 5040 §7): DDP
 //! segments in, each checked at its header before any payload byte is placed; Sends
 //! consume receive work requests, Writes and Read Responses are placed in their regions,
 //! Read Requests go to the read responder and Terminates move the QP to ERROR.

@@ -1,4 +1,4 @@
-//! The send side (RFC 5040 §5, RFC 5041 §5; iwarp-wire.md §2.4, §2.5, §4.4): the send
+//! The send side (RFC 5040 §5, RFC 5041 §5): the send
 //! queue is segmented one message at a time into DDP segments of at most the MULPDU, with
 //! MSN, MO and TO, ORD and fences; Read Responses from the read responder are interleaved
 //! (at most [`IRQ_BURST`] in a row while send work waits), and a queued Terminate goes

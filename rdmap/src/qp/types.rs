@@ -10,6 +10,7 @@ use crate::mem::{MemError, Stag};
 use crate::verbs::{Completion, CompletionStatus, RecvWr, SendOp, SendWr, Sge, WcOpcode};
 use crate::wire::{Opcode, RdmapErrorCode, RdmapEtype, ReadRequest, TerminateCause};
 
+/// The message the send side is segmenting: a send work request or a Read Response.
 #[derive(Debug)]
 pub(super) enum TxCur {
     Sq {
@@ -28,12 +29,14 @@ pub(super) enum TxCur {
     },
 }
 
+/// An accepted inbound Read Request, with its DDP header for a later Terminate.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct InboundRead {
     pub(super) req: ReadRequest,
     pub(super) hdr: [u8; UNTAGGED_HEADER_LEN],
 }
 
+/// One of our Read Requests awaiting its Read Response (ORD).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OutstandingRead {
     pub(super) seq: u64,
@@ -43,6 +46,7 @@ pub(super) struct OutstandingRead {
     pub(super) received: u32,
 }
 
+/// What happens to the payload of the open inbound segment.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum RxKind {
     Discard,
@@ -51,6 +55,7 @@ pub(super) enum RxKind {
     Body,
 }
 
+/// The inbound segment being received: its header and how far its payload got.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RxSeg {
     pub(super) hdr: Option<SegmentHeader>,
@@ -61,6 +66,7 @@ pub(super) struct RxSeg {
     pub(super) kind: RxKind,
 }
 
+/// The inbound Send message being placed into a receive work request.
 #[derive(Debug)]
 pub(super) struct RxSend {
     pub(super) opcode: Opcode,
@@ -73,6 +79,7 @@ pub(super) struct RxSend {
     pub(super) sge_off: u32,
 }
 
+/// The tagged message being received, so its next segment can be checked.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RxTagged {
     pub(super) opcode: Opcode,
@@ -80,6 +87,7 @@ pub(super) struct RxTagged {
     pub(super) next_to: u64,
 }
 
+/// A started send work request whose completion is released in posting order.
 #[derive(Debug)]
 pub(super) struct SqSlot {
     pub(super) wr_id: u64,
@@ -88,6 +96,7 @@ pub(super) struct SqSlot {
     pub(super) done: Option<Option<Completion>>,
 }
 
+/// What starting the next outbound message did.
 pub(super) enum Start {
     Started,
     Retry,
