@@ -5,6 +5,9 @@
 //!   sizing and the streaming FPDU parser.
 //! * [`segment`]: RFC 5041 — tagged and untagged DDP segment headers and the DDP error
 //!   codes used in Terminate messages.
+//! * [`wire`]: the header convention (checked view + `Repr` with `parse`/`emit`), the
+//!   big-endian field helpers [`wire::be`] and the [`code_enum!`] macro, shared with
+//!   `xwarp-rdmap`.
 //!
 //! Nothing here touches a socket, a clock or a thread: bytes and timestamps in, bytes and
 //! events out. See `../shared/design/iwarp-wire.md` for the wire reference.
@@ -13,3 +16,4 @@
 
 pub mod mpa;
 pub mod segment;
+pub mod wire;

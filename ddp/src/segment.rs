@@ -4,12 +4,18 @@
 //! A DDP segment is a DDP header followed by payload; over MPA each segment is one
 //! ULPDU. The tagged header is 14 bytes, the untagged header 18 bytes
 //! (iwarp-wire.md §2.2, §2.3). All fields are big-endian.
+//!
+//! The convention of [`crate::wire`]: [`Packet`] is the zero-copy view (one getter and
+//! setter per field), [`TaggedHeader`], [`UntaggedHeader`] and [`SegmentHeader`] are the
+//! parsed forms with `parse` and `emit`.
+
+use crate::wire::be;
 
 /// The only DDP version defined (RFC 5041 §4.1, DV field).
 pub const DDP_VERSION: u8 = 1;
 /// Length of a tagged DDP header (control, RsvdULP, STag, TO).
 pub const TAGGED_HEADER_LEN: usize = 14;
-/// Length of an untagged DDP header (control, RsvdULP[5], QN, MSN, MO).
+/// Length of an untagged DDP header (control, RsvdULP\[5\], QN, MSN, MO).
 pub const UNTAGGED_HEADER_LEN: usize = 18;
 /// Longest DDP header.
 pub const MAX_HEADER_LEN: usize = UNTAGGED_HEADER_LEN;
@@ -73,7 +79,207 @@ impl core::fmt::Display for SegmentError {
 
 impl std::error::Error for SegmentError {}
 
-/// Tagged DDP header (RFC 5041 §4.2): T=1.
+mod field {
+    use core::ops::Range;
+    /// Control byte: T, L, Rsvd, DV.
+    pub const CTRL: usize = 0;
+    /// First RsvdULP byte (RDMAP control).
+    pub const RSVD_ULP: usize = 1;
+    /// Tagged: Data Sink STag.
+    pub const STAG: Range<usize> = 2..6;
+    /// Tagged: Data Sink Tagged Offset.
+    pub const TO: Range<usize> = 6..14;
+    /// Untagged: RsvdULP bytes 1..5 (RDMAP's Invalidate STag).
+    pub const RSVD_ULP_EXT: Range<usize> = 2..6;
+    /// Untagged: queue number.
+    pub const QN: Range<usize> = 6..10;
+    /// Untagged: message sequence number.
+    pub const MSN: Range<usize> = 10..14;
+    /// Untagged: message offset.
+    pub const MO: Range<usize> = 14..18;
+}
+
+/// A zero-copy view of a DDP segment (header + payload) in a buffer: one getter and one
+/// setter per header field. Tagged-only fields (`stag`, `to`) and untagged-only fields
+/// (`qn`, `msn`, `mo`, `rsvd_ulp_ext`) read as `None` for the other buffer model, and
+/// their setters leave a header of the other model unchanged; set the T bit first.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wrap `buffer` without checks (getters may panic on short buffers; prefer
+    /// [`Packet::new_checked`]).
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+
+    /// Wrap `buffer`, checking that it holds the whole header its T bit announces.
+    /// The DDP version is not checked here (see [`SegmentHeader::parse`]).
+    pub fn new_checked(buffer: T) -> Result<Self, SegmentError> {
+        let p = Packet { buffer };
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks that the buffer holds the whole header its T bit announces.
+    pub fn check_len(&self) -> Result<(), SegmentError> {
+        let b = self.buffer.as_ref();
+        let first = *b.first().ok_or(SegmentError::Truncated)?;
+        if b.len() < header_len(first) {
+            return Err(SegmentError::Truncated);
+        }
+        Ok(())
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// T bit.
+    pub fn tagged(&self) -> bool {
+        self.b()[field::CTRL] & FLAG_TAGGED != 0
+    }
+
+    /// L bit.
+    pub fn last(&self) -> bool {
+        self.b()[field::CTRL] & FLAG_LAST != 0
+    }
+
+    /// DV field.
+    pub fn version(&self) -> u8 {
+        self.b()[field::CTRL] & MASK_VERSION
+    }
+
+    /// First RsvdULP byte (RDMAP control).
+    pub fn rsvd_ulp(&self) -> u8 {
+        self.b()[field::RSVD_ULP]
+    }
+
+    /// Header length (14 or 18).
+    pub fn header_len(&self) -> usize {
+        header_len(self.b()[field::CTRL])
+    }
+
+    /// STag (tagged only).
+    pub fn stag(&self) -> Option<u32> {
+        self.tagged().then(|| be::read_u32(&self.b()[field::STAG]))
+    }
+
+    /// Tagged offset (tagged only).
+    pub fn to(&self) -> Option<u64> {
+        self.tagged().then(|| be::read_u64(&self.b()[field::TO]))
+    }
+
+    /// RsvdULP bytes 1..5 (untagged only).
+    pub fn rsvd_ulp_ext(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be::read_u32(&self.b()[field::RSVD_ULP_EXT]))
+    }
+
+    /// QN (untagged only).
+    pub fn qn(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be::read_u32(&self.b()[field::QN]))
+    }
+
+    /// MSN (untagged only).
+    pub fn msn(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be::read_u32(&self.b()[field::MSN]))
+    }
+
+    /// MO (untagged only).
+    pub fn mo(&self) -> Option<u32> {
+        (!self.tagged()).then(|| be::read_u32(&self.b()[field::MO]))
+    }
+
+    /// The bytes after the header.
+    pub fn payload(&self) -> &[u8] {
+        &self.b()[self.header_len()..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Mutable payload bytes.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let h = self.header_len();
+        &mut self.buffer.as_mut()[h..]
+    }
+
+    fn set_ctrl_bit(&mut self, bit: u8, on: bool) {
+        let b = &mut self.buffer.as_mut()[field::CTRL];
+        *b = (*b & !bit) | if on { bit } else { 0 };
+    }
+
+    /// Set or clear the T bit (which selects the header layout and length).
+    pub fn set_tagged(&mut self, tagged: bool) {
+        self.set_ctrl_bit(FLAG_TAGGED, tagged);
+    }
+
+    /// Set or clear the L bit.
+    pub fn set_last(&mut self, last: bool) {
+        self.set_ctrl_bit(FLAG_LAST, last);
+    }
+
+    /// Set the DV field (the low two bits of `version`).
+    pub fn set_version(&mut self, version: u8) {
+        let b = &mut self.buffer.as_mut()[field::CTRL];
+        *b = (*b & !MASK_VERSION) | (version & MASK_VERSION);
+    }
+
+    /// Set the first RsvdULP byte (RDMAP control).
+    pub fn set_rsvd_ulp(&mut self, value: u8) {
+        self.buffer.as_mut()[field::RSVD_ULP] = value;
+    }
+
+    /// Set the STag (tagged only; no effect on an untagged header).
+    pub fn set_stag(&mut self, value: u32) {
+        if self.tagged() {
+            be::write_u32(&mut self.buffer.as_mut()[field::STAG], value);
+        }
+    }
+
+    /// Set the tagged offset (tagged only; no effect on an untagged header).
+    pub fn set_to(&mut self, value: u64) {
+        if self.tagged() {
+            be::write_u64(&mut self.buffer.as_mut()[field::TO], value);
+        }
+    }
+
+    /// Set RsvdULP bytes 1..5 (untagged only; no effect on a tagged header).
+    pub fn set_rsvd_ulp_ext(&mut self, value: u32) {
+        if !self.tagged() {
+            be::write_u32(&mut self.buffer.as_mut()[field::RSVD_ULP_EXT], value);
+        }
+    }
+
+    /// Set the QN (untagged only; no effect on a tagged header).
+    pub fn set_qn(&mut self, value: u32) {
+        if !self.tagged() {
+            be::write_u32(&mut self.buffer.as_mut()[field::QN], value);
+        }
+    }
+
+    /// Set the MSN (untagged only; no effect on a tagged header).
+    pub fn set_msn(&mut self, value: u32) {
+        if !self.tagged() {
+            be::write_u32(&mut self.buffer.as_mut()[field::MSN], value);
+        }
+    }
+
+    /// Set the MO (untagged only; no effect on a tagged header).
+    pub fn set_mo(&mut self, value: u32) {
+        if !self.tagged() {
+            be::write_u32(&mut self.buffer.as_mut()[field::MO], value);
+        }
+    }
+}
+
+/// Tagged DDP header (RFC 5041 §4.2): T=1. The parsed form of a tagged [`Packet`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TaggedHeader {
     /// L: last segment of the message.
@@ -87,32 +293,47 @@ pub struct TaggedHeader {
 }
 
 impl TaggedHeader {
-    /// Parse a tagged header from the first 14 bytes of `buf`, checking T=1 and DV.
+    /// Parse a tagged header from the first 14 bytes of `buf`, checking DV. The T bit
+    /// is not looked at: the bytes are read as a tagged header (use
+    /// [`SegmentHeader::parse`] to select the model by the T bit).
     pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
-        if buf.len() < TAGGED_HEADER_LEN {
-            return Err(SegmentError::Truncated);
+        let b = buf
+            .get(..TAGGED_HEADER_LEN)
+            .ok_or(SegmentError::Truncated)?;
+        check_version(b[field::CTRL])?;
+        // Read as tagged whatever the T bit says: a copy with T set.
+        let mut h = [0u8; TAGGED_HEADER_LEN];
+        h.copy_from_slice(b);
+        let mut p = Packet::new_unchecked(&mut h[..]);
+        p.set_tagged(true);
+        Ok(Self::from_fields(&p))
+    }
+
+    fn from_fields<T: AsRef<[u8]>>(p: &Packet<T>) -> Self {
+        TaggedHeader {
+            last: p.last(),
+            rsvd_ulp: p.rsvd_ulp(),
+            stag: p.stag().unwrap_or(0),
+            to: p.to().unwrap_or(0),
         }
-        check_version(buf[0])?;
-        Ok(TaggedHeader {
-            last: buf[0] & FLAG_LAST != 0,
-            rsvd_ulp: buf[1],
-            stag: be32(&buf[2..6]),
-            to: be64(&buf[6..14]),
-        })
     }
 
     /// Write the 14-byte header into `buf[..14]`; returns 14, or `None` if `buf` is short.
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
         let b = buf.get_mut(..TAGGED_HEADER_LEN)?;
-        b[0] = FLAG_TAGGED | if self.last { FLAG_LAST } else { 0 } | DDP_VERSION;
-        b[1] = self.rsvd_ulp;
-        b[2..6].copy_from_slice(&self.stag.to_be_bytes());
-        b[6..14].copy_from_slice(&self.to.to_be_bytes());
+        b[field::CTRL] = 0;
+        let mut p = Packet::new_unchecked(b);
+        p.set_tagged(true);
+        p.set_last(self.last);
+        p.set_version(DDP_VERSION);
+        p.set_rsvd_ulp(self.rsvd_ulp);
+        p.set_stag(self.stag);
+        p.set_to(self.to);
         Some(TAGGED_HEADER_LEN)
     }
 }
 
-/// Untagged DDP header (RFC 5041 §4.3): T=0.
+/// Untagged DDP header (RFC 5041 §4.3): T=0. The parsed form of an untagged [`Packet`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UntaggedHeader {
     /// L: last segment of the message.
@@ -130,36 +351,50 @@ pub struct UntaggedHeader {
 }
 
 impl UntaggedHeader {
-    /// Parse an untagged header from the first 18 bytes of `buf`, checking DV.
+    /// Parse an untagged header from the first 18 bytes of `buf`, checking DV. The T bit
+    /// is not looked at: the bytes are read as an untagged header (use
+    /// [`SegmentHeader::parse`] to select the model by the T bit).
     pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
-        if buf.len() < UNTAGGED_HEADER_LEN {
-            return Err(SegmentError::Truncated);
+        let b = buf
+            .get(..UNTAGGED_HEADER_LEN)
+            .ok_or(SegmentError::Truncated)?;
+        check_version(b[field::CTRL])?;
+        // Read as untagged whatever the T bit says: a copy with T clear.
+        let mut h = [0u8; UNTAGGED_HEADER_LEN];
+        h.copy_from_slice(b);
+        let mut p = Packet::new_unchecked(&mut h[..]);
+        p.set_tagged(false);
+        Ok(Self::from_fields(&p))
+    }
+
+    fn from_fields<T: AsRef<[u8]>>(p: &Packet<T>) -> Self {
+        UntaggedHeader {
+            last: p.last(),
+            rsvd_ulp: p.rsvd_ulp(),
+            rsvd_ulp_ext: p.rsvd_ulp_ext().unwrap_or(0),
+            qn: p.qn().unwrap_or(0),
+            msn: p.msn().unwrap_or(0),
+            mo: p.mo().unwrap_or(0),
         }
-        check_version(buf[0])?;
-        Ok(UntaggedHeader {
-            last: buf[0] & FLAG_LAST != 0,
-            rsvd_ulp: buf[1],
-            rsvd_ulp_ext: be32(&buf[2..6]),
-            qn: be32(&buf[6..10]),
-            msn: be32(&buf[10..14]),
-            mo: be32(&buf[14..18]),
-        })
     }
 
     /// Write the 18-byte header into `buf[..18]`; returns 18, or `None` if `buf` is short.
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
         let b = buf.get_mut(..UNTAGGED_HEADER_LEN)?;
-        b[0] = if self.last { FLAG_LAST } else { 0 } | DDP_VERSION;
-        b[1] = self.rsvd_ulp;
-        b[2..6].copy_from_slice(&self.rsvd_ulp_ext.to_be_bytes());
-        b[6..10].copy_from_slice(&self.qn.to_be_bytes());
-        b[10..14].copy_from_slice(&self.msn.to_be_bytes());
-        b[14..18].copy_from_slice(&self.mo.to_be_bytes());
+        b[field::CTRL] = 0;
+        let mut p = Packet::new_unchecked(b);
+        p.set_last(self.last);
+        p.set_version(DDP_VERSION);
+        p.set_rsvd_ulp(self.rsvd_ulp);
+        p.set_rsvd_ulp_ext(self.rsvd_ulp_ext);
+        p.set_qn(self.qn);
+        p.set_msn(self.msn);
+        p.set_mo(self.mo);
         Some(UNTAGGED_HEADER_LEN)
     }
 }
 
-/// Either DDP header.
+/// Either DDP header: the parsed form of a [`Packet`]'s header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SegmentHeader {
     /// T=1.
@@ -171,12 +406,17 @@ pub enum SegmentHeader {
 impl SegmentHeader {
     /// Parse whichever header `buf` starts with (selected by the T bit).
     pub fn parse(buf: &[u8]) -> Result<Self, SegmentError> {
-        let first = *buf.first().ok_or(SegmentError::Truncated)?;
-        if first & FLAG_TAGGED != 0 {
-            TaggedHeader::parse(buf).map(SegmentHeader::Tagged)
+        Self::from_packet(&Packet::new_checked(buf)?)
+    }
+
+    /// The header of a checked [`Packet`], checking DV.
+    pub fn from_packet<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self, SegmentError> {
+        check_version(p.b()[field::CTRL])?;
+        Ok(if p.tagged() {
+            SegmentHeader::Tagged(TaggedHeader::from_fields(p))
         } else {
-            UntaggedHeader::parse(buf).map(SegmentHeader::Untagged)
-        }
+            SegmentHeader::Untagged(UntaggedHeader::from_fields(p))
+        })
     }
 
     /// Emit into `buf`; returns the header length or `None` if `buf` is short.
@@ -233,211 +473,51 @@ fn check_version(ctrl: u8) -> Result<(), SegmentError> {
     Ok(())
 }
 
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
-}
-
-mod field {
-    pub const CTRL: usize = 0;
-    pub const RSVD_ULP: usize = 1;
-    pub const STAG: core::ops::Range<usize> = 2..6;
-    pub const TO: core::ops::Range<usize> = 6..14;
-    pub const RSVD_ULP_EXT: core::ops::Range<usize> = 2..6;
-    pub const QN: core::ops::Range<usize> = 6..10;
-    pub const MSN: core::ops::Range<usize> = 10..14;
-    pub const MO: core::ops::Range<usize> = 14..18;
-}
-
-/// A zero-copy view of a DDP segment (header + payload) in a buffer, smoltcp style.
-/// Tagged-only getters (`stag`, `to`) and untagged-only getters (`qn`, `msn`, `mo`,
-/// `rsvd_ulp_ext`) return `None` for the other model.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap `buffer` without checks (getters may panic on short buffers; prefer
-    /// [`Packet::new_checked`]).
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wrap `buffer`, checking that it holds the whole header its T bit announces.
-    /// The DDP version is not checked here (see [`SegmentHeader::parse`]).
-    pub fn new_checked(buffer: T) -> Result<Self, SegmentError> {
-        let b = buffer.as_ref();
-        let first = *b.first().ok_or(SegmentError::Truncated)?;
-        if b.len() < header_len(first) {
-            return Err(SegmentError::Truncated);
-        }
-        Ok(Packet { buffer })
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn b(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    /// T bit.
-    pub fn tagged(&self) -> bool {
-        self.b()[field::CTRL] & FLAG_TAGGED != 0
-    }
-
-    /// L bit.
-    pub fn last(&self) -> bool {
-        self.b()[field::CTRL] & FLAG_LAST != 0
-    }
-
-    /// DV field.
-    pub fn version(&self) -> u8 {
-        self.b()[field::CTRL] & MASK_VERSION
-    }
-
-    /// First RsvdULP byte (RDMAP control).
-    pub fn rsvd_ulp(&self) -> u8 {
-        self.b()[field::RSVD_ULP]
-    }
-
-    /// Header length (14 or 18).
-    pub fn header_len(&self) -> usize {
-        header_len(self.b()[field::CTRL])
-    }
-
-    /// STag (tagged only).
-    pub fn stag(&self) -> Option<u32> {
-        self.tagged().then(|| be32(&self.b()[field::STAG]))
-    }
-
-    /// Tagged offset (tagged only).
-    pub fn to(&self) -> Option<u64> {
-        self.tagged().then(|| be64(&self.b()[field::TO]))
-    }
-
-    /// RsvdULP bytes 1..5 (untagged only).
-    pub fn rsvd_ulp_ext(&self) -> Option<u32> {
-        (!self.tagged()).then(|| be32(&self.b()[field::RSVD_ULP_EXT]))
-    }
-
-    /// QN (untagged only).
-    pub fn qn(&self) -> Option<u32> {
-        (!self.tagged()).then(|| be32(&self.b()[field::QN]))
-    }
-
-    /// MSN (untagged only).
-    pub fn msn(&self) -> Option<u32> {
-        (!self.tagged()).then(|| be32(&self.b()[field::MSN]))
-    }
-
-    /// MO (untagged only).
-    pub fn mo(&self) -> Option<u32> {
-        (!self.tagged()).then(|| be32(&self.b()[field::MO]))
-    }
-
-    /// The bytes after the header.
-    pub fn payload(&self) -> &[u8] {
-        &self.b()[self.header_len()..]
+crate::code_enum! {
+    /// Terminate EType values of layer 1 (DDP) (RFC 5041 §7.2).
+    pub enum DdpEtype {
+        /// Local catastrophic error.
+        Catastrophic = 0,
+        /// Tagged buffer error.
+        TaggedBuffer = 1,
+        /// Untagged buffer error.
+        UntaggedBuffer = 2,
+        /// Reserved for the LLP.
+        Rsvd = 3,
     }
 }
 
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Mutable payload bytes.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let h = self.header_len();
-        &mut self.buffer.as_mut()[h..]
-    }
-
-    /// Set or clear the L bit.
-    pub fn set_last(&mut self, last: bool) {
-        let b = &mut self.buffer.as_mut()[field::CTRL];
-        *b = (*b & !FLAG_LAST) | if last { FLAG_LAST } else { 0 };
-    }
-}
-
-/// Terminate EType values of layer 1 (DDP) (RFC 5041 §7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DdpEtype {
-    /// Local catastrophic error.
-    Catastrophic = 0,
-    /// Tagged buffer error.
-    TaggedBuffer = 1,
-    /// Untagged buffer error.
-    UntaggedBuffer = 2,
-    /// Reserved for the LLP.
-    Rsvd = 3,
-}
-
-/// Error codes for EType 1, tagged buffer (RFC 5041 §7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum TaggedErrorCode {
-    /// Invalid STag.
-    InvalidStag = 0x00,
-    /// Base or bounds violation.
-    BaseOrBounds = 0x01,
-    /// STag not associated with DDP stream.
-    StagNotAssociated = 0x02,
-    /// TO wrap.
-    ToWrap = 0x03,
-    /// Invalid DDP version.
-    InvalidDdpVersion = 0x04,
-}
-
-impl TaggedErrorCode {
-    /// Decode a code byte.
-    pub fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            0x00 => Self::InvalidStag,
-            0x01 => Self::BaseOrBounds,
-            0x02 => Self::StagNotAssociated,
-            0x03 => Self::ToWrap,
-            0x04 => Self::InvalidDdpVersion,
-            _ => return None,
-        })
+crate::code_enum! {
+    /// Error codes for EType 1, tagged buffer (RFC 5041 §7.2).
+    pub enum TaggedErrorCode {
+        /// Invalid STag.
+        InvalidStag = 0x00,
+        /// Base or bounds violation.
+        BaseOrBounds = 0x01,
+        /// STag not associated with DDP stream.
+        StagNotAssociated = 0x02,
+        /// TO wrap.
+        ToWrap = 0x03,
+        /// Invalid DDP version.
+        InvalidDdpVersion = 0x04,
     }
 }
 
-/// Error codes for EType 2, untagged buffer (RFC 5041 §7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum UntaggedErrorCode {
-    /// Invalid QN.
-    InvalidQn = 0x01,
-    /// Invalid MSN – no buffer available.
-    NoBufferAvailable = 0x02,
-    /// Invalid MSN – MSN range is not valid.
-    MsnRange = 0x03,
-    /// Invalid MO.
-    InvalidMo = 0x04,
-    /// DDP message too long for available buffer.
-    MessageTooLong = 0x05,
-    /// Invalid DDP version.
-    InvalidDdpVersion = 0x06,
-}
-
-impl UntaggedErrorCode {
-    /// Decode a code byte.
-    pub fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            0x01 => Self::InvalidQn,
-            0x02 => Self::NoBufferAvailable,
-            0x03 => Self::MsnRange,
-            0x04 => Self::InvalidMo,
-            0x05 => Self::MessageTooLong,
-            0x06 => Self::InvalidDdpVersion,
-            _ => return None,
-        })
+crate::code_enum! {
+    /// Error codes for EType 2, untagged buffer (RFC 5041 §7.2).
+    pub enum UntaggedErrorCode {
+        /// Invalid QN.
+        InvalidQn = 0x01,
+        /// Invalid MSN – no buffer available.
+        NoBufferAvailable = 0x02,
+        /// Invalid MSN – MSN range is not valid.
+        MsnRange = 0x03,
+        /// Invalid MO.
+        InvalidMo = 0x04,
+        /// DDP message too long for available buffer.
+        MessageTooLong = 0x05,
+        /// Invalid DDP version.
+        InvalidDdpVersion = 0x06,
     }
 }
 
@@ -638,5 +718,103 @@ mod tests {
             Some(DdpError::Untagged(UntaggedErrorCode::MessageTooLong))
         );
         assert_eq!(DdpError::from_etype_code(2, 0x00), None);
+    }
+
+    #[test]
+    fn rfc5041_tagged_view_reads_and_writes_every_field() {
+        // Read Response segment: L=1, RDMAP ctrl 0x42, STag 0x203, TO 0x559d4c2a1000,
+        // two payload bytes.
+        let bytes = [
+            0xc1, 0x42, 0x00, 0x00, 0x02, 0x03, 0x00, 0x00, 0x55, 0x9d, 0x4c, 0x2a, 0x10, 0x00,
+            0xab, 0xcd,
+        ];
+        let p = Packet::new_checked(&bytes[..]).unwrap();
+        assert!(p.tagged() && p.last());
+        assert_eq!((p.version(), p.rsvd_ulp(), p.header_len()), (1, 0x42, 14));
+        assert_eq!(
+            (p.stag(), p.to()),
+            (Some(0x203), Some(0x0000_559d_4c2a_1000))
+        );
+        assert_eq!(p.payload(), &[0xab, 0xcd]);
+        let mut out = [0u8; 16];
+        let mut q = Packet::new_unchecked(&mut out[..]);
+        q.set_tagged(true);
+        q.set_last(true);
+        q.set_version(1);
+        q.set_rsvd_ulp(0x42);
+        q.set_stag(0x203);
+        q.set_to(0x0000_559d_4c2a_1000);
+        q.payload_mut().copy_from_slice(&[0xab, 0xcd]);
+        // Untagged-only setters leave a tagged header alone.
+        q.set_qn(0xffff_ffff);
+        q.set_msn(0xffff_ffff);
+        q.set_mo(0xffff_ffff);
+        q.set_rsvd_ulp_ext(0xffff_ffff);
+        assert_eq!(out, bytes);
+        assert_eq!(
+            SegmentHeader::from_packet(&Packet::new_checked(&bytes[..]).unwrap()),
+            Ok(SegmentHeader::Tagged(TaggedHeader {
+                last: true,
+                rsvd_ulp: 0x42,
+                stag: 0x203,
+                to: 0x0000_559d_4c2a_1000,
+            }))
+        );
+    }
+
+    #[test]
+    fn rfc5041_untagged_view_reads_and_writes_every_field() {
+        // Send with Invalidate, not last: Invalidate STag 0x01020304, QN 0, MSN 2, MO 8.
+        let bytes = [
+            0x01, 0x44, 0x01, 0x02, 0x03, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
+            0x00, 0x00, 0x00, 0x08,
+        ];
+        let p = Packet::new_checked(&bytes[..]).unwrap();
+        assert!(!p.tagged() && !p.last());
+        assert_eq!(
+            (p.rsvd_ulp_ext(), p.qn(), p.msn(), p.mo()),
+            (Some(0x0102_0304), Some(0), Some(2), Some(8))
+        );
+        assert!(p.payload().is_empty());
+        let mut out = [0u8; 18];
+        let mut q = Packet::new_unchecked(&mut out[..]);
+        q.set_version(1);
+        q.set_rsvd_ulp(0x44);
+        q.set_rsvd_ulp_ext(0x0102_0304);
+        q.set_qn(0);
+        q.set_msn(2);
+        q.set_mo(8);
+        // Tagged-only setters leave an untagged header alone.
+        q.set_stag(0xffff_ffff);
+        q.set_to(u64::MAX);
+        assert_eq!(out, bytes);
+        let mut q = Packet::new_unchecked(&mut out[..]);
+        q.set_version(0x06);
+        assert_eq!(q.version(), 0x02, "DV is two bits");
+        assert_eq!(
+            SegmentHeader::from_packet(&q),
+            Err(SegmentError::InvalidVersion {
+                tagged: false,
+                version: 2
+            })
+        );
+    }
+
+    #[test]
+    fn rfc5041_reprs_read_the_model_they_are_asked_for() {
+        // TaggedHeader::parse does not look at the T bit; SegmentHeader::parse does.
+        let bytes = [0x41, 0x43, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+        assert_eq!(
+            TaggedHeader::parse(&bytes),
+            Ok(TaggedHeader {
+                last: true,
+                rsvd_ulp: 0x43,
+                stag: 7,
+                to: 1,
+            })
+        );
+        assert!(!SegmentHeader::parse(&bytes).unwrap().is_tagged());
+        let t = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        assert_eq!(UntaggedHeader::parse(&t).unwrap().mo, 9);
     }
 }

@@ -259,3 +259,75 @@ fn iwarp_wire_5_3_chelsio_request_p2p_read_rtr() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The ULPDU of an example FPDU, taken from its literal bytes (after the 2-byte
+/// length field, before the pad).
+fn literal_ulpdu(ex: &Example) -> Vec<u8> {
+    let fpdu = hex(ex.fpdu_without_crc);
+    let len = usize::from(u16::from_be_bytes([fpdu[0], fpdu[1]]));
+    fpdu[2..2 + len].to_vec()
+}
+
+#[test]
+fn rfc5041_segment_view_and_repr_on_the_6_2_examples() {
+    use xwarp_ddp::segment::{Packet, SegmentHeader, TaggedHeader, UntaggedHeader};
+    let want = [
+        SegmentHeader::Untagged(UntaggedHeader {
+            last: true,
+            rsvd_ulp: 0x43,
+            rsvd_ulp_ext: 0,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        }),
+        SegmentHeader::Untagged(UntaggedHeader {
+            last: true,
+            rsvd_ulp: 0x41,
+            rsvd_ulp_ext: 0,
+            qn: 1,
+            msn: 1,
+            mo: 0,
+        }),
+        SegmentHeader::Tagged(TaggedHeader {
+            last: true,
+            rsvd_ulp: 0x40,
+            stag: 1,
+            to: 0,
+        }),
+        SegmentHeader::Untagged(UntaggedHeader {
+            last: true,
+            rsvd_ulp: 0x43,
+            rsvd_ulp_ext: 0,
+            qn: 0,
+            msn: 2,
+            mo: 0,
+        }),
+        SegmentHeader::Untagged(UntaggedHeader {
+            last: true,
+            rsvd_ulp: 0x47,
+            rsvd_ulp_ext: 0,
+            qn: 2,
+            msn: 1,
+            mo: 0,
+        }),
+    ];
+    let payloads: [&[u8]; 5] = [
+        &hex("0000559d4c2a1000 00000203 00000040"),
+        &hex("00000101 000055d0e0a0b000 00000040 00000203 0000559d4c2a1000"),
+        &[],
+        b"hello",
+        &[0x20, 0x02, 0x00, 0x00],
+    ];
+    for ((ex, want), payload) in examples().iter().zip(want).zip(payloads) {
+        let ulpdu = literal_ulpdu(ex);
+        assert_eq!(ulpdu, ex.ulpdu, "{}", ex.name);
+        let p = Packet::new_checked(&ulpdu[..]).unwrap();
+        assert_eq!(p.header_len(), want.len(), "{}", ex.name);
+        assert_eq!(p.payload(), payload, "{}", ex.name);
+        assert_eq!(SegmentHeader::from_packet(&p), Ok(want), "{}", ex.name);
+        assert_eq!(SegmentHeader::parse(&ulpdu), Ok(want), "{}", ex.name);
+        let mut out = vec![0xee; ulpdu.len()];
+        assert_eq!(want.emit(&mut out), Some(want.len()), "{}", ex.name);
+        assert_eq!(out[..want.len()], ulpdu[..want.len()], "{}", ex.name);
+    }
+}

@@ -4,6 +4,7 @@
 //! See iwarp-wire.md §3 for the layouts and §4.6 for siw's Terminate quirks.
 
 use xwarp_ddp::segment::{DdpError, MAX_HEADER_LEN};
+use xwarp_ddp::wire::be;
 
 /// RDMAP version carried in the RV field (RFC 5040 §4.2).
 pub const RDMAP_VERSION: u8 = 1;
@@ -24,44 +25,29 @@ pub mod qn {
     pub const TERMINATE: u32 = 2;
 }
 
-/// RDMAP opcodes 0–7 (RFC 5040 §4.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Opcode {
-    /// RDMA Write (tagged).
-    Write = 0,
-    /// RDMA Read Request (untagged, QN 1).
-    ReadRequest = 1,
-    /// RDMA Read Response (tagged).
-    ReadResponse = 2,
-    /// Send (untagged, QN 0).
-    Send = 3,
-    /// Send with Invalidate.
-    SendInvalidate = 4,
-    /// Send with Solicited Event.
-    SendSe = 5,
-    /// Send with Solicited Event and Invalidate.
-    SendSeInvalidate = 6,
-    /// Terminate (untagged, QN 2).
-    Terminate = 7,
+xwarp_ddp::code_enum! {
+    /// RDMAP opcodes 0–7 (RFC 5040 §4.2); `from_u8` is `None` for the reserved 8–15.
+    pub enum Opcode {
+        /// RDMA Write (tagged).
+        Write = 0,
+        /// RDMA Read Request (untagged, QN 1).
+        ReadRequest = 1,
+        /// RDMA Read Response (tagged).
+        ReadResponse = 2,
+        /// Send (untagged, QN 0).
+        Send = 3,
+        /// Send with Invalidate.
+        SendInvalidate = 4,
+        /// Send with Solicited Event.
+        SendSe = 5,
+        /// Send with Solicited Event and Invalidate.
+        SendSeInvalidate = 6,
+        /// Terminate (untagged, QN 2).
+        Terminate = 7,
+    }
 }
 
 impl Opcode {
-    /// Decode the 4-bit opcode; `None` for the reserved values 8–15.
-    pub fn from_u8(v: u8) -> Option<Self> {
-        Some(match v {
-            0 => Opcode::Write,
-            1 => Opcode::ReadRequest,
-            2 => Opcode::ReadResponse,
-            3 => Opcode::Send,
-            4 => Opcode::SendInvalidate,
-            5 => Opcode::SendSe,
-            6 => Opcode::SendSeInvalidate,
-            7 => Opcode::Terminate,
-            _ => return None,
-        })
-    }
-
     /// Whether the message uses the tagged buffer model (Write, Read Response).
     pub fn is_tagged(self) -> bool {
         matches!(self, Opcode::Write | Opcode::ReadResponse)
@@ -112,7 +98,102 @@ pub fn parse_ctrl(byte: u8) -> Result<Opcode, CtrlError> {
     Opcode::from_u8(byte & 0x0f).ok_or(CtrlError::UnexpectedOpcode(byte & 0x0f))
 }
 
-/// RDMA Read Request body (RFC 5040 §4.4), the 28 bytes after the untagged header.
+/// Byte ranges of the RDMA Read Request header.
+mod rr_field {
+    use core::ops::Range;
+    pub const SINK_STAG: Range<usize> = 0..4;
+    pub const SINK_TO: Range<usize> = 4..12;
+    pub const SIZE: Range<usize> = 12..16;
+    pub const SRC_STAG: Range<usize> = 16..20;
+    pub const SRC_TO: Range<usize> = 20..28;
+}
+
+/// Zero-copy view of an RDMA Read Request header (RFC 5040 §4.4): the 28 bytes after the
+/// untagged DDP header, one getter and setter per field.
+#[derive(Debug, Clone)]
+pub struct ReadRequestHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> ReadRequestHeader<T> {
+    /// Wraps a buffer without checking its length; getters may then panic on a short
+    /// buffer, so use [`ReadRequestHeader::new_checked`] for untrusted input.
+    pub fn new_unchecked(buffer: T) -> Self {
+        ReadRequestHeader { buffer }
+    }
+
+    /// Wraps a buffer, checking that it holds the 28 header bytes (bytes after them are
+    /// not part of the header).
+    pub fn new_checked(buffer: T) -> Option<Self> {
+        let h = ReadRequestHeader { buffer };
+        h.check_len().then_some(h)
+    }
+
+    /// Whether the buffer holds the 28 header bytes.
+    pub fn check_len(&self) -> bool {
+        self.buffer.as_ref().len() >= READ_REQUEST_LEN
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Data Sink STag.
+    pub fn sink_stag(&self) -> u32 {
+        be::read_u32(&self.buffer.as_ref()[rr_field::SINK_STAG])
+    }
+
+    /// Data Sink Tagged Offset.
+    pub fn sink_to(&self) -> u64 {
+        be::read_u64(&self.buffer.as_ref()[rr_field::SINK_TO])
+    }
+
+    /// RDMA Read Message Size.
+    pub fn size(&self) -> u32 {
+        be::read_u32(&self.buffer.as_ref()[rr_field::SIZE])
+    }
+
+    /// Data Source STag.
+    pub fn src_stag(&self) -> u32 {
+        be::read_u32(&self.buffer.as_ref()[rr_field::SRC_STAG])
+    }
+
+    /// Data Source Tagged Offset.
+    pub fn src_to(&self) -> u64 {
+        be::read_u64(&self.buffer.as_ref()[rr_field::SRC_TO])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> ReadRequestHeader<T> {
+    /// Sets the Data Sink STag.
+    pub fn set_sink_stag(&mut self, value: u32) {
+        be::write_u32(&mut self.buffer.as_mut()[rr_field::SINK_STAG], value);
+    }
+
+    /// Sets the Data Sink Tagged Offset.
+    pub fn set_sink_to(&mut self, value: u64) {
+        be::write_u64(&mut self.buffer.as_mut()[rr_field::SINK_TO], value);
+    }
+
+    /// Sets the RDMA Read Message Size.
+    pub fn set_size(&mut self, value: u32) {
+        be::write_u32(&mut self.buffer.as_mut()[rr_field::SIZE], value);
+    }
+
+    /// Sets the Data Source STag.
+    pub fn set_src_stag(&mut self, value: u32) {
+        be::write_u32(&mut self.buffer.as_mut()[rr_field::SRC_STAG], value);
+    }
+
+    /// Sets the Data Source Tagged Offset.
+    pub fn set_src_to(&mut self, value: u64) {
+        be::write_u64(&mut self.buffer.as_mut()[rr_field::SRC_TO], value);
+    }
+}
+
+/// RDMA Read Request body (RFC 5040 §4.4), the 28 bytes after the untagged header: the
+/// parsed form of a [`ReadRequestHeader`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReadRequest {
     /// Data Sink STag (the requester's buffer).
@@ -130,24 +211,28 @@ pub struct ReadRequest {
 impl ReadRequest {
     /// Parse from `buf[..28]`; `None` if short.
     pub fn parse(buf: &[u8]) -> Option<Self> {
-        let b = buf.get(..READ_REQUEST_LEN)?;
-        Some(ReadRequest {
-            sink_stag: be32(&b[0..4]),
-            sink_to: be64(&b[4..12]),
-            size: be32(&b[12..16]),
-            src_stag: be32(&b[16..20]),
-            src_to: be64(&b[20..28]),
-        })
+        ReadRequestHeader::new_checked(buf).map(|h| Self::from_header(&h))
+    }
+
+    /// The fields of a checked view.
+    pub fn from_header<T: AsRef<[u8]>>(h: &ReadRequestHeader<T>) -> Self {
+        ReadRequest {
+            sink_stag: h.sink_stag(),
+            sink_to: h.sink_to(),
+            size: h.size(),
+            src_stag: h.src_stag(),
+            src_to: h.src_to(),
+        }
     }
 
     /// Emit into `buf[..28]`; `None` if short.
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
-        let b = buf.get_mut(..READ_REQUEST_LEN)?;
-        b[0..4].copy_from_slice(&self.sink_stag.to_be_bytes());
-        b[4..12].copy_from_slice(&self.sink_to.to_be_bytes());
-        b[12..16].copy_from_slice(&self.size.to_be_bytes());
-        b[16..20].copy_from_slice(&self.src_stag.to_be_bytes());
-        b[20..28].copy_from_slice(&self.src_to.to_be_bytes());
+        let mut h = ReadRequestHeader::new_checked(buf)?;
+        h.set_sink_stag(self.sink_stag);
+        h.set_sink_to(self.sink_to);
+        h.set_size(self.size);
+        h.set_src_stag(self.src_stag);
+        h.set_src_to(self.src_to);
         Some(READ_REQUEST_LEN)
     }
 
@@ -159,113 +244,75 @@ impl ReadRequest {
     }
 }
 
-/// Terminate layers (RFC 5040 §4.8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Layer {
-    /// RDMAP.
-    Rdmap = 0,
-    /// DDP.
-    Ddp = 1,
-    /// The LLP (MPA).
-    Llp = 2,
-}
-
-/// RDMAP (layer 0) ETypes (RFC 5040 §7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum RdmapEtype {
-    /// Local catastrophic error.
-    LocalCatastrophic = 0,
-    /// Remote protection error.
-    RemoteProtection = 1,
-    /// Remote operation error.
-    RemoteOperation = 2,
-}
-
-/// RDMAP (layer 0) error codes (RFC 5040 §7, iwarp-wire.md §3.5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum RdmapErrorCode {
-    /// Invalid STag.
-    InvalidStag = 0x00,
-    /// Base or bounds violation.
-    BaseOrBounds = 0x01,
-    /// Access rights violation.
-    AccessRights = 0x02,
-    /// STag not associated with RDMAP stream.
-    StagNotAssociated = 0x03,
-    /// TO wrap.
-    ToWrap = 0x04,
-    /// Invalid RDMAP version.
-    InvalidVersion = 0x05,
-    /// Unexpected OpCode.
-    UnexpectedOpcode = 0x06,
-    /// Catastrophic error, localized to RDMAP stream.
-    CatastrophicStream = 0x07,
-    /// Catastrophic error, global.
-    CatastrophicGlobal = 0x08,
-    /// STag cannot be invalidated.
-    CannotInvalidate = 0x09,
-    /// Unspecified error.
-    Unspecified = 0xff,
-}
-
-impl RdmapErrorCode {
-    /// Decode a code byte.
-    pub fn from_u8(v: u8) -> Option<Self> {
-        use RdmapErrorCode::*;
-        Some(match v {
-            0x00 => InvalidStag,
-            0x01 => BaseOrBounds,
-            0x02 => AccessRights,
-            0x03 => StagNotAssociated,
-            0x04 => ToWrap,
-            0x05 => InvalidVersion,
-            0x06 => UnexpectedOpcode,
-            0x07 => CatastrophicStream,
-            0x08 => CatastrophicGlobal,
-            0x09 => CannotInvalidate,
-            0xff => Unspecified,
-            _ => return None,
-        })
+xwarp_ddp::code_enum! {
+    /// Terminate layers (RFC 5040 §4.8).
+    pub enum Layer {
+        /// RDMAP.
+        Rdmap = 0,
+        /// DDP.
+        Ddp = 1,
+        /// The LLP (MPA).
+        Llp = 2,
     }
 }
 
-/// LLP (MPA, layer 2, EType 0) error codes (RFC 5044 §8, RFC 6581; iwarp-wire.md §1.8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum LlpErrorCode {
-    /// TCP connection closed, terminated or lost.
-    ConnectionLost = 0x01,
-    /// MPA CRC error.
-    CrcError = 0x02,
-    /// MPA marker and ULPDU_Length mismatch.
-    MarkerMismatch = 0x03,
-    /// Invalid MPA Request/Reply frame.
-    InvalidRequestReply = 0x04,
-    /// Local catastrophic error.
-    LocalCatastrophic = 0x05,
-    /// Insufficient IRD resources.
-    InsufficientIrd = 0x06,
-    /// No matching RTR option.
-    NoMatchingRtr = 0x07,
+xwarp_ddp::code_enum! {
+    /// RDMAP (layer 0) ETypes (RFC 5040 §7).
+    pub enum RdmapEtype {
+        /// Local catastrophic error.
+        LocalCatastrophic = 0,
+        /// Remote protection error.
+        RemoteProtection = 1,
+        /// Remote operation error.
+        RemoteOperation = 2,
+    }
 }
 
-impl LlpErrorCode {
-    /// Decode a code byte.
-    pub fn from_u8(v: u8) -> Option<Self> {
-        use LlpErrorCode::*;
-        Some(match v {
-            0x01 => ConnectionLost,
-            0x02 => CrcError,
-            0x03 => MarkerMismatch,
-            0x04 => InvalidRequestReply,
-            0x05 => LocalCatastrophic,
-            0x06 => InsufficientIrd,
-            0x07 => NoMatchingRtr,
-            _ => return None,
-        })
+xwarp_ddp::code_enum! {
+    /// RDMAP (layer 0) error codes (RFC 5040 §7, iwarp-wire.md §3.5).
+    pub enum RdmapErrorCode {
+        /// Invalid STag.
+        InvalidStag = 0x00,
+        /// Base or bounds violation.
+        BaseOrBounds = 0x01,
+        /// Access rights violation.
+        AccessRights = 0x02,
+        /// STag not associated with RDMAP stream.
+        StagNotAssociated = 0x03,
+        /// TO wrap.
+        ToWrap = 0x04,
+        /// Invalid RDMAP version.
+        InvalidVersion = 0x05,
+        /// Unexpected OpCode.
+        UnexpectedOpcode = 0x06,
+        /// Catastrophic error, localized to RDMAP stream.
+        CatastrophicStream = 0x07,
+        /// Catastrophic error, global.
+        CatastrophicGlobal = 0x08,
+        /// STag cannot be invalidated.
+        CannotInvalidate = 0x09,
+        /// Unspecified error.
+        Unspecified = 0xff,
+    }
+}
+
+xwarp_ddp::code_enum! {
+    /// LLP (MPA, layer 2, EType 0) error codes (RFC 5044 §8, RFC 6581; iwarp-wire.md §1.8).
+    pub enum LlpErrorCode {
+        /// TCP connection closed, terminated or lost.
+        ConnectionLost = 0x01,
+        /// MPA CRC error.
+        CrcError = 0x02,
+        /// MPA marker and ULPDU_Length mismatch.
+        MarkerMismatch = 0x03,
+        /// Invalid MPA Request/Reply frame.
+        InvalidRequestReply = 0x04,
+        /// Local catastrophic error.
+        LocalCatastrophic = 0x05,
+        /// Insufficient IRD resources.
+        InsufficientIrd = 0x06,
+        /// No matching RTR option.
+        NoMatchingRtr = 0x07,
     }
 }
 
@@ -312,12 +359,7 @@ impl TerminateCause {
     pub fn from_raw(layer: u8, etype: u8, code: u8) -> Option<Self> {
         match layer {
             0 => {
-                let et = match etype {
-                    0 => RdmapEtype::LocalCatastrophic,
-                    1 => RdmapEtype::RemoteProtection,
-                    2 => RdmapEtype::RemoteOperation,
-                    _ => return None,
-                };
+                let et = RdmapEtype::from_u8(etype)?;
                 Some(TerminateCause::Rdmap(et, RdmapErrorCode::from_u8(code)?))
             }
             1 => DdpError::from_etype_code(etype, code).map(TerminateCause::Ddp),
@@ -340,6 +382,150 @@ pub mod hdrct {
     pub const D: u8 = 0x40;
     /// R: terminated RDMAP (Read Request) header included.
     pub const R: u8 = 0x20;
+}
+
+/// Hdrct bits as siw sends them (GCC little-endian bitfields, the siw quirk named in
+/// [`TerminateLayout::Siw`]).
+mod hdrct_siw {
+    pub const M: u8 = 0x01;
+    pub const D: u8 = 0x02;
+    pub const R: u8 = 0x04;
+}
+
+/// Byte ranges of the Terminate header.
+mod term_field {
+    use core::ops::Range;
+    /// Layer (high nibble) and EType (low nibble) in the RFC layout.
+    pub const LAYER_ETYPE: usize = 0;
+    pub const ERROR_CODE: usize = 1;
+    pub const HDRCT: usize = 2;
+    pub const RESERVED: usize = 3;
+    pub const DDP_SEGMENT_LENGTH: Range<usize> = 4..6;
+    /// Start of the terminated DDP header and Read Request header, when present.
+    pub const ATTACHED: usize = 6;
+}
+
+/// Zero-copy view of a Terminate header (RFC 5040 §4.8): the Terminate Control field, the
+/// DDP Segment Length and the attached terminated headers, one getter and setter per
+/// field. The getters read the RFC layout; siw's swapped reading is
+/// [`Terminate::parse`]'s business.
+#[derive(Debug, Clone)]
+pub struct TerminateHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> TerminateHeader<T> {
+    /// Wraps a buffer without checking its length; getters may then panic on a short
+    /// buffer, so use [`TerminateHeader::new_checked`] for untrusted input.
+    pub fn new_unchecked(buffer: T) -> Self {
+        TerminateHeader { buffer }
+    }
+
+    /// Wraps a buffer, checking that it holds the 4-byte Terminate Control field (the
+    /// optional parts are checked by their getters).
+    pub fn new_checked(buffer: T) -> Result<Self, TerminateParseError> {
+        let h = TerminateHeader { buffer };
+        h.check_len()?;
+        Ok(h)
+    }
+
+    /// Checks that the buffer holds the Terminate Control field.
+    pub fn check_len(&self) -> Result<(), TerminateParseError> {
+        if self.buffer.as_ref().len() < TERMINATE_CONTROL_LEN {
+            return Err(TerminateParseError::Truncated);
+        }
+        Ok(())
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Terminate Layer (RFC layout: high nibble of byte 0).
+    pub fn layer(&self) -> u8 {
+        self.buffer.as_ref()[term_field::LAYER_ETYPE] >> 4
+    }
+
+    /// Terminate EType (RFC layout: low nibble of byte 0).
+    pub fn etype(&self) -> u8 {
+        self.buffer.as_ref()[term_field::LAYER_ETYPE] & 0x0f
+    }
+
+    /// Terminate error code.
+    pub fn error_code(&self) -> u8 {
+        self.buffer.as_ref()[term_field::ERROR_CODE]
+    }
+
+    /// The raw Hdrct byte (RFC layout bits in [`hdrct`]).
+    pub fn hdrct(&self) -> u8 {
+        self.buffer.as_ref()[term_field::HDRCT]
+    }
+
+    /// The reserved byte 3 of the Terminate Control field.
+    pub fn reserved(&self) -> u8 {
+        self.buffer.as_ref()[term_field::RESERVED]
+    }
+
+    /// DDP Segment Length, if the buffer is long enough to hold it.
+    pub fn ddp_segment_length(&self) -> Option<u16> {
+        self.buffer
+            .as_ref()
+            .get(term_field::DDP_SEGMENT_LENGTH)
+            .map(be::read_u16)
+    }
+
+    /// The bytes after the DDP Segment Length: the terminated DDP header and Read Request
+    /// header, as Hdrct announces them (empty if the buffer ends earlier).
+    pub fn attached(&self) -> &[u8] {
+        self.buffer
+            .as_ref()
+            .get(term_field::ATTACHED..)
+            .unwrap_or(&[])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> TerminateHeader<T> {
+    /// Sets the Layer nibble (RFC layout; the low four bits of `value`).
+    pub fn set_layer(&mut self, value: u8) {
+        let b = &mut self.buffer.as_mut()[term_field::LAYER_ETYPE];
+        *b = (value << 4) | (*b & 0x0f);
+    }
+
+    /// Sets the EType nibble (RFC layout; the low four bits of `value`).
+    pub fn set_etype(&mut self, value: u8) {
+        let b = &mut self.buffer.as_mut()[term_field::LAYER_ETYPE];
+        *b = (*b & 0xf0) | (value & 0x0f);
+    }
+
+    /// Sets the error code.
+    pub fn set_error_code(&mut self, value: u8) {
+        self.buffer.as_mut()[term_field::ERROR_CODE] = value;
+    }
+
+    /// Sets the raw Hdrct byte.
+    pub fn set_hdrct(&mut self, value: u8) {
+        self.buffer.as_mut()[term_field::HDRCT] = value;
+    }
+
+    /// Sets the reserved byte.
+    pub fn set_reserved(&mut self, value: u8) {
+        self.buffer.as_mut()[term_field::RESERVED] = value;
+    }
+
+    /// Sets the DDP Segment Length (the buffer must hold it).
+    pub fn set_ddp_segment_length(&mut self, value: u16) {
+        be::write_u16(
+            &mut self.buffer.as_mut()[term_field::DDP_SEGMENT_LENGTH],
+            value,
+        );
+    }
+
+    /// The attached-header bytes, mutably (the buffer must reach past the DDP Segment
+    /// Length).
+    pub fn attached_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[term_field::ATTACHED..]
+    }
 }
 
 /// A Terminate message body (RFC 5040 §4.8) in a fixed-size buffer (no allocation).
@@ -459,86 +645,86 @@ impl Terminate {
     /// siw's payload-length reading (iwarp-wire.md §4.6).
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
         let n = self.wire_len();
-        let b = buf.get_mut(..n)?;
-        b[0] = (self.layer << 4) | (self.etype & 0x0f);
-        b[1] = self.code;
-        b[2] = if self.m { hdrct::M } else { 0 }
-            | if self.ddp_header.is_some() {
-                hdrct::D
-            } else {
-                0
-            }
-            | if self.rdmap_header.is_some() {
-                hdrct::R
-            } else {
-                0
-            };
-        b[3] = 0;
+        let mut h = TerminateHeader::new_unchecked(buf.get_mut(..n)?);
+        h.set_layer(self.layer);
+        h.set_etype(self.etype);
+        h.set_error_code(self.code);
+        let mut bits = 0;
+        if self.m {
+            bits |= hdrct::M;
+        }
+        if self.ddp_header.is_some() {
+            bits |= hdrct::D;
+        }
+        if self.rdmap_header.is_some() {
+            bits |= hdrct::R;
+        }
+        h.set_hdrct(bits);
+        h.set_reserved(0);
         if n > TERMINATE_CONTROL_LEN {
-            b[4..6].copy_from_slice(&self.ddp_segment_length.to_be_bytes());
-            let mut off = 6;
-            if let Some(h) = &self.ddp_header {
-                let hb = h.as_bytes();
-                b[off..off + hb.len()].copy_from_slice(hb);
+            h.set_ddp_segment_length(self.ddp_segment_length);
+            let att = h.attached_mut();
+            let mut off = 0;
+            if let Some(d) = &self.ddp_header {
+                let hb = d.as_bytes();
+                att[off..off + hb.len()].copy_from_slice(hb);
                 off += hb.len();
             }
             if let Some(r) = &self.rdmap_header {
-                b[off..off + READ_REQUEST_LEN].copy_from_slice(r);
+                att[off..off + READ_REQUEST_LEN].copy_from_slice(r);
             }
         }
         Some(n)
     }
 
     fn parse_with(body: &[u8], layout: TerminateLayout) -> Option<Terminate> {
-        let c = body.get(..TERMINATE_CONTROL_LEN)?;
-        let (layer, etype, m, d, r, rsvd) = match layout {
+        let h = TerminateHeader::new_checked(body).ok()?;
+        let bits = h.hdrct();
+        // Reserved bits are ignored on receive; only lengths decide consistency.
+        let (layer, etype, m, d, r) = match layout {
             TerminateLayout::Rfc => (
-                c[0] >> 4,
-                c[0] & 0x0f,
-                c[2] & hdrct::M != 0,
-                c[2] & hdrct::D != 0,
-                c[2] & hdrct::R != 0,
-                (c[2] & 0x1f) != 0 || c[3] != 0,
+                h.layer(),
+                h.etype(),
+                bits & hdrct::M != 0,
+                bits & hdrct::D != 0,
+                bits & hdrct::R != 0,
             ),
             // siw quirk, iwarp-wire.md §4.6: GCC little-endian bitfield layout.
             TerminateLayout::Siw => (
-                c[0] & 0x0f,
-                c[0] >> 4,
-                c[2] & 0x01 != 0,
-                c[2] & 0x02 != 0,
-                c[2] & 0x04 != 0,
-                (c[2] & 0xf8) != 0 || c[3] != 0,
+                h.etype(),
+                h.layer(),
+                bits & hdrct_siw::M != 0,
+                bits & hdrct_siw::D != 0,
+                bits & hdrct_siw::R != 0,
             ),
         };
-        let _ = rsvd; // reserved bits are ignored on receive; only lengths decide consistency
         let mut t = Terminate {
             layer,
             etype,
-            code: c[1],
+            code: h.error_code(),
             m,
             ddp_segment_length: 0,
             ddp_header: None,
             rdmap_header: None,
         };
-        let rest = &body[TERMINATE_CONTROL_LEN..];
         if !(m || d || r) {
-            return rest.is_empty().then_some(t);
+            return (body.len() == TERMINATE_CONTROL_LEN).then_some(t);
         }
-        let len = rest.get(..2)?;
-        t.ddp_segment_length = u16::from_be_bytes([len[0], len[1]]);
-        let mut off = 2;
+        t.ddp_segment_length = h.ddp_segment_length()?;
+        let att = h.attached();
+        let mut off = 0;
         if d {
-            let h = TerminatedDdpHeader::from_bytes(&rest[off..])?;
-            off += h.len as usize;
-            t.ddp_header = Some(h);
+            let dh = TerminatedDdpHeader::from_bytes(att)?;
+            off += dh.len as usize;
+            t.ddp_header = Some(dh);
         }
         if r {
             let mut rr = [0u8; READ_REQUEST_LEN];
-            rr.copy_from_slice(rest.get(off..off + READ_REQUEST_LEN)?);
+            rr.copy_from_slice(att.get(off..off + READ_REQUEST_LEN)?);
             off += READ_REQUEST_LEN;
             t.rdmap_header = Some(rr);
         }
-        (off == rest.len()).then_some(t)
+        (off == att.len()).then_some(t)
     }
 
     /// Parse an inbound Terminate body (the bytes after the untagged DDP header) under both
@@ -568,16 +754,6 @@ impl Terminate {
 pub enum TerminateParseError {
     /// Fewer than 4 bytes.
     Truncated,
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 #[cfg(test)]
@@ -711,5 +887,96 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rfc5040_read_request_view_reads_and_writes_every_field() {
+        // The Read Request of rfc5040_read_request_body_wire_bytes, then one byte past the header.
+        let bytes = [
+            0, 0, 1, 1, 0, 0, 0x55, 0xd0, 0xe0, 0xa0, 0xb0, 0, 0, 0, 0, 0x40, 0, 0, 2, 3, 0, 0,
+            0x55, 0x9d, 0x4c, 0x2a, 0x10, 0, 0xee,
+        ];
+        let h = ReadRequestHeader::new_checked(&bytes[..]).unwrap();
+        assert_eq!((h.sink_stag(), h.sink_to()), (0x101, 0x0000_55d0_e0a0_b000));
+        assert_eq!(h.size(), 64);
+        assert_eq!((h.src_stag(), h.src_to()), (0x203, 0x0000_559d_4c2a_1000));
+        assert!(ReadRequestHeader::new_checked(&bytes[..27]).is_none());
+        let mut out = [0xeeu8; 29];
+        let mut w = ReadRequestHeader::new_unchecked(&mut out[..]);
+        w.set_sink_stag(0x101);
+        w.set_sink_to(0x0000_55d0_e0a0_b000);
+        w.set_size(64);
+        w.set_src_stag(0x203);
+        w.set_src_to(0x0000_559d_4c2a_1000);
+        assert_eq!(out, bytes);
+        assert_eq!(
+            ReadRequest::from_header(&h),
+            ReadRequest::parse(&bytes).unwrap()
+        );
+        assert_eq!(
+            ReadRequest::parse(&bytes).unwrap().emit(&mut [0u8; 27]),
+            None
+        );
+    }
+
+    #[test]
+    fn rfc5040_terminate_view_reads_and_writes_every_field() {
+        // RDMAP / remote operation / catastrophic stream with M+D and an untagged DDP
+        // header attached.
+        let bytes = [
+            0x02, 0x07, 0xc0, 0x00, 0x00, 0x2e, 0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0,
+            0, 0, 0,
+        ];
+        let h = TerminateHeader::new_checked(&bytes[..]).unwrap();
+        assert_eq!((h.layer(), h.etype(), h.error_code()), (0, 2, 0x07));
+        assert_eq!((h.hdrct(), h.reserved()), (hdrct::M | hdrct::D, 0));
+        assert_eq!(h.ddp_segment_length(), Some(46));
+        assert_eq!(h.attached(), &bytes[6..]);
+        let short = TerminateHeader::new_checked(&bytes[..4]).unwrap();
+        assert_eq!(
+            (short.ddp_segment_length(), short.attached()),
+            (None, &[][..])
+        );
+        assert_eq!(
+            TerminateHeader::new_checked(&bytes[..3]).unwrap_err(),
+            TerminateParseError::Truncated
+        );
+        let mut out = [0xffu8; 24];
+        let mut w = TerminateHeader::new_unchecked(&mut out[..]);
+        w.set_layer(0);
+        w.set_etype(2);
+        w.set_error_code(0x07);
+        w.set_hdrct(0xc0);
+        w.set_reserved(0);
+        w.set_ddp_segment_length(46);
+        w.attached_mut().copy_from_slice(&bytes[6..]);
+        assert_eq!(out, bytes);
+        // The LLP CRC error (layer 2 in the high nibble, code 0x02).
+        let mut llp = [0u8; 4];
+        let mut w = TerminateHeader::new_unchecked(&mut llp[..]);
+        w.set_etype(0);
+        w.set_layer(2);
+        w.set_error_code(0x02);
+        assert_eq!(llp, [0x20, 0x02, 0x00, 0x00]);
+    }
+
+    #[test]
+    fn rfc5040_code_enums_decode_only_defined_values() {
+        assert_eq!(Opcode::from_u8(7), Some(Opcode::Terminate));
+        assert_eq!(Opcode::from_u8(8), None);
+        assert_eq!(RdmapEtype::from_u8(2), Some(RdmapEtype::RemoteOperation));
+        assert_eq!(RdmapEtype::from_u8(3), None);
+        assert_eq!(
+            RdmapErrorCode::from_u8(0xff),
+            Some(RdmapErrorCode::Unspecified)
+        );
+        assert_eq!(RdmapErrorCode::from_u8(0x0a), None);
+        assert_eq!(
+            LlpErrorCode::from_u8(0x07),
+            Some(LlpErrorCode::NoMatchingRtr)
+        );
+        assert_eq!(LlpErrorCode::from_u8(0x00), None);
+        assert_eq!(Layer::from_u8(2), Some(Layer::Llp));
+        assert_eq!(u8::from(Layer::Ddp), 1);
     }
 }

@@ -16,6 +16,7 @@
 
 use super::crc::{crc32c, crc_to_trailer};
 use super::error::{LocalError, MpaError};
+use crate::wire::be;
 
 /// Size of the ULPDU_Length field.
 pub const ULPDU_LENGTH_LEN: usize = 2;
@@ -222,7 +223,7 @@ impl MarkerWriter<'_> {
             let fpduptr = (self.pos - self.fpdu_start) as u16;
             let m = self.idx;
             self.out[m..m + 2].fill(0);
-            self.out[m + 2..m + 4].copy_from_slice(&fpduptr.to_be_bytes());
+            be::write_u16(&mut self.out[m + 2..m + 4], fpduptr);
             self.idx += MARKER_LEN;
             self.pos += MARKER_LEN as u64;
         }

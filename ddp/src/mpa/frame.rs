@@ -5,6 +5,7 @@
 //! (incomplete input is [`FrameParse::Incomplete`], not an error) and [`FrameRepr::emit`].
 
 use super::error::{FrameError, LocalError, MpaError};
+use crate::wire::be;
 
 /// "MPA ID Req Frame" (iwarp-wire.md §1.2).
 pub const KEY_REQUEST: [u8; 16] = *b"MPA ID Req Frame";
@@ -178,8 +179,8 @@ pub struct EnhancedBlock {
 impl EnhancedBlock {
     /// Decodes the 4 block bytes.
     pub fn from_bytes(b: [u8; 4]) -> EnhancedBlock {
-        let w0 = u16::from_be_bytes([b[0], b[1]]);
-        let w1 = u16::from_be_bytes([b[2], b[3]]);
+        let w0 = be::read_u16(&b[0..2]);
+        let w1 = be::read_u16(&b[2..4]);
         EnhancedBlock {
             p2p: w0 & V2_A_P2P != 0,
             rtr: RtrSet {
@@ -211,9 +212,10 @@ impl EnhancedBlock {
         if self.rtr.read {
             w1 |= V2_D_READ_RTR;
         }
-        let [a, b] = w0.to_be_bytes();
-        let [c, d] = w1.to_be_bytes();
-        Ok([a, b, c, d])
+        let mut b = [0u8; ENHANCED_BLOCK_LEN];
+        be::write_u16(&mut b[0..2], w0);
+        be::write_u16(&mut b[2..4], w1);
+        Ok(b)
     }
 }
 
@@ -302,8 +304,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// PD_Length.
     pub fn pd_length(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::PD_LENGTH];
-        u16::from_be_bytes([b[0], b[1]])
+        be::read_u16(&self.buffer.as_ref()[field::PD_LENGTH])
     }
 
     /// Whether the v2 IRD/ORD block is present (Rev 2 and enhanced flag).
@@ -360,7 +361,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 
     /// Sets PD_Length.
     pub fn set_pd_length(&mut self, value: u16) {
-        self.buffer.as_mut()[field::PD_LENGTH].copy_from_slice(&value.to_be_bytes());
+        be::write_u16(&mut self.buffer.as_mut()[field::PD_LENGTH], value);
     }
 
     /// Mutable private data (PD_Length bytes after the header).

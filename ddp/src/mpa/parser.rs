@@ -9,6 +9,7 @@
 use super::crc::{crc32c_append, crc_from_trailer};
 use super::error::MpaError;
 use super::fpdu::{pad_len, CRC_LEN, MARKER_INTERVAL, MARKER_LEN};
+use crate::wire::be;
 
 /// DDP tagged header length (RFC 5041 §4.2).
 pub const DDP_TAGGED_HEADER_LEN: usize = 14;
@@ -189,7 +190,7 @@ impl FpduParser {
         }
         self.marker_have = 0;
         let marker_pos = self.pos - MARKER_LEN as u64;
-        let found = u16::from_be_bytes([self.marker_buf[2], self.marker_buf[3]]);
+        let found = be::read_u16(&self.marker_buf[2..4]);
         let offset = marker_pos - self.fpdu_start;
         if offset != u64::from(found) {
             let expected = u16::try_from(offset).unwrap_or(u16::MAX);
@@ -239,7 +240,7 @@ impl FpduParser {
                         self.state = State::Length { have, buf };
                         continue;
                     }
-                    let ulpdu_len = u16::from_be_bytes(buf);
+                    let ulpdu_len = be::read_u16(&buf);
                     if ulpdu_len == 0 {
                         return self.fail(MpaError::UlpduTooShort {
                             ulpdu_len,

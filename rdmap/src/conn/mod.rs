@@ -5,8 +5,10 @@
 //! events out ([`Connection::poll_event`]), time in ([`Connection::handle_timeout`]). The
 //! caller owns the TCP socket (kernel TCP or the xwarp engine) and the clock.
 //!
-//! Phases: *handshake* (the MPA [`Negotiator`] consumes the Request/Reply frames), *open*
-//! (received bytes go through the streaming [`FpduParser`] straight into
+//! Phases, each a variant carrying only its own state (the private `phase` module):
+//! *handshake* (the MPA [`Negotiator`] consumes the Request/Reply frames; work posted
+//! before the QP exists waits beside it), *open*
+//! (received bytes go through the streaming [`FpduParser`](xwarp_ddp::mpa::FpduParser) straight into
 //! [`QueuePair::on_header_bytes`]/[`QueuePair::on_payload`]/[`QueuePair::on_end`], so
 //! payload is copied once, from the receive buffer into the target region; transmitted
 //! FPDUs are framed by [`FpduEncoder`] straight from the header and region slices that
@@ -50,10 +52,14 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use xwarp_ddp::mpa::{
-    mulpdu, AcceptParams, ConnectRequest, Event as MpaEvent, FpduEncoder, FpduEvent, FpduParser,
+    mulpdu, AcceptParams, ConnectRequest, Event as MpaEvent, FpduEncoder, FpduEvent,
     InitiatorConfig, MpaError, Negotiated, Negotiator, ResponderConfig, Role, RtrType,
 };
 use xwarp_ddp::segment::{UntaggedHeader, UNTAGGED_HEADER_LEN};
+
+mod phase;
+
+use phase::{Handshake, Phase, Stream};
 
 use crate::mem::{Access, Stag};
 use crate::qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
@@ -193,39 +199,13 @@ pub enum ConnEvent {
     Closed,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Handshake,
-    Open,
-    Dead,
-}
-
 /// One iWARP stream (MPA + DDP + RDMAP) over a reliable byte stream, sans-IO.
 pub struct Connection {
     role: Role,
     cfg: ConnConfig,
     phase: Phase,
-    neg: Negotiator,
-    negotiated: Option<Negotiated>,
-    qp: Option<QueuePair>,
-    pending_send: Vec<SendWr>,
-    pending_recv: Vec<RecvWr>,
     flushed: VecDeque<Completion>,
-    encoder: Option<FpduEncoder>,
-    parser: Option<FpduParser>,
-    mulpdu: usize,
-    /// Responder: no FPDU may be sent before the first inbound FPDU (RFC 5044 §7.1.2).
-    tx_gate_open: bool,
-    /// Initiator: no FPDU (except a Terminate) before this instant (`first_fpdu_delay`).
-    tx_hold_until: Option<Instant>,
-    /// P2P Responder: Established is reported after the RTR.
-    held_established: Option<Negotiated>,
     raw_tx: Vec<u8>,
-    closing: bool,
-    close_when_flushed: bool,
-    closed_emitted: bool,
-    last_terminate: Option<Terminate>,
-    dying: bool,
     errors: u32,
     last_error: Option<ConnError>,
     events: VecDeque<ConnEvent>,
@@ -235,9 +215,9 @@ impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
             .field("role", &self.role)
-            .field("phase", &self.phase)
-            .field("qp_state", &self.qp.as_ref().map(|q| q.state()))
-            .field("tx_gate_open", &self.tx_gate_open)
+            .field("phase", &format_args!("{}", self.phase.name()))
+            .field("qp_state", &self.qp().map(|q| q.state()))
+            .field("tx_gate_open", &self.tx_gate_open())
             .field("wants_close", &self.wants_close())
             .finish()
     }
@@ -281,25 +261,9 @@ impl Connection {
         Connection {
             role,
             cfg,
-            phase: Phase::Handshake,
-            neg,
-            negotiated: None,
-            qp: None,
-            pending_send: Vec::new(),
-            pending_recv: Vec::new(),
+            phase: Phase::Handshake(Handshake::new(neg)),
             flushed: VecDeque::new(),
-            encoder: None,
-            parser: None,
-            mulpdu: 0,
-            tx_gate_open: role == Role::Initiator,
-            tx_hold_until: None,
-            held_established: None,
             raw_tx: Vec::new(),
-            closing: false,
-            close_when_flushed: false,
-            closed_emitted: false,
-            last_terminate: None,
-            dying: false,
             errors: 0,
             last_error: None,
             events: VecDeque::new(),
@@ -313,56 +277,66 @@ impl Connection {
 
     /// The negotiated parameters, once negotiation succeeded.
     pub fn negotiated(&self) -> Option<&Negotiated> {
-        self.negotiated.as_ref()
+        self.phase.stream().map(|s| &s.negotiated)
     }
 
     /// Whether the stream is open (negotiated, not closed or failed).
     pub fn is_established(&self) -> bool {
-        self.phase == Phase::Open
+        matches!(self.phase, Phase::Open(_))
     }
 
     /// The largest ULPDU (DDP segment) we send, 0 before negotiation.
     pub fn mulpdu(&self) -> usize {
-        self.mulpdu
+        self.phase.stream().map_or(0, |s| s.mulpdu)
     }
 
     /// The queue pair (exists once negotiation succeeded).
     pub fn qp(&self) -> Option<&QueuePair> {
-        self.qp.as_ref()
+        self.phase.stream().map(|s| &s.qp)
     }
 
     /// The queue pair, mutably. Post send work through [`Self::post_send`] so that a
     /// P2P RTR stays the first message.
     pub fn qp_mut(&mut self) -> Option<&mut QueuePair> {
-        self.qp.as_mut()
+        self.phase.stream_mut().map(|s| &mut s.qp)
+    }
+
+    /// Whether we may send FPDUs as far as the peer is concerned: always for the
+    /// Initiator; for the Responder once the first inbound FPDU arrived intact.
+    fn tx_gate_open(&self) -> bool {
+        self.phase
+            .stream()
+            .map_or(self.role == Role::Initiator, |s| s.tx_gate_open)
     }
 
     /// Post send work. Before negotiation it is queued (at most the SQ depth) and handed
     /// to the QP when the stream opens, after the RTR; after a failure it completes with
     /// a flush status.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        if let Some(qp) = self.qp.as_mut() {
+        if let Some(qp) = self.qp_mut() {
             return qp.post_send(wr);
         }
         if wr.sgl.len() > MAX_SGE || (matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != 1) {
             return Err(PostError::InvalidSgl);
         }
-        if self.phase == Phase::Dead {
-            self.flushed
-                .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
-            return Ok(());
+        match &mut self.phase {
+            Phase::Handshake(h) => {
+                if h.pending_send.len() >= self.cfg.qp.sq_depth {
+                    return Err(PostError::QueueFull);
+                }
+                h.pending_send.push(wr);
+            }
+            _ => self
+                .flushed
+                .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op))),
         }
-        if self.pending_send.len() >= self.cfg.qp.sq_depth {
-            return Err(PostError::QueueFull);
-        }
-        self.pending_send.push(wr);
         Ok(())
     }
 
     /// Post a receive (QP's own receive queue). Queued before negotiation like
     /// [`Self::post_send`].
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if let Some(qp) = self.qp.as_mut() {
+        if let Some(qp) = self.qp_mut() {
             return qp.post_recv(wr);
         }
         let depth = match self.cfg.qp.rq {
@@ -372,14 +346,15 @@ impl Connection {
         if wr.sgl.len() > MAX_SGE {
             return Err(PostError::InvalidSgl);
         }
-        if self.phase == Phase::Dead {
-            self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv));
-            return Ok(());
+        match &mut self.phase {
+            Phase::Handshake(h) => {
+                if h.pending_recv.len() >= depth {
+                    return Err(PostError::QueueFull);
+                }
+                h.pending_recv.push(wr);
+            }
+            _ => self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv)),
         }
-        if self.pending_recv.len() >= depth {
-            return Err(PostError::QueueFull);
-        }
-        self.pending_recv.push(wr);
         Ok(())
     }
 
@@ -388,7 +363,7 @@ impl Connection {
         if let Some(c) = self.flushed.pop_front() {
             return Some(c);
         }
-        self.qp.as_mut().and_then(|q| q.poll_completion())
+        self.qp_mut().and_then(|q| q.poll_completion())
     }
 
     /// The next event.
@@ -399,31 +374,36 @@ impl Connection {
     /// When [`Self::handle_timeout`] must be called (MPA Request/Reply deadlines; none
     /// while the Responder ULP decides, iwarp-wire.md §1.5).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Handshake => self.neg.poll_timeout(),
-            Phase::Open => self.tx_hold_until,
-            Phase::Dead => None,
+        match &self.phase {
+            Phase::Handshake(h) => h.neg.poll_timeout(),
+            Phase::Open(s) => s.tx_hold_until,
+            Phase::Dead(_) => None,
         }
     }
 
     /// Fails the negotiation if its deadline passed; ends the Initiator's
     /// `first_fpdu_delay`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::Handshake {
-            self.neg.handle_timeout(now);
+        if let Phase::Handshake(h) = &mut self.phase {
+            h.neg.handle_timeout(now);
             self.pump_mpa(None, Some(now));
         }
-        if self.tx_hold_until.is_some_and(|t| now >= t) {
-            self.tx_hold_until = None;
+        if let Some(s) = self.phase.stream_mut() {
+            if s.tx_hold_until.is_some_and(|t| now >= t) {
+                s.tx_hold_until = None;
+            }
         }
     }
 
     /// Responder: accept the pending [`ConnEvent::ConnectRequest`]; queues the Reply.
     pub fn accept(&mut self, params: AcceptParams) -> Result<(), ConnError> {
-        if self.role != Role::Responder || self.phase != Phase::Handshake {
+        let Phase::Handshake(h) = &mut self.phase else {
+            return Err(ConnError::InvalidState);
+        };
+        if self.role != Role::Responder {
             return Err(ConnError::InvalidState);
         }
-        self.neg.accept(params)?;
+        h.neg.accept(params)?;
         self.pump_mpa(None, None);
         Ok(())
     }
@@ -431,10 +411,13 @@ impl Connection {
     /// Responder: reject the pending [`ConnEvent::ConnectRequest`] with a Reply R=1
     /// carrying `private_data`, then close.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), ConnError> {
-        if self.role != Role::Responder || self.phase != Phase::Handshake {
+        let Phase::Handshake(h) = &mut self.phase else {
+            return Err(ConnError::InvalidState);
+        };
+        if self.role != Role::Responder {
             return Err(ConnError::InvalidState);
         }
-        self.neg.reject(private_data)?;
+        h.neg.reject(private_data)?;
         self.pump_mpa(None, None);
         self.die();
         Ok(())
@@ -444,15 +427,13 @@ impl Connection {
     /// QP is flushed, [`ConnEvent::Closed`] is reported and [`Self::wants_close`] becomes
     /// true. Before the stream is open it closes at once.
     pub fn close(&mut self) {
-        match self.phase {
-            Phase::Dead => {}
-            Phase::Handshake => self.die(),
-            Phase::Open => {
-                self.closing = true;
-                if let Some(qp) = self.qp.as_mut() {
-                    if qp.state() == QpState::Rts {
-                        let _ = qp.close();
-                    }
+        match &mut self.phase {
+            Phase::Dead(_) => {}
+            Phase::Handshake(_) => self.die(),
+            Phase::Open(s) => {
+                s.closing = true;
+                if s.qp.state() == QpState::Rts {
+                    let _ = s.qp.close();
                 }
                 self.check_closed();
             }
@@ -463,11 +444,14 @@ impl Connection {
     /// flushed; unless we were already closing gracefully this is an error
     /// ([`ConnError::ConnectionLost`]).
     pub fn handle_peer_closed(&mut self) {
-        if self.phase == Phase::Dead {
+        if let Phase::Dead(_) = self.phase {
             self.die();
             return;
         }
-        let graceful = self.closing && self.qp.as_ref().is_some_and(|q| q.is_drained());
+        let graceful = self
+            .phase
+            .stream()
+            .is_some_and(|s| s.closing && s.qp.is_drained());
         if !graceful {
             self.events
                 .push_back(ConnEvent::Error(ConnError::ConnectionLost));
@@ -479,18 +463,21 @@ impl Connection {
     /// to be sent (a Reply with R=1, a Terminate) was handed out by
     /// [`Self::poll_transmit`].
     pub fn wants_close(&self) -> bool {
-        if !self.close_when_flushed || !self.raw_tx.is_empty() {
+        let Phase::Dead(stream) = &self.phase else {
+            return false;
+        };
+        if !self.raw_tx.is_empty() {
             return false;
         }
-        match &self.qp {
-            Some(q) => q.state() != QpState::Terminate || !self.tx_gate_open,
+        match stream {
+            Some(s) => s.qp.state() != QpState::Terminate || !s.tx_gate_open,
             None => true,
         }
     }
 
     /// Whether the stream is finished (closed or failed).
     pub fn is_closed(&self) -> bool {
-        self.phase == Phase::Dead
+        matches!(self.phase, Phase::Dead(_))
     }
 
     // ------------------------------------------------------------------ input
@@ -507,18 +494,18 @@ impl Connection {
     ) -> Result<usize, ConnError> {
         let errors_before = self.errors;
         let mut rest = input;
-        if self.phase == Phase::Handshake {
+        if let Phase::Handshake(h) = &mut self.phase {
             // Errors are reported through pump_mpa (Event::Failed).
-            let n = self.neg.handle_input(now, rest).unwrap_or(rest.len());
+            let n = h.neg.handle_input(now, rest).unwrap_or(rest.len());
             self.pump_mpa(Some(res), Some(now));
             rest = &rest[n.min(rest.len())..];
-            if self.phase == Phase::Handshake && !rest.is_empty() {
+            if matches!(self.phase, Phase::Handshake(_)) && !rest.is_empty() {
                 // Responder waiting for its ULP: the Initiator may not send anything
                 // before our Reply (RFC 5044 §7.1.2; siw fails such a connection, §4.5).
                 self.fail(ConnError::UnexpectedData);
             }
         }
-        if self.phase == Phase::Open && !rest.is_empty() {
+        if self.is_established() && !rest.is_empty() {
             self.rx_fpdus(rest, res);
         }
         match &self.last_error {
@@ -528,10 +515,11 @@ impl Connection {
     }
 
     fn rx_fpdus(&mut self, mut rest: &[u8], res: &mut Resources) {
-        while !rest.is_empty() && self.phase == Phase::Open {
-            let (Some(parser), Some(qp)) = (self.parser.as_mut(), self.qp.as_mut()) else {
+        while !rest.is_empty() {
+            let Phase::Open(s) = &mut self.phase else {
                 return;
             };
+            let Stream { parser, qp, .. } = s;
             let mut ended = false;
             let step = match parser.next(&mut rest) {
                 Ok(None) => break,
@@ -552,11 +540,11 @@ impl Connection {
                 self.fail(ConnError::Qp(e));
                 return;
             }
-            if ended && !self.tx_gate_open {
+            if ended && !s.tx_gate_open {
                 // The first inbound FPDU arrived intact: the Responder may send
                 // (RFC 5044 §7.1.2; RFC 6581 RTR).
-                self.tx_gate_open = true;
-                if let Some(n) = self.held_established.take() {
+                s.tx_gate_open = true;
+                if let Some(n) = s.held_established.take() {
                     self.events.push_back(ConnEvent::Established(n));
                 }
             }
@@ -569,10 +557,10 @@ impl Connection {
     /// FPDUs, then close.
     fn llp_error(&mut self, e: MpaError) {
         let tc = e.terminate_code();
-        if let Some(qp) = self.qp.as_mut() {
+        if let Some(s) = self.phase.stream_mut() {
             match TerminateCause::from_raw(tc.layer, tc.etype, tc.code) {
-                Some(cause) if self.tx_gate_open => qp.terminate(cause),
-                _ => qp.modify_to_error(),
+                Some(cause) if s.tx_gate_open => s.qp.terminate(cause),
+                _ => s.qp.modify_to_error(),
             }
         }
         self.fail(ConnError::Mpa(e));
@@ -586,15 +574,19 @@ impl Connection {
     pub fn poll_transmit(&mut self, res: &Resources, out: &mut Vec<u8>) -> usize {
         let start = out.len();
         out.append(&mut self.raw_tx);
-        let may_send = self.may_send_fpdus();
-        if may_send {
-            let mulpdu = self.mulpdu;
+        if self.may_send_fpdus() {
             while out.len() - start < self.cfg.tx_burst {
-                let (Some(qp), Some(enc)) = (self.qp.as_mut(), self.encoder.as_mut()) else {
+                let Some(Stream {
+                    qp,
+                    encoder,
+                    mulpdu,
+                    ..
+                }) = self.phase.stream_mut()
+                else {
                     break;
                 };
-                let r = qp.poll_segment(res, mulpdu, |hdr, payload| {
-                    encode_segment(enc, hdr, payload, out)
+                let r = qp.poll_segment(res, *mulpdu, |hdr, payload| {
+                    encode_segment(encoder, hdr, payload, out)
                 });
                 if !self.after_segment(r) {
                     break;
@@ -622,16 +614,21 @@ impl Connection {
             n = k;
         }
         if self.raw_tx.is_empty() && self.may_send_fpdus() {
-            let mulpdu = self.mulpdu;
             let burst = self.cfg.tx_burst.min(out.len());
             while n < burst {
-                let (Some(qp), Some(enc)) = (self.qp.as_mut(), self.encoder.as_mut()) else {
+                let Some(Stream {
+                    qp,
+                    encoder,
+                    mulpdu,
+                    ..
+                }) = self.phase.stream_mut()
+                else {
                     break;
                 };
                 let spill = &mut self.raw_tx;
                 let rest = &mut out[n..];
-                let r = qp.poll_segment(res, mulpdu, |hdr, payload| {
-                    encode_segment_into(enc, hdr, payload, rest, spill)
+                let r = qp.poll_segment(res, *mulpdu, |hdr, payload| {
+                    encode_segment_into(encoder, hdr, payload, rest, spill)
                 });
                 if let Ok(Some(Ok(k))) = r {
                     n += k;
@@ -649,12 +646,15 @@ impl Connection {
 
     /// Whether FPDUs may be produced now.
     fn may_send_fpdus(&self) -> bool {
-        self.tx_gate_open
-            && match self.qp.as_ref().map(|q| q.state()) {
-                Some(QpState::Rts | QpState::Closing) => {
-                    self.phase == Phase::Open && self.tx_hold_until.is_none()
+        let Some(s) = self.phase.stream() else {
+            return false;
+        };
+        s.tx_gate_open
+            && match s.qp.state() {
+                QpState::Rts | QpState::Closing => {
+                    self.is_established() && s.tx_hold_until.is_none()
                 }
-                Some(QpState::Terminate) => true,
+                QpState::Terminate => true,
                 _ => false,
             }
     }
@@ -679,11 +679,22 @@ impl Connection {
 
     // --------------------------------------------------------------- internals
 
+    /// Hands the negotiator's frames to the byte stream and acts on its events.
     fn pump_mpa(&mut self, mut res: Option<&mut Resources>, now: Option<Instant>) {
-        while let Some(f) = self.neg.poll_transmit() {
+        let Phase::Handshake(h) = &mut self.phase else {
+            return;
+        };
+        // Everything the negotiator has queued (a Responder's reject Reply may come
+        // together with the failure) is taken before the events are acted on, since
+        // opening or failing ends the handshake and with it the negotiator.
+        while let Some(f) = h.neg.poll_transmit() {
             self.raw_tx.extend_from_slice(&f);
         }
-        while let Some(ev) = self.neg.poll_event() {
+        let mut evs = Vec::new();
+        while let Some(ev) = h.neg.poll_event() {
+            evs.push(ev);
+        }
+        for ev in evs {
             match ev {
                 MpaEvent::ConnectRequest(r) => self.events.push_back(ConnEvent::ConnectRequest(r)),
                 MpaEvent::Established(n) => self.open(n, res.as_deref_mut(), now),
@@ -698,10 +709,6 @@ impl Connection {
                     self.fail(ConnError::Mpa(e));
                 }
             }
-        }
-        // A Responder's reject Reply may have been queued together with the failure.
-        while let Some(f) = self.neg.poll_transmit() {
-            self.raw_tx.extend_from_slice(&f);
         }
     }
 
@@ -734,7 +741,12 @@ impl Connection {
         }
     }
 
+    /// Negotiation succeeded: the handshake becomes an open [`Stream`] with a QP in RTS
+    /// that gets the work posted so far (after the RTR, if one is to be sent).
     fn open(&mut self, n: Negotiated, res: Option<&mut Resources>, now: Option<Instant>) {
+        let Phase::Handshake(h) = &mut self.phase else {
+            return;
+        };
         let mut qcfg = self.cfg.qp;
         qcfg.ird = u32::from(n.ird);
         qcfg.ord = u32::from(n.ord);
@@ -743,93 +755,60 @@ impl Connection {
             self.fail(ConnError::Qp(QpError::InvalidState));
             return;
         }
-        self.mulpdu = mulpdu(self.cfg.emss, n.markers_tx);
-        self.encoder = Some(n.fpdu_encoder());
-        self.parser = Some(n.fpdu_parser());
-        for wr in std::mem::take(&mut self.pending_recv) {
+        for wr in std::mem::take(&mut h.pending_recv) {
             if qp.post_recv(wr.clone()).is_err() {
                 self.flushed.push_back(error_cqe(wr.wr_id, WcOpcode::Recv));
             }
         }
         if let Some(rtr) = n.rtr_to_send() {
-            let wr = match rtr {
-                RtrType::Write => Some(SendWr {
-                    wr_id: u64::MAX,
-                    op: SendOp::Write {
-                        remote_stag: RTR_WRITE_STAG,
-                        remote_to: 0,
-                    },
-                    sgl: Vec::new(),
-                    signaled: false,
-                    fence: false,
-                }),
-                RtrType::Send => Some(SendWr {
-                    wr_id: u64::MAX,
-                    op: SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    },
-                    sgl: Vec::new(),
-                    signaled: false,
-                    fence: false,
-                }),
-                RtrType::Read => {
-                    // A zero-length Read still needs a valid local sink: an empty region.
-                    let mr = res.and_then(|r| {
-                        r.stags
-                            .register(qcfg.pd, Access::LOCAL_WRITE, 0, Box::new(Vec::<u8>::new()))
-                            .ok()
-                    });
-                    mr.map(|lkey| SendWr {
-                        wr_id: u64::MAX,
-                        op: SendOp::Read {
-                            remote_stag: RTR_WRITE_STAG,
-                            remote_to: 0,
-                        },
-                        sgl: vec![Sge {
-                            lkey,
-                            addr: 0,
-                            len: 0,
-                        }],
-                        signaled: false,
-                        fence: false,
-                    })
-                }
-            };
+            let wr = rtr_wr(rtr, qcfg, res);
             match wr.map(|wr| qp.post_send(wr)) {
                 Some(Ok(())) => {}
                 _ => {
-                    self.qp = Some(qp);
+                    // The stream dies with its QP, which flushes the receives it got.
+                    let pending_send = std::mem::take(&mut h.pending_send);
+                    let stream = self.new_stream(n, qp);
+                    self.phase = Phase::Open(stream);
+                    for wr in pending_send {
+                        self.flushed
+                            .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
+                    }
                     self.fail(ConnError::InvalidConfig("cannot post the RTR"));
                     return;
                 }
             }
         }
-        for wr in std::mem::take(&mut self.pending_send) {
+        for wr in std::mem::take(&mut h.pending_send) {
             if qp.post_send(wr.clone()).is_err() {
                 self.flushed
                     .push_back(error_cqe(wr.wr_id, wc_opcode(&wr.op)));
             }
         }
-        self.qp = Some(qp);
-        self.phase = Phase::Open;
+        let mut s = self.new_stream(n.clone(), qp);
         if let (Role::Initiator, Some(now)) = (self.role, now) {
             if !self.cfg.first_fpdu_delay.is_zero() {
-                self.tx_hold_until = Some(now + self.cfg.first_fpdu_delay);
+                s.tx_hold_until = Some(now + self.cfg.first_fpdu_delay);
             }
         }
-        self.negotiated = Some(n.clone());
         if self.role == Role::Responder && n.rtr.is_some() {
-            self.held_established = Some(n);
+            s.held_established = Some(n);
         } else {
             self.events.push_back(ConnEvent::Established(n));
         }
+        self.phase = Phase::Open(s);
+    }
+
+    fn new_stream(&self, n: Negotiated, qp: QueuePair) -> Stream {
+        let mulpdu = mulpdu(self.cfg.emss, n.markers_tx);
+        Stream::new(n, qp, mulpdu, self.role == Role::Initiator)
     }
 
     fn pump_qp(&mut self) {
-        let Some(qp) = self.qp.as_mut() else { return };
+        let Some(s) = self.phase.stream_mut() else {
+            return;
+        };
         let mut evs = Vec::new();
-        while let Some(e) = qp.poll_event() {
+        while let Some(e) = s.qp.poll_event() {
             evs.push(e);
         }
         for e in evs {
@@ -839,17 +818,25 @@ impl Connection {
                     self.die();
                 }
                 QpEvent::TerminateQueued(t) => {
-                    self.last_terminate = Some(t);
+                    let open = self.is_established();
+                    let Some(s) = self.phase.stream_mut() else {
+                        continue;
+                    };
+                    s.last_terminate = Some(t);
                     // An LLP error was already reported by llp_error.
-                    if t.layer != 2 && self.phase != Phase::Dead {
-                        self.record_error(ConnError::LocalTerminate(t));
+                    if t.layer != 2 && open {
                         // Tear down once the current FPDU is complete: a Responder may
                         // send the Terminate only if that first FPDU proves intact.
-                        self.dying = true;
+                        s.dying = true;
+                        self.record_error(ConnError::LocalTerminate(t));
                     }
                 }
                 QpEvent::TerminateSent => {
-                    if let Some(t) = self.last_terminate.take() {
+                    if let Some(t) = self
+                        .phase
+                        .stream_mut()
+                        .and_then(|s| s.last_terminate.take())
+                    {
                         self.events.push_back(ConnEvent::TerminateSent(t));
                     }
                     self.die();
@@ -862,26 +849,26 @@ impl Connection {
     }
 
     fn maybe_die(&mut self) {
-        let between_fpdus = self.parser.as_ref().is_none_or(|p| p.is_idle());
-        if self.dying && (self.tx_gate_open || between_fpdus) {
-            self.dying = false;
+        let Some(s) = self.phase.stream_mut() else {
+            return;
+        };
+        if s.dying && (s.tx_gate_open || s.parser.is_idle()) {
+            s.dying = false;
             self.die();
         }
     }
 
     fn check_closed(&mut self) {
-        if self.closing && self.phase == Phase::Open {
-            if let Some(qp) = self.qp.as_mut() {
-                if qp.state() == QpState::Closing && qp.is_drained() {
-                    self.die();
-                }
+        if let Phase::Open(s) = &self.phase {
+            if s.closing && s.qp.state() == QpState::Closing && s.qp.is_drained() {
+                self.die();
             }
         }
     }
 
     /// Report an error and tear down (a queued Terminate is still sent).
     fn fail(&mut self, e: ConnError) {
-        if self.phase == Phase::Dead && self.closed_emitted {
+        if let Phase::Dead(_) = self.phase {
             return;
         }
         self.record_error(e);
@@ -897,23 +884,78 @@ impl Connection {
     /// Tear down: no more input, flush work (after a queued Terminate went out), report
     /// Closed once.
     fn die(&mut self) {
-        self.phase = Phase::Dead;
-        self.close_when_flushed = true;
-        if let Some(qp) = self.qp.as_mut() {
-            if qp.state() != QpState::Terminate || !self.tx_gate_open {
-                qp.on_llp_closed();
+        let (mut stream, was_dead) = match std::mem::replace(&mut self.phase, Phase::Dead(None)) {
+            Phase::Handshake(h) => {
+                for wr in h.pending_recv {
+                    self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv));
+                }
+                for wr in h.pending_send {
+                    self.flushed
+                        .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
+                }
+                (None, false)
+            }
+            Phase::Open(s) => (Some(s), false),
+            Phase::Dead(s) => (s, true),
+        };
+        if let Some(s) = stream.as_mut() {
+            if s.qp.state() != QpState::Terminate || !s.tx_gate_open {
+                s.qp.on_llp_closed();
             }
         }
-        for wr in std::mem::take(&mut self.pending_recv) {
-            self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv));
-        }
-        for wr in std::mem::take(&mut self.pending_send) {
-            self.flushed
-                .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
-        }
-        if !self.closed_emitted {
-            self.closed_emitted = true;
+        self.phase = Phase::Dead(stream);
+        if !was_dead {
             self.events.push_back(ConnEvent::Closed);
+        }
+    }
+}
+
+/// The work request of the negotiated RTR (RFC 6581): a zero-length Write to STag 1,
+/// TO 0, a zero-length Send, or a zero-length Read into an empty region registered in
+/// `res` (`None` if that is not possible).
+fn rtr_wr(rtr: RtrType, qcfg: QpConfig, res: Option<&mut Resources>) -> Option<SendWr> {
+    match rtr {
+        RtrType::Write => Some(SendWr {
+            wr_id: u64::MAX,
+            op: SendOp::Write {
+                remote_stag: RTR_WRITE_STAG,
+                remote_to: 0,
+            },
+            sgl: Vec::new(),
+            signaled: false,
+            fence: false,
+        }),
+        RtrType::Send => Some(SendWr {
+            wr_id: u64::MAX,
+            op: SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            sgl: Vec::new(),
+            signaled: false,
+            fence: false,
+        }),
+        RtrType::Read => {
+            // A zero-length Read still needs a valid local sink: an empty region.
+            let mr = res.and_then(|r| {
+                r.stags
+                    .register(qcfg.pd, Access::LOCAL_WRITE, 0, Box::new(Vec::<u8>::new()))
+                    .ok()
+            });
+            mr.map(|lkey| SendWr {
+                wr_id: u64::MAX,
+                op: SendOp::Read {
+                    remote_stag: RTR_WRITE_STAG,
+                    remote_to: 0,
+                },
+                sgl: vec![Sge {
+                    lkey,
+                    addr: 0,
+                    len: 0,
+                }],
+                signaled: false,
+                fence: false,
+            })
         }
     }
 }
@@ -1004,248 +1046,4 @@ fn error_cqe(wr_id: u64, opcode: WcOpcode) -> Completion {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::mem::PdId;
-    use crate::verbs::SendWr;
-
-    /// xorshift64*: deterministic piece sizes.
-    struct Rng(u64);
-    impl Rng {
-        fn range(&mut self, lo: usize, hi: usize) -> usize {
-            let mut x = self.0;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.0 = x;
-            lo + (x.wrapping_mul(0x2545_f491_4f6c_dd1d) % (hi - lo + 1) as u64) as usize
-        }
-    }
-
-    struct End {
-        conn: Connection,
-        res: Resources,
-        pd: PdId,
-        sent: Vec<u8>,
-    }
-
-    fn end(initiator: bool, now: Instant) -> End {
-        let mut res = Resources::new();
-        let pd = res.stags.alloc_pd();
-        let mut cfg = ConnConfig::new(QpConfig {
-            pd,
-            ird: 4,
-            ord: 4,
-            sq_depth: 64,
-            rq: RqConfig::Own(64),
-        });
-        cfg.emss = 1448;
-        cfg.initiator.crc = true;
-        cfg.responder.crc = true;
-        let conn = if initiator {
-            Connection::initiator(cfg, now).unwrap()
-        } else {
-            Connection::responder(cfg, now).unwrap()
-        };
-        End {
-            conn,
-            res,
-            pd,
-            sent: Vec::new(),
-        }
-    }
-
-    /// Everything `e` has to send: through `poll_transmit_into` with buffers of random
-    /// sizes (`rng`), or through `poll_transmit` (`None`).
-    fn transmit(e: &mut End, rng: Option<&mut Rng>) -> Vec<u8> {
-        let mut out = Vec::new();
-        match rng {
-            Some(rng) => loop {
-                let mut buf = vec![0u8; rng.range(1, 3000)];
-                let n = e.conn.poll_transmit_into(&e.res, &mut buf);
-                if n == 0 {
-                    break;
-                }
-                out.extend_from_slice(&buf[..n]);
-            },
-            None => while e.conn.poll_transmit(&e.res, &mut out) > 0 {},
-        }
-        e.sent.extend_from_slice(&out);
-        out
-    }
-
-    /// Connect, then Write `data` and Send 100 bytes from the initiator; returns both
-    /// ends after everything was delivered.
-    fn run(data: &[u8], mut rng: Option<Rng>) -> (End, End, Stag) {
-        let now = Instant::now();
-        let (mut i, mut r) = (end(true, now), end(false, now));
-        let sink = r
-            .res
-            .stags
-            .register(
-                r.pd,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                0x1000,
-                Box::new(vec![0u8; data.len() + 100]),
-            )
-            .unwrap();
-        let src = i
-            .res
-            .stags
-            .register(i.pd, Access::LOCAL_WRITE, 0x9000, Box::new(data.to_vec()))
-            .unwrap();
-        let mut accepted = false;
-        let mut posted = false;
-        for _ in 0..10_000 {
-            let ab = transmit(&mut i, rng.as_mut());
-            let ba = transmit(&mut r, rng.as_mut());
-            r.conn.handle_input(now, &ab, &mut r.res).unwrap();
-            i.conn.handle_input(now, &ba, &mut i.res).unwrap();
-            while let Some(e) = r.conn.poll_event() {
-                if matches!(e, ConnEvent::ConnectRequest(_)) && !accepted {
-                    accepted = true;
-                    r.conn
-                        .accept(AcceptParams {
-                            ird: 4,
-                            ord: 4,
-                            private_data: Vec::new(),
-                        })
-                        .unwrap();
-                    let sge = Sge {
-                        lkey: sink,
-                        addr: 0x1000 + data.len() as u64,
-                        len: 100,
-                    };
-                    r.conn
-                        .post_recv(crate::verbs::RecvWr {
-                            wr_id: 7,
-                            sgl: vec![sge],
-                        })
-                        .unwrap();
-                }
-            }
-            while i.conn.poll_event().is_some() {}
-            if i.conn.is_established() && !posted {
-                posted = true;
-                let sge = |addr, len| Sge {
-                    lkey: src,
-                    addr,
-                    len,
-                };
-                let wr = |wr_id, op, sgl| SendWr {
-                    wr_id,
-                    op,
-                    sgl,
-                    signaled: true,
-                    fence: false,
-                };
-                let write = SendOp::Write {
-                    remote_stag: sink,
-                    remote_to: 0x1000,
-                };
-                i.conn
-                    .post_send(wr(1, write, vec![sge(0x9000, data.len() as u32)]))
-                    .unwrap();
-                let send = SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                };
-                i.conn
-                    .post_send(wr(2, send, vec![sge(0x9000, 100)]))
-                    .unwrap();
-            }
-            if posted && ab.is_empty() && ba.is_empty() {
-                break;
-            }
-        }
-        (i, r, sink)
-    }
-
-    #[test]
-    fn poll_transmit_into_small_buffers_carries_the_same_stream_as_poll_transmit() {
-        let data: Vec<u8> = (0..200_000u32).map(|x| (x * 7 + x / 253) as u8).collect();
-        let (mut i_ref, _, _) = run(&data, None);
-        let (mut i, mut r, sink) = run(&data, Some(Rng(0x5eed)));
-        // Byte for byte the stream of the staging API (MPA frames, FPDUs, CRCs).
-        assert_eq!(i.sent.len(), i_ref.sent.len());
-        assert!(i.sent == i_ref.sent, "streams differ");
-        // The data landed, and both work requests completed successfully.
-        let mem = r
-            .res
-            .stags
-            .region(sink)
-            .unwrap()
-            .memory()
-            .read_at(0, data.len() + 100)
-            .to_vec();
-        assert_eq!(&mem[..data.len()], &data[..]);
-        assert_eq!(&mem[data.len()..], &data[..100]);
-        let ok = |c: Option<Completion>| c.map(|c| (c.wr_id, c.status));
-        assert_eq!(
-            ok(i.conn.poll_completion()),
-            Some((1, CompletionStatus::Success))
-        );
-        assert_eq!(
-            ok(i.conn.poll_completion()),
-            Some((2, CompletionStatus::Success))
-        );
-        assert_eq!(
-            ok(r.conn.poll_completion()),
-            Some((7, CompletionStatus::Success))
-        );
-        assert!(i_ref.conn.poll_completion().is_some());
-    }
-
-    #[test]
-    fn poll_transmit_into_keeps_an_fpdu_that_does_not_fit_for_the_next_call() {
-        let data = vec![0xa5u8; 4000];
-        let (mut i, _, _) = run(&[1u8; 200], Some(Rng(1)));
-        assert!(i.conn.is_established());
-        // A one-byte buffer always takes exactly one byte while anything is queued.
-        let src = i
-            .res
-            .stags
-            .register(i.pd, Access::LOCAL_WRITE, 0x20000, Box::new(data.clone()))
-            .unwrap();
-        i.conn
-            .post_send(SendWr {
-                wr_id: 9,
-                op: SendOp::Write {
-                    remote_stag: Stag(0x1234_5600),
-                    remote_to: 0,
-                },
-                sgl: vec![Sge {
-                    lkey: src,
-                    addr: 0x20000,
-                    len: 4000,
-                }],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
-        let mut bytes = Vec::new();
-        let mut one = [0u8; 1];
-        while i.conn.poll_transmit_into(&i.res, &mut one) == 1 {
-            bytes.push(one[0]);
-            assert!(bytes.len() <= 8000, "never ends");
-        }
-        // Three FPDUs (MULPDU of a 1448-byte EMSS), each whole: length field + ULPDU +
-        // pad + CRC, CRC valid.
-        let mut at = 0;
-        let mut fpdus = 0;
-        while at < bytes.len() {
-            let ulpdu = usize::from(u16::from_be_bytes([bytes[at], bytes[at + 1]]));
-            let len = 2 + ulpdu + (4 - (2 + ulpdu) % 4) % 4;
-            let trailer: [u8; 4] = bytes[at + len..at + len + 4].try_into().unwrap();
-            assert_eq!(
-                xwarp_ddp::mpa::crc::crc32c(&bytes[at..at + len]),
-                xwarp_ddp::mpa::crc::crc_from_trailer(trailer),
-                "FPDU {fpdus} CRC"
-            );
-            at += len + 4;
-            fpdus += 1;
-        }
-        assert_eq!(at, bytes.len());
-        assert_eq!(fpdus, 3);
-    }
-}
+mod tests;
