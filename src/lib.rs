@@ -12,9 +12,6 @@ pub use xwarp_poll_driver as poll_driver;
 pub use xwarp_rdmap as rdmap;
 pub use xwarp_stack as stack;
 
-pub mod bench;
-pub mod demo;
-pub mod launcher;
 pub mod net;
 pub mod toe;
 pub mod verbs;

@@ -34,7 +34,6 @@
 
 mod engine;
 pub mod mem;
-pub mod perftest;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use xwarp_poll_driver::netns::{self, VethPair};
+use xwarp::poll_driver::netns::{self, VethPair};
 
 const USAGE: &str = "\
 usage: xwarp bench shim [options]   (root: creates namespaces and a veth pair; installs

@@ -502,7 +502,7 @@ fn c_program_mixes_kernel_and_xwarp_fds_in_one_edge_triggered_epoll_set() {
     let _g = serial();
     let dir = scratch("epoll");
     let bin = dir.join("epoll_mix");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/epoll_mix.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/epoll_mix.c");
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(&bin)
@@ -1207,7 +1207,7 @@ fn c_child_uses_an_inherited_engine_client_connection_with_epoll_and_sendfile() 
     let _g = serial();
     let dir = scratch("fork-client");
     let bin = dir.join("fork_client");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/fork_client.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/fork_client.c");
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&bin)
@@ -1284,7 +1284,7 @@ fn blocking_calls_follow_eintr_and_sa_restart_and_exit_with_a_blocked_thread_is_
     let _g = serial();
     let dir = scratch("eintr");
     let bin = dir.join("eintr");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/eintr.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/eintr.c");
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(&bin)
@@ -1331,7 +1331,7 @@ fn socket_options_buffers_tcp_info_linger_zero_and_keepalive_apply_on_engine_con
     let _g = serial();
     let dir = scratch("sockopts");
     let bin = dir.join("sockopts");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/sockopts.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/sockopts.c");
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&bin)
@@ -1472,7 +1472,7 @@ fn ipv6_and_dual_stack_listener_and_ipv6_client() {
 /// The scenarios of the close tests, as a kernel peer in B sees a server at `host:port`
 /// (`tests/preload/close_server.py` under the shim, or on the kernel for comparison).
 fn close_peer(net: &Net, host: Ipv4Addr, port: u16) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/close_peer.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/close_peer.py");
     let out = run(
         net.kernel(
             false,
@@ -1498,7 +1498,7 @@ fn rfc2525_close_with_unread_input_resets_like_the_kernel_and_a_full_read_closes
     require_root_and_afxdp!();
     let _g = serial();
     let net = Net::new(77);
-    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/preload/close_server.py");
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/close_server.py");
     let server = server.to_str().unwrap();
     let kernel_srv = spawn(
         net.kernel(

@@ -28,12 +28,7 @@ use xwarp::ddp::mpa::AcceptParams;
 use xwarp::rdmap::conn::{ConnConfig, Connection};
 use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, WcOpcode};
 
-#[path = "support/endpoint.rs"]
-#[allow(dead_code)]
-mod endpoint;
-#[path = "support/transport.rs"]
-#[allow(dead_code)]
-mod transport;
+use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, sge, Endpoint};
 use transport::Net;

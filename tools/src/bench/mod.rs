@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use xwarp_poll_driver::afxdp::{ChunkSize, XDP_PACKET_HEADROOM};
+use xwarp::poll_driver::afxdp::{ChunkSize, XDP_PACKET_HEADROOM};
 
 pub mod ceiling;
 pub mod rdma;
@@ -62,7 +62,7 @@ pub(crate) fn umem_for_mtu(mtu: usize) -> (ChunkSize, bool) {
 }
 
 /// RX UMEM chunks for an engine whose one bulk connection advertises `rx_buffer` bytes of
-/// receive window at IP MTU `mtu` (see [`crate::toe::XdpEngineConfig::rx_frames`]): the
+/// receive window at IP MTU `mtu` (see [`xwarp::toe::XdpEngineConfig::rx_frames`]): the
 /// chunks a full window of full-sized frames occupies, plus a quarter, plus 64 for ACKs
 /// and other small frames.
 ///

@@ -2,7 +2,7 @@
 //! kernel TCP moving the same bytes in the same sizes, over one veth pair between two
 //! namespaces it creates (root).
 //!
-//! * xwarp↔xwarp: two verbs engines ([`crate::verbs::Context::start_xdp`]) at
+//! * xwarp↔xwarp: two verbs engines ([`xwarp::verbs::Context::start_xdp`]) at
 //!   `10.88.<net>.10` (veth-a) and `.20` (veth-b), MPA CRC on both sides:
 //!   write_bw and read_bw (64 KiB messages, 16 outstanding), write_lat and send_lat
 //!   (small messages, ping-pong, one-way = half the round trip).
@@ -45,14 +45,14 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use xwarp_poll_driver::afxdp::AfXdpNic;
-use xwarp_poll_driver::afxdp::XdpMode;
-use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::engine::SpinBudget;
-use xwarp_poll_driver::netns::VethPair;
+use xwarp::poll_driver::afxdp::AfXdpNic;
+use xwarp::poll_driver::afxdp::XdpMode;
+use xwarp::poll_driver::backend::Backend;
+use xwarp::poll_driver::engine::SpinBudget;
+use xwarp::poll_driver::netns::VethPair;
 
-use crate::toe::{RxChecksum, XdpEngineConfig};
-use crate::verbs::{
+use xwarp::toe::{RxChecksum, XdpEngineConfig};
+use xwarp::verbs::{
     Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
     ProtectionDomain, QpInitAttr, QueuePair, SendRequest, WorkCompletion,
 };

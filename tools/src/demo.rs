@@ -12,10 +12,10 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use xwarp_poll_driver::vwire::{LinkConfig, VirtualNic, WireConfig};
+use xwarp::poll_driver::vwire::{LinkConfig, VirtualNic, WireConfig};
 
-use crate::net::{PairConfig, TcpListener, TcpStream};
-use crate::verbs::{
+use xwarp::net::{PairConfig, TcpListener, TcpStream};
+use xwarp::verbs::{
     vwire_pair, Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context,
     QpInitAttr, QueuePair, SendRequest, Stag, WcOpcode, WorkCompletion,
 };
@@ -106,7 +106,7 @@ struct End {
     rcq: CompletionQueue,
 }
 
-fn end(ctx: &Context<VirtualNic>, pd: &crate::verbs::ProtectionDomain) -> Result<End, String> {
+fn end(ctx: &Context<VirtualNic>, pd: &xwarp::verbs::ProtectionDomain) -> Result<End, String> {
     let dev = ctx.device();
     let scq = dev.create_cq(64).map_err(err)?;
     let rcq = dev.create_cq(64).map_err(err)?;

@@ -28,12 +28,7 @@ use xwarp::ddp::mpa::RtrSet;
 use xwarp::rdmap::conn::{ConnConfig, Connection};
 use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode};
 
-#[path = "support/endpoint.rs"]
-#[allow(dead_code)]
-mod endpoint;
-#[path = "support/transport.rs"]
-#[allow(dead_code)]
-mod transport;
+use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, sge, Endpoint, WaitError, RW};
 use transport::Net;

@@ -66,14 +66,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::vwire::{LinkConfig, WireConfig};
+use xwarp::poll_driver::backend::Backend;
+use xwarp::poll_driver::vwire::{LinkConfig, WireConfig};
 
-use super::{
+use xwarp::net::PairConfig;
+use xwarp::verbs::{
     vwire_pair, Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context,
     MemoryRegion, QpInitAttr, QueuePair, SendOpcode, SendRequest, Stag, WorkCompletion,
 };
-use crate::net::PairConfig;
 
 /// Which test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +122,18 @@ impl Test {
             Test::ReadLat => "read_lat",
             Test::SendBw => "send_bw",
             Test::SendLat => "send_lat",
+        }
+    }
+
+    /// The binary's name (`xwarp-write-bw`, ...).
+    pub fn bin_name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "xwarp-write-bw",
+            Test::WriteLat => "xwarp-write-lat",
+            Test::ReadBw => "xwarp-read-bw",
+            Test::ReadLat => "xwarp-read-lat",
+            Test::SendBw => "xwarp-send-bw",
+            Test::SendLat => "xwarp-send-lat",
         }
     }
 
@@ -324,9 +336,9 @@ pub fn main(test: Test) -> ExitCode {
         Ok(o) => o,
         Err(e) => {
             if !e.is_empty() {
-                eprintln!("{}: {e}", test.name());
+                eprintln!("{}: {e}", test.bin_name());
             }
-            eprintln!("{}", USAGE.replace("TEST", test.name()));
+            eprintln!("{}", USAGE.replace("TEST", test.bin_name()));
             return ExitCode::from(2);
         }
     };
@@ -344,7 +356,7 @@ pub fn main(test: Test) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{}: {e}", test.name());
+            eprintln!("{}: {e}", test.bin_name());
             ExitCode::FAILURE
         }
     }
@@ -876,8 +888,8 @@ fn client_silent(heard: Instant) -> Result<(), String> {
 
 /// Idle policy of the engines the tools start: both ends of `--vwire`/`--veth` share
 /// the machine's cores with the waiting application threads (which yield, see [`Spin`]).
-const ENGINE_SPIN: xwarp_poll_driver::engine::SpinBudget =
-    xwarp_poll_driver::engine::SpinBudget::SHARED_CORES;
+const ENGINE_SPIN: xwarp::poll_driver::engine::SpinBudget =
+    xwarp::poll_driver::engine::SpinBudget::SHARED_CORES;
 
 /// A waiting application thread: yield on every idle round, so an engine woken on the same
 /// core runs at once (a busy-spinning waiter next to a yielding engine costs it a whole
@@ -1287,13 +1299,13 @@ pub fn run_vwire(test: Test, o: &Opts) -> Result<String, String> {
 /// Run the test with both ends in this process on two AF_XDP verbs engines over a veth
 /// pair between two network namespaces (`10.88.<net>.10` and `.20`, `net` 95; root).
 pub fn run_veth(test: Test, o: &Opts) -> Result<String, String> {
-    let net = xwarp_poll_driver::netns::VethPair::new(95).map_err(e2s)?;
+    let net = xwarp::poll_driver::netns::VethPair::new(95).map_err(e2s)?;
     let a_ip = Ipv4Addr::new(10, 88, 95, 10);
     let b_ip = Ipv4Addr::new(10, 88, 95, 20);
     let cfg = |ifname: &str, ip, name: &str| {
-        let mut c = crate::toe::XdpEngineConfig::new(ifname, ip, 24);
+        let mut c = xwarp::toe::XdpEngineConfig::new(ifname, ip, 24);
         // Both ends are xwarp engines: every checksum is complete.
-        c.rx_checksum = crate::toe::RxChecksum::Verify;
+        c.rx_checksum = xwarp::toe::RxChecksum::Verify;
         c.engine.name = name.into();
         c.engine.spin = ENGINE_SPIN;
         c
@@ -1315,9 +1327,9 @@ pub fn run_iface(test: Test, o: &Opts) -> Result<String, String> {
     let (ip, prefix) = o.addr.ok_or("--addr A.B.C.D/PREFIX is required")?;
     // Resolve the server before starting anything.
     let server = o.host.as_deref().map(|h| resolve(h, o.port)).transpose()?;
-    let mut cfg = crate::toe::XdpEngineConfig::new(iface, ip, prefix);
+    let mut cfg = xwarp::toe::XdpEngineConfig::new(iface, ip, prefix);
     // The peer is another xwarp engine or a host behind a real NIC: verify every checksum.
-    cfg.rx_checksum = crate::toe::RxChecksum::Verify;
+    cfg.rx_checksum = xwarp::toe::RxChecksum::Verify;
     cfg.stack.ipv4_gateway = o.gateway;
     cfg.engine.spin = ENGINE_SPIN;
     cfg.engine.name = format!(

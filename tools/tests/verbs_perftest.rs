@@ -1,21 +1,21 @@
 //! The perftest tools: both ends in one process over the virtual wire (short runs), and
-//! the example binaries as two processes (server in namespace A, client in namespace B)
+//! the binaries as two processes (server in namespace A, client in namespace B)
 //! on AF_XDP engines over a veth pair, data verified (`--verify`). The two-process tests
 //! need root and AF_XDP; without them they print `SKIPPED: <reason>` to stderr and return.
 #![cfg(target_os = "linux")]
 
 #[macro_use]
-#[path = "support/afxdp_skip.rs"]
+#[path = "../../tests/support/afxdp_skip.rs"]
 mod afxdp_skip;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xwarp::poll_driver::netns::VethPair;
-use xwarp::verbs::perftest::{parse, run_vwire, Test};
+use xwarp_tools::perftest::{parse, run_vwire, Test};
 
 fn run(test: Test, args: &[&str]) -> String {
     let o = parse(test, args.iter().map(Into::into).collect()).expect("options");
@@ -120,61 +120,53 @@ fn verify_mode_checks_every_tool_over_a_lossy_wire() {
     }
 }
 
+/// The perftest tools in interface mode (`--veth`): both ends on AF_XDP engines over a
+/// veth pair; every iteration completes and is reported.
+#[test]
+fn xdp_perftest_veth_mode_reports_every_iteration() {
+    require_root_and_afxdp!();
+    use xwarp_tools::perftest::run_veth;
+    for (test, args) in [
+        (Test::WriteBw, &["--veth", "-s", "65536", "-n", "300"][..]),
+        (Test::SendLat, &["--veth", "-s", "64", "-n", "300"][..]),
+    ] {
+        let o = parse(test, args.iter().map(Into::into).collect()).expect("options");
+        assert!(o.veth);
+        let out = run_veth(test, &o).unwrap_or_else(|e| panic!("{test:?}: {e}"));
+        assert!(out.contains("AF_XDP on a veth pair"), "{out}");
+        let line = out
+            .lines()
+            .skip_while(|l| !l.contains("#bytes"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{out}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[0], args[2], "{out}");
+        assert_eq!(cols[1], "300", "{out}");
+    }
+    let both = ["--veth", "--vwire"].iter().map(Into::into).collect();
+    assert!(parse(Test::WriteBw, both).is_err());
+}
+
 // ---------------------------------------------------------------------------------------
-// The example binaries as two processes.
+// The binaries as two processes.
 
 /// The two-process runs one at a time: each has four busy threads (two engines, two
 /// waiting ends) on a small shared machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const TOOLS: [&str; 6] = [
-    "write_bw",
-    "write_lat",
-    "read_bw",
-    "read_lat",
-    "send_bw",
-    "send_lat",
-];
-
-/// The directory of the example binaries, built once (`cargo build --examples` for this
-/// test binary's target directory and profile; a no-op when `cargo test` built them).
-fn bin_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // <target>/<profile dir>/deps/<test binary>
-        let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
-        let target = profile_dir.parent().expect("target dir");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "xwarp"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        } else {
-            cmd.args(["--profile", "test"]);
-        }
-        for t in TOOLS {
-            cmd.args(["--example", t]);
-        }
-        cmd.arg("--target-dir")
-            .arg(target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        let child = Proc::spawn(cmd, "cargo build --examples");
-        let (code, _, err) = child.wait(Duration::from_secs(1200));
-        assert_eq!(
-            code,
-            Some(0),
-            "building the perftest examples failed:\n{err}"
-        );
-        let dir = profile_dir.join("examples");
-        for t in TOOLS {
-            assert!(dir.join(t).exists(), "{} missing", dir.join(t).display());
-        }
-        dir
-    })
-}
-
+/// The path of the perftest binary `name` (`xwarp-write-bw`, ...), built by cargo for
+/// this test.
 fn tool(name: &str) -> String {
-    bin_dir().join(name).to_string_lossy().into_owned()
+    match name {
+        "xwarp-write-bw" => env!("CARGO_BIN_EXE_xwarp-write-bw"),
+        "xwarp-write-lat" => env!("CARGO_BIN_EXE_xwarp-write-lat"),
+        "xwarp-read-bw" => env!("CARGO_BIN_EXE_xwarp-read-bw"),
+        "xwarp-read-lat" => env!("CARGO_BIN_EXE_xwarp-read-lat"),
+        "xwarp-send-bw" => env!("CARGO_BIN_EXE_xwarp-send-bw"),
+        "xwarp-send-lat" => env!("CARGO_BIN_EXE_xwarp-send-lat"),
+        other => panic!("no perftest binary {other}"),
+    }
+    .to_owned()
 }
 
 /// Collected output of a child.
@@ -358,7 +350,7 @@ fn verified_run(net: u8, name: &str, args: &[&str], size: &str, iters: &str) {
 fn two_processes_write_bw_verified() {
     verified_run(
         150,
-        "write_bw",
+        "xwarp-write-bw",
         &["-s", "8192", "-n", "200", "-q", "2"],
         "8192",
         "400",
@@ -367,14 +359,20 @@ fn two_processes_write_bw_verified() {
 
 #[test]
 fn two_processes_read_bw_verified() {
-    verified_run(151, "read_bw", &["-s", "8192", "-n", "200"], "8192", "200");
+    verified_run(
+        151,
+        "xwarp-read-bw",
+        &["-s", "8192", "-n", "200"],
+        "8192",
+        "200",
+    );
 }
 
 #[test]
 fn two_processes_send_bw_verified() {
     verified_run(
         152,
-        "send_bw",
+        "xwarp-send-bw",
         &["-s", "4096", "-n", "500", "-q", "2"],
         "4096",
         "1000",
@@ -383,18 +381,36 @@ fn two_processes_send_bw_verified() {
 
 #[test]
 fn two_processes_write_lat_verified() {
-    verified_run(153, "write_lat", &["-s", "64", "-n", "100"], "64", "100");
+    verified_run(
+        153,
+        "xwarp-write-lat",
+        &["-s", "64", "-n", "100"],
+        "64",
+        "100",
+    );
 }
 
 #[test]
 fn two_processes_send_lat_verified() {
     // Above the inline limit: the Sends go from registered memory.
-    verified_run(154, "send_lat", &["-s", "1000", "-n", "100"], "1000", "100");
+    verified_run(
+        154,
+        "xwarp-send-lat",
+        &["-s", "1000", "-n", "100"],
+        "1000",
+        "100",
+    );
 }
 
 #[test]
 fn two_processes_read_lat_verified() {
-    verified_run(155, "read_lat", &["-s", "64", "-n", "100"], "64", "100");
+    verified_run(
+        155,
+        "xwarp-read-lat",
+        &["-s", "64", "-n", "100"],
+        "64",
+        "100",
+    );
 }
 
 /// A server started with other options rejects the client; both ends say why and fail.
@@ -403,7 +419,7 @@ fn two_processes_with_different_options_fail_with_the_reason() {
     require_root_and_afxdp!();
     let (s, c) = two_process(
         156,
-        "write_bw",
+        "xwarp-write-bw",
         &["-s", "64", "-n", "50"],
         &["-s", "128", "-n", "50", "--verify"],
     );
@@ -422,7 +438,7 @@ fn two_processes_with_different_options_fail_with_the_reason() {
 #[test]
 fn missing_interface_and_unreachable_host_are_clear_errors() {
     require_root_and_afxdp!();
-    let bin = tool("send_lat");
+    let bin = tool("xwarp-send-lat");
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let pair = VethPair::new(157).expect("veth pair");
     let mut cmd = pair.a.command(&bin).expect("namespace A");
@@ -465,21 +481,25 @@ fn missing_interface_and_unreachable_host_are_clear_errors() {
 #[test]
 fn bad_command_lines_exit_with_status_2() {
     for (name, args, says) in [
-        ("write_bw", &[][..], "--iface"),
-        ("read_bw", &["--iface", "eth0"][..], "--addr"),
+        ("xwarp-write-bw", &[][..], "--iface"),
+        ("xwarp-read-bw", &["--iface", "eth0"][..], "--addr"),
         (
-            "send_bw",
+            "xwarp-send-bw",
             &["--iface", "eth0", "--addr", "1.2.3.4/40"][..],
             "--addr",
         ),
         (
-            "write_lat",
+            "xwarp-write-lat",
             &["--vwire", "-s", "lots"][..],
             "-s: not a number",
         ),
-        ("read_lat", &["--vwire", "--frobnicate"][..], "--frobnicate"),
         (
-            "send_lat",
+            "xwarp-read-lat",
+            &["--vwire", "--frobnicate"][..],
+            "--frobnicate",
+        ),
+        (
+            "xwarp-send-lat",
             &["--vwire", "10.0.0.1"][..],
             "only used with --iface",
         ),

@@ -91,12 +91,7 @@ struct Opts {
 
 // ---------------------------------------------------------- transport and endpoint
 
-#[path = "support/endpoint.rs"]
-#[allow(dead_code)]
-mod endpoint;
-#[path = "support/transport.rs"]
-#[allow(dead_code)]
-mod transport;
+use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, Endpoint, WaitError, RW};
 use transport::{Net, Stream};

@@ -24,9 +24,9 @@ fn main() -> ExitCode {
     }
     let cmd = args.remove(0);
     match cmd.to_str() {
-        Some("demo") => xwarp::demo::main(args),
-        Some("bench") => xwarp::bench::main(args),
-        Some("run") => xwarp::launcher::main(args),
+        Some("demo") => xwarp_tools::demo::main(args),
+        Some("bench") => xwarp_tools::bench::main(args),
+        Some("run") => xwarp_tools::launcher::main(args),
         Some("help") | Some("--help") | Some("-h") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

@@ -27,7 +27,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const RW: Access =
     Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
-pub use crate::transport::Transport;
+pub use super::transport::Transport;
 
 /// Why waiting for a completion ended without one.
 #[derive(Debug)]

@@ -55,13 +55,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use xwarp_poll_driver::afxdp::XdpMode;
-use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::engine::SpinBudget;
-use xwarp_poll_driver::netns::{NetNs, VethPair};
+use xwarp::poll_driver::afxdp::XdpMode;
+use xwarp::poll_driver::backend::Backend;
+use xwarp::poll_driver::engine::SpinBudget;
+use xwarp::poll_driver::netns::{NetNs, VethPair};
 
-use crate::net::{Shutdown, TcpListener, TcpStream};
-use crate::toe::{start_xdp_engine, XdpEngine, XdpEngineConfig};
+use xwarp::net::{Shutdown, TcpListener, TcpStream};
+use xwarp::toe::{start_xdp_engine, XdpEngine, XdpEngineConfig};
 
 const HELP: &str = "\
 usage: xwarp bench tcp [options]   (root: creates namespaces, a veth pair and XDP programs)

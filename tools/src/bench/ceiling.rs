@@ -28,9 +28,11 @@ use std::{io, thread};
 use smoltcp::phy::{Device, RxToken, TxToken};
 
 use super::tcp::pattern;
-use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter, TxChecksumOffload, XdpMode};
-use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::netns::NetNs;
+use xwarp::poll_driver::afxdp::{
+    AfXdpConfig, AfXdpNic, SteeringFilter, TxChecksumOffload, XdpMode,
+};
+use xwarp::poll_driver::backend::Backend;
+use xwarp::poll_driver::netns::NetNs;
 
 /// Ethernet + IPv4 + UDP header bytes in front of the payload.
 const HEADERS: usize = 14 + 20 + 8;
