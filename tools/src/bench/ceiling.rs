@@ -27,7 +27,7 @@ use std::{io, thread};
 
 use smoltcp::phy::{Device, RxToken, TxToken};
 
-use super::tcp::pattern;
+use super::common::{pattern, thread_cpu, PATTERN_PERIOD};
 use xwarp::poll_driver::afxdp::{
     AfXdpConfig, AfXdpNic, SteeringFilter, TxChecksumOffload, XdpMode,
 };
@@ -97,7 +97,7 @@ fn nic_config(side: &Side<'_>, s: &Settings) -> AfXdpConfig {
     // The frames go out exactly as written (UDP checksum 0).
     cfg.tx_checksum = TxChecksumOffload::Off;
     // Frames larger than a chunk: multi-buffer (descriptor chains).
-    (cfg.chunk, cfg.multi_buffer) = super::umem_for_mtu(s.mtu);
+    (cfg.chunk, cfg.multi_buffer) = super::common::umem_for_mtu(s.mtu);
     cfg
 }
 
@@ -167,7 +167,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
     let receiver = thread::Builder::new().name("ceiling-rx".into()).spawn(
         move || -> io::Result<(Tally, u64)> {
             pin(core_b);
-            let cpu0 = super::tcp::thread_cpu();
+            let cpu0 = thread_cpu();
             let mut sink = vec![0u8; 256 << 10];
             let mut at = 0usize;
             let (mut t0, mut t_last) = (None::<Instant>, Instant::now());
@@ -226,7 +226,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
                 }
             }
             tally.elapsed = t0.map(|t| t_last - t).unwrap_or_default();
-            tally.cpu = super::tcp::thread_cpu() - cpu0;
+            tally.cpu = thread_cpu() - cpu0;
             std::hint::black_box(&sink);
             match bad {
                 Some(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
@@ -244,10 +244,10 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
                 while !receiver_ready.load(Ordering::Acquire) {
                     thread::yield_now();
                 }
-                let cpu0 = super::tcp::thread_cpu();
+                let cpu0 = thread_cpu();
                 // Source of the application bytes: one pattern period plus a payload, so every
                 // payload is one window into it (as the TCP rows' sender does).
-                let period = super::tcp::PATTERN_PERIOD;
+                let period = PATTERN_PERIOD;
                 let src: Vec<u8> = (0..period + payload as u64).map(pattern).collect();
                 let mut tally = Tally::default();
                 let t0 = Instant::now();
@@ -275,7 +275,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
                 }
                 let flushed = nic_a.flush();
                 tally.elapsed = t0.elapsed();
-                tally.cpu = super::tcp::thread_cpu() - cpu0;
+                tally.cpu = thread_cpu() - cpu0;
                 sender_done.store(true, Ordering::Release);
                 flushed.map(|()| tally)
             })?;

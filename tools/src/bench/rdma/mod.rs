@@ -46,252 +46,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use xwarp::poll_driver::afxdp::AfXdpNic;
-use xwarp::poll_driver::afxdp::XdpMode;
 use xwarp::poll_driver::backend::Backend;
 use xwarp::poll_driver::engine::SpinBudget;
 use xwarp::poll_driver::netns::VethPair;
 
+mod options;
+
+use options::*;
+pub use options::{Options, Pin, Results};
+
+use super::common::{self, process_cores, process_cpu};
 use xwarp::toe::{RxChecksum, XdpEngineConfig};
 use xwarp::verbs::{
     Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
     ProtectionDomain, QpInitAttr, QueuePair, SendRequest, WorkCompletion,
 };
-
-const USAGE: &str = "\
-usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin apart|sides|none]
-                        [--spin-us US|forever] [--only TEST,...] [--mtu BYTES]
-                        [--rx-checksum trust-l4|verify] [--xdp-mode generic|native|auto]
-                        [--repeat N]
-
-  --duration SECS   seconds per measurement (default 2)
-  --repeat N        rounds of every test (kernel first in each round, then the ceiling, then
-                    the engines); every value is the median of the rounds (default 1)
-  --small BYTES     message size of the latency tests (default 64)
-  --net N           veth /24 to use: 10.88.N.0/24 (default 90)
-  --pin MODE        apart: engine A on the first core, engine B and the server on the
-                    second, the client on the core of the engine that receives the bulk
-                    data (B's for write_bw, else A's); sides: client + engine A on the first
-                    core, server + engine B on the second; none: no pinning (default
-                    apart). Waiters yield while they poll
-  --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
-                    (yield the core that long, then sleep) or forever (default: yield2000)
-  --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
-                    separated; the others report 0)
-  --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
-                    1500, at most 60000; above 1778 the engines use 4096-byte UMEM
-                    chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)
-  --rx-checksum C   TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header
-                    only, as `xwarp bench tcp` and the kernel on a veth; MPA CRC still
-                    covers every FPDU) or verify (every checksum) (default trust-l4)
-  --xdp-mode M      how the engines' XDP programs attach to the veth: generic (skb mode),
-                    native (veth driver mode) or auto (native, else generic) (default
-                    generic: less CPU per GB on a veth, see the module docs)";
-
-/// Bulk message size (bandwidth tests and kernel bulk).
-const BULK: usize = 64 << 10;
-/// Outstanding RDMA requests in the bandwidth tests.
-const DEPTH: usize = 16;
-/// Time limit for any single wait.
-const WAIT: Duration = Duration::from_secs(10);
-
-/// Options of `xwarp bench rdma`.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Length of each measurement.
-    pub duration: Duration,
-    /// Message size of the latency tests.
-    pub small: usize,
-    /// The veth pair's /24 (`10.88.<net>.0/24`).
-    pub net: u8,
-    /// Thread placement (`--pin`).
-    pub pin: Pin,
-    /// Engine idle spin budget (`None`: the engine default).
-    pub spin: Option<SpinBudget>,
-    /// Tests to run (`None`: all): names of `TESTS`.
-    pub only: Option<Vec<String>>,
-    /// IP MTU of the veth pair.
-    pub mtu: usize,
-    /// Receive checksum policy of the engines.
-    pub rx_checksum: RxChecksum,
-    /// How the engines' XDP programs attach.
-    pub xdp_mode: XdpMode,
-    /// Rounds; every reported value is the median over them.
-    pub repeat: u32,
-}
-
-/// Thread placement of `xwarp bench rdma` (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pin {
-    /// Engine A on the first core, engine B and the server on the second; the client on
-    /// the core of the engine that receives the bulk data (`--pin apart`).
-    Apart,
-    /// Client and engine A on the first core, server and engine B on the second
-    /// (`--pin sides`).
-    Sides,
-    /// No pinning (`--pin none`).
-    None,
-}
-
-impl Pin {
-    /// The `--pin` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Pin::Apart => "apart",
-            Pin::Sides => "sides",
-            Pin::None => "none",
-        }
-    }
-}
-
-/// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
-const MAX_MTU: usize = 60000;
-
-/// Test names for `--only`.
-const TESTS: [&str; 6] = [
-    "write_bw",
-    "read_bw",
-    "write_lat",
-    "send_lat",
-    "tcp",
-    "ceiling",
-];
-
-impl Options {
-    fn runs(&self, test: &str) -> bool {
-        self.only
-            .as_ref()
-            .is_none_or(|o| o.iter().any(|t| t == test))
-    }
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            duration: Duration::from_secs(2),
-            small: 64,
-            net: 90,
-            pin: Pin::Apart,
-            spin: None,
-            only: None,
-            mtu: 1500,
-            repeat: 1,
-            rx_checksum: RxChecksum::TrustL4,
-            xdp_mode: XdpMode::Generic,
-        }
-    }
-}
-
-/// Results of one run (bandwidth in Gbit/s, latency one-way p50 in µs).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Results {
-    /// RDMA Write bandwidth, 64 KiB messages.
-    pub write_bw_gbps: f64,
-    /// RDMA Read bandwidth, 64 KiB messages.
-    pub read_bw_gbps: f64,
-    /// RDMA Write ping-pong, half round trip p50.
-    pub write_lat_us: f64,
-    /// Send ping-pong, half round trip p50.
-    pub send_lat_us: f64,
-    /// Kernel TCP bulk, 64 KiB writes.
-    pub tcp_bulk_gbps: f64,
-    /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
-    /// TCP, no RDMA ([`super::ceiling`]): the most any engine on this path could move.
-    pub ceiling_gbps: f64,
-    /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
-    pub write_bw_cpu_s_per_gb: f64,
-    /// Process CPU seconds per GB moved by read_bw.
-    pub read_bw_cpu_s_per_gb: f64,
-    /// Process CPU seconds per GB moved by the kernel bulk transfer (both sockets).
-    pub tcp_bulk_cpu_s_per_gb: f64,
-    /// Kernel TCP ping-pong, half round trip p50 (blocking reads: threads sleep).
-    pub tcp_lat_us: f64,
-    /// Kernel TCP ping-pong with non-blocking reads polled (yielding) like the xwarp
-    /// waiters poll their memory and CQs: the like-for-like baseline for the latency ratio.
-    pub tcp_lat_poll_us: f64,
-}
-
-fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str().ok_or("non-UTF-8 argument")?;
-        if a == "-h" || a == "--help" {
-            return Ok(None);
-        }
-
-        let v = it
-            .next()
-            .and_then(|v| v.to_str())
-            .ok_or(format!("{a} needs a value"))?;
-        match a {
-            "--duration" => {
-                let s: f64 = v.parse().map_err(|_| format!("bad --duration {v}"))?;
-                if !(0.05..=600.0).contains(&s) {
-                    return Err(format!("--duration {v} out of range"));
-                }
-                o.duration = Duration::from_secs_f64(s);
-            }
-            "--small" => {
-                o.small = v.parse().map_err(|_| format!("bad --small {v}"))?;
-                if !(1..=65536).contains(&o.small) {
-                    return Err(format!("--small {v} out of range (1..=65536)"));
-                }
-            }
-            "--net" => o.net = v.parse().map_err(|_| format!("bad --net {v}"))?,
-            "--pin" => {
-                o.pin = match v {
-                    "apart" => Pin::Apart,
-                    "sides" => Pin::Sides,
-                    "none" => Pin::None,
-                    _ => return Err(format!("--pin: unknown mode {v:?}")),
-                }
-            }
-            "--spin-us" => {
-                o.spin = Some(if v == "forever" {
-                    SpinBudget::Forever
-                } else if let Some(y) = v.strip_prefix("yield") {
-                    let us: u64 = y.parse().map_err(|_| format!("bad --spin-us {v}"))?;
-                    SpinBudget::Yield(Duration::from_micros(us.min(10_000_000)))
-                } else {
-                    let us: u64 = v.parse().map_err(|_| format!("bad --spin-us {v}"))?;
-                    SpinBudget::Duration(Duration::from_micros(us.min(10_000_000)))
-                })
-            }
-            "--mtu" => {
-                o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
-                if !(576..=MAX_MTU).contains(&o.mtu) {
-                    return Err(format!("--mtu {v} out of range (576..={MAX_MTU})"));
-                }
-            }
-            "--rx-checksum" => {
-                o.rx_checksum = match v {
-                    "trust-l4" => RxChecksum::TrustL4,
-                    "verify" => RxChecksum::Verify,
-                    _ => return Err(format!("--rx-checksum: unknown policy {v:?}")),
-                }
-            }
-            "--xdp-mode" => {
-                o.xdp_mode = XdpMode::from_name(v)
-                    .ok_or_else(|| format!("--xdp-mode: unknown mode {v:?}"))?
-            }
-            "--repeat" => {
-                o.repeat = v.parse().map_err(|_| format!("bad --repeat {v}"))?;
-                if !(1..=50).contains(&o.repeat) {
-                    return Err(format!("--repeat {v} out of range (1..=50)"));
-                }
-            }
-            "--only" => {
-                let list: Vec<String> = v.split(',').map(str::to_string).collect();
-                if let Some(bad) = list.iter().find(|t| !TESTS.contains(&t.as_str())) {
-                    return Err(format!("--only: unknown test {bad:?}"));
-                }
-                o.only = Some(list);
-            }
-            _ => return Err(format!("unknown option {a}")),
-        }
-    }
-    Ok(Some(o))
-}
 
 /// Entry point of `xwarp bench rdma ARGS...`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -473,23 +242,6 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
 /// at the same CPU per GB (0.62-0.64 s).
 const BULK_POLL: Duration = Duration::from_millis(2);
 
-/// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock ticks
-/// of 10 ms: USER_HZ is 100 on Linux). Without `CONFIG_IRQ_TIME_ACCOUNTING` the softirq
-/// work a thread triggers (veth transmit and receive, TCP input) is charged to it, so the
-/// kernel pair and the engines are measured alike. Zero when unreadable.
-fn process_cpu() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return Duration::ZERO;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    Duration::from_millis((tick(11) + tick(12)) * 10)
-}
-
 fn p50_half_us(mut v: Vec<Duration>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -539,14 +291,6 @@ fn core_of(side: usize) -> Option<usize> {
     }
     let ids = process_cores();
     (ids.len() >= 2).then(|| ids[side].id)
-}
-
-/// The cores this process may use, read once by [`run`] before it pins anything:
-/// `core_affinity::get_core_ids` reports the *calling thread's* mask, so asking after the
-/// main thread pinned itself to side A would put every later thread on that one core.
-fn process_cores() -> &'static [core_affinity::CoreId] {
-    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
-    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
 /// Spin until `f` is true, `stop` is set (Ok(false)) or `WAIT` passes.
@@ -929,12 +673,12 @@ fn run_round(o: &Options, net: &VethPair) -> io::Result<Results> {
         c.engine.spin = engine_spin(o);
         c.mode = o.xdp_mode;
         // Frames larger than a chunk: multi-buffer (descriptor chains).
-        (c.chunk, c.multi_buffer) = super::umem_for_mtu(o.mtu);
+        (c.chunk, c.multi_buffer) = common::umem_for_mtu(o.mtu);
         // Socket buffers as `xwarp bench tcp` sizes them for the MTU.
-        c.stack.rx_buffer = super::tcp::socket_buffer(o.mtu);
-        c.stack.tx_buffer = super::tcp::socket_buffer(o.mtu);
+        c.stack.rx_buffer = common::socket_buffer(o.mtu);
+        c.stack.tx_buffer = common::socket_buffer(o.mtu);
         // RX chunks for that window (see `rx_frames_for`).
-        c.rx_frames = super::rx_frames_for(o.mtu, c.stack.rx_buffer);
+        c.rx_frames = common::rx_frames_for(o.mtu, c.stack.rx_buffer);
         c.stack.tcp.nodelay = true;
         c
     };
@@ -1154,6 +898,7 @@ pub fn json(o: &Options, r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xwarp::poll_driver::afxdp::XdpMode;
 
     #[test]
     fn process_cpu_counts_this_process() {

@@ -48,281 +48,25 @@
 //! `--rps all` gives the kernel pair RPS too (the old default, for comparison).
 
 use std::ffi::OsString;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use xwarp::poll_driver::afxdp::XdpMode;
 use xwarp::poll_driver::backend::Backend;
-use xwarp::poll_driver::engine::SpinBudget;
 use xwarp::poll_driver::netns::{NetNs, VethPair};
 
-use xwarp::net::{Shutdown, TcpListener, TcpStream};
+mod options;
+mod traffic;
+
+use options::*;
+pub use options::{parse_args, Options, PairKind, PairResult, Pin, Rps};
+use traffic::*;
+
+use super::common::{self, socket_buffer};
+use xwarp::net::{TcpListener, TcpStream};
 use xwarp::toe::{start_xdp_engine, XdpEngine, XdpEngineConfig};
-
-const HELP: &str = "\
-usage: xwarp bench tcp [options]   (root: creates namespaces, a veth pair and XDP programs)
-
-options:
-  --duration SECS      seconds per bulk and per ping-pong run (default 3)
-  --msg-size BYTES     bulk write size (default 65536)
-  --spin-us US         engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000)
-  --app-spin-us US     application spin before sleeping on a socket, µs (default 0)
-  --pin MODE           sides | split | none (default sides; see the docs of xwarp::bench::tcp)
-  --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks,
-                       above 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000)
-  --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
-                       (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each
-                       end, no TCP: the upper bound of the xwarp rows on this path; no ping-pong)
-  --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
-  --json FILE          also write the results as JSON
-  --net N              the /24 used: 10.88.N.0 (default 90)
-  --xdp-mode MODE      generic | native | auto: how the engines' XDP programs attach to the
-                       veth (default generic, as xwarp bench rdma)
-  --rps MODE           xwarp-kernel | all | none: pairs that run with RPS masks for their side's
-                       core under --pin sides (default xwarp-kernel; see the docs of
-                       xwarp::bench::tcp)";
-
-/// Ping-pong message size (bytes each way).
-const PING_SIZE: usize = 64;
-/// Largest `--mtu` (veth jumbo frames; above 3826 the engines use multi-buffer AF_XDP).
-const MAX_MTU: usize = 60000;
-/// Ping-pong iterations before measuring.
-const WARMUP: u32 = 2000;
-/// Port numbers on the servers.
-const BULK_PORT: u16 = 5201;
-const PING_PORT: u16 = 5202;
-
-/// How threads are placed on cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pin {
-    /// Side A on the first core, side B on the second.
-    Sides,
-    /// Engines on the first core, applications on the second.
-    Split,
-    /// No pinning.
-    None,
-}
-
-/// Benchmark options.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Length of each bulk run and each ping-pong run.
-    pub duration: Duration,
-    /// Bulk write size.
-    pub msg_size: usize,
-    /// Engine idle spin.
-    pub spin: SpinBudget,
-    /// Application spin before sleeping.
-    pub app_spin: Duration,
-    /// Core placement.
-    pub pin: Pin,
-    /// IP MTU of the veth pair.
-    pub mtu: usize,
-    /// Pairs to run.
-    pub pairs: Vec<PairKind>,
-    /// JSON output file.
-    pub json: Option<std::path::PathBuf>,
-    /// Third octet of the test /24.
-    pub net: u8,
-    /// Rounds over all pairs; the results are medians.
-    pub repeat: u32,
-    /// Which pairs run with RPS masks (under `Pin::Sides`).
-    pub rps: Rps,
-    /// How the engines' XDP programs attach.
-    pub xdp_mode: XdpMode,
-}
-
-/// Which pairs run with receive packet steering to their side's core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rps {
-    /// No pair.
-    None,
-    /// Only `xwarp-kernel` (the kernel receiver behind an xwarp sender).
-    XwarpKernel,
-    /// Every pair, the kernel baseline included.
-    All,
-}
-
-impl Rps {
-    fn applies(self, kind: PairKind) -> bool {
-        match self {
-            Rps::None => false,
-            Rps::XwarpKernel => kind == PairKind::XwarpKernel,
-            Rps::All => true,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Rps::None => "none",
-            Rps::XwarpKernel => "xwarp-kernel",
-            Rps::All => "all",
-        }
-    }
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            duration: Duration::from_secs(3),
-            msg_size: 64 << 10,
-            spin: SpinBudget::Duration(Duration::from_micros(1000)),
-            app_spin: Duration::ZERO,
-            pin: Pin::Sides,
-            mtu: 1500,
-            pairs: vec![
-                PairKind::KernelKernel,
-                PairKind::XwarpKernel,
-                PairKind::XwarpXwarp,
-                PairKind::AfxdpCeiling,
-            ],
-            json: None,
-            net: 90,
-            repeat: 3,
-            rps: Rps::XwarpKernel,
-            xdp_mode: XdpMode::Generic,
-        }
-    }
-}
-
-/// Which ends a measurement uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PairKind {
-    /// Kernel client, kernel server.
-    KernelKernel,
-    /// xwarp client, kernel server.
-    XwarpKernel,
-    /// xwarp client, xwarp server.
-    XwarpXwarp,
-    /// No TCP: raw frames from one AF_XDP socket to the other with one copy at each end,
-    /// the upper bound of the xwarp rows on this path ([`super::ceiling`]).
-    AfxdpCeiling,
-}
-
-impl PairKind {
-    /// Name used in the table and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            PairKind::KernelKernel => "kernel-kernel",
-            PairKind::XwarpKernel => "xwarp-kernel",
-            PairKind::XwarpXwarp => "xwarp-xwarp",
-            PairKind::AfxdpCeiling => "afxdp-ceiling",
-        }
-    }
-
-    fn parse(s: &str) -> Option<PairKind> {
-        [
-            PairKind::KernelKernel,
-            PairKind::XwarpKernel,
-            PairKind::XwarpXwarp,
-            PairKind::AfxdpCeiling,
-        ]
-        .into_iter()
-        .find(|p| p.name() == s)
-    }
-}
-
-fn bad(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
-
-/// Parse the command line (without `xwarp bench tcp`). `Ok(None)`: help was asked for.
-pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a
-            .to_str()
-            .ok_or_else(|| bad(format!("argument {a:?} is not UTF-8")))?;
-        if a == "--help" || a == "-h" {
-            return Ok(None);
-        }
-        let v = it
-            .next()
-            .and_then(|v| v.to_str())
-            .ok_or_else(|| bad(format!("{a} needs a value")))?;
-        let num = |v: &str| -> io::Result<u64> {
-            v.parse()
-                .map_err(|_| bad(format!("{a}: {v:?} is not a number")))
-        };
-        match a {
-            "--duration" => {
-                let s: f64 = v
-                    .parse()
-                    .map_err(|_| bad(format!("--duration: {v:?} is not a number")))?;
-                if !(0.1..=3600.0).contains(&s) {
-                    return Err(bad("--duration must be within 0.1..=3600 s".into()));
-                }
-                o.duration = Duration::from_secs_f64(s);
-            }
-            "--msg-size" => {
-                let n = num(v)?;
-                if !(1..=(16 << 20)).contains(&n) {
-                    return Err(bad("--msg-size must be within 1..=16 MiB".into()));
-                }
-                o.msg_size = n as usize;
-            }
-            "--spin-us" => {
-                o.spin = if v == "forever" {
-                    SpinBudget::Forever
-                } else {
-                    SpinBudget::Duration(Duration::from_micros(num(v)?.min(10_000_000)))
-                }
-            }
-            "--app-spin-us" => o.app_spin = Duration::from_micros(num(v)?.min(10_000_000)),
-            "--pin" => {
-                o.pin = match v {
-                    "sides" => Pin::Sides,
-                    "split" => Pin::Split,
-                    "none" => Pin::None,
-                    _ => return Err(bad(format!("--pin: unknown mode {v:?}"))),
-                }
-            }
-            "--mtu" => {
-                let n = num(v)?;
-                if !(576..=MAX_MTU as u64).contains(&n) {
-                    return Err(bad(format!("--mtu must be within 576..={MAX_MTU}")));
-                }
-                o.mtu = n as usize;
-            }
-            "--only" => {
-                o.pairs = v
-                    .split(',')
-                    .map(|p| PairKind::parse(p).ok_or_else(|| bad(format!("--only: {p:?}?"))))
-                    .collect::<io::Result<_>>()?;
-            }
-            "--json" => o.json = Some(v.into()),
-            "--repeat" => {
-                let n = num(v)?;
-                if !(1..=100).contains(&n) {
-                    return Err(bad("--repeat must be within 1..=100".into()));
-                }
-                o.repeat = n as u32;
-            }
-            "--net" => {
-                o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
-            }
-            "--xdp-mode" => {
-                o.xdp_mode = XdpMode::from_name(v)
-                    .ok_or_else(|| bad(format!("--xdp-mode: unknown mode {v:?}")))?
-            }
-            "--rps" => {
-                o.rps = match v {
-                    "none" => Rps::None,
-                    "xwarp-kernel" => Rps::XwarpKernel,
-                    "all" => Rps::All,
-                    _ => return Err(bad(format!("--rps: unknown mode {v:?}"))),
-                }
-            }
-            _ => return Err(bad(format!("unknown option {a}"))),
-        }
-    }
-    Ok(Some(o))
-}
 
 /// Entry point of `xwarp bench tcp`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -353,322 +97,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Results of one pair.
-#[derive(Debug, Clone)]
-pub struct PairResult {
-    /// Which pair.
-    pub kind: PairKind,
-    /// Runs the values are the median of.
-    pub runs: u32,
-    /// Bulk goodput, Gbit/s.
-    pub bulk_gbps: f64,
-    /// Lowest bulk goodput of the runs, Gbit/s.
-    pub bulk_gbps_min: f64,
-    /// Highest bulk goodput of the runs, Gbit/s.
-    pub bulk_gbps_max: f64,
-    /// Bytes moved in the bulk run.
-    pub bulk_bytes: u64,
-    /// Client application CPU seconds per GB (bulk).
-    pub client_cpu_s_per_gb: f64,
-    /// Server application CPU seconds per GB (bulk).
-    pub server_cpu_s_per_gb: f64,
-    /// Engine threads' CPU seconds per GB (bulk; 0 for kernel-only pairs).
-    pub engine_cpu_s_per_gb: f64,
-    /// Ping-pong half round trip p50, µs.
-    pub half_rtt_p50_us: f64,
-    /// Ping-pong half round trip p99, µs.
-    pub half_rtt_p99_us: f64,
-    /// Ping-pong round trips measured.
-    pub pingpongs: u64,
-}
-
-/// A connected byte stream of either kind.
-trait Conn: Read + Write + Send {
-    fn shutdown_write(&mut self) -> io::Result<()>;
-    fn prepare(&mut self, app_spin: Duration) -> io::Result<()>;
-}
-
-impl Conn for std::net::TcpStream {
-    fn shutdown_write(&mut self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-    fn prepare(&mut self, _app_spin: Duration) -> io::Result<()> {
-        self.set_nodelay(true)
-    }
-}
-
-impl Conn for TcpStream {
-    fn shutdown_write(&mut self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-    fn prepare(&mut self, app_spin: Duration) -> io::Result<()> {
-        self.set_spin(app_spin);
-        self.set_nodelay(true)
-    }
-}
-
-/// (user + system) CPU time of the calling thread.
-pub(super) fn thread_cpu() -> Duration {
-    // SAFETY: all-zero is a valid `rusage`; getrusage only writes into it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a live rusage; RUSAGE_THREAD is a valid `who`.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    if r != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// Core ids for (side A / engines, side B / apps).
-fn cores() -> (Option<usize>, Option<usize>) {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    match ids.len() {
-        0 => (None, None),
-        1 => (Some(ids[0].id), Some(ids[0].id)),
-        _ => (Some(ids[0].id), Some(ids[1].id)),
-    }
-}
-
-fn pin_to(core: Option<usize>) {
-    if let Some(id) = core {
-        core_affinity::set_for_current(core_affinity::CoreId { id });
-    }
-}
-
-/// Cores of (client app, server app, engine A, engine B).
-fn placement(pin: Pin) -> [Option<usize>; 4] {
-    let (c0, c1) = cores();
-    match pin {
-        Pin::Sides => [c0, c1, c0, c1],
-        Pin::Split => [c1, c1, c0, c0],
-        Pin::None => [None; 4],
-    }
-}
-
-/// Period of the bulk data pattern: a prime, so the pattern repeats at no power of two
-/// (a segment misplaced by a power-of-two offset is caught).
-pub(super) const PATTERN_PERIOD: u64 = 65521;
-
-/// The pattern byte at stream offset `i`.
-pub(super) fn pattern(i: u64) -> u8 {
-    let j = i % PATTERN_PERIOD;
-    (j ^ (j >> 8) ^ (j >> 13).wrapping_mul(31)) as u8
-}
-
-struct BulkSide {
-    bytes: u64,
-    elapsed: Duration,
-    cpu: Duration,
-}
-
-/// Client side of a bulk run: write for `dur`, then FIN. The pattern is generated once
-/// (`msg` + one period) and every message is a window into it, so the sender spends its
-/// time in `write`, not in making data.
-fn bulk_send(c: &mut dyn Conn, dur: Duration, msg: usize) -> io::Result<BulkSide> {
-    let cpu0 = thread_cpu();
-    let buf: Vec<u8> = (0..(msg as u64 + PATTERN_PERIOD)).map(pattern).collect();
-    let t0 = Instant::now();
-    let mut off = 0u64;
-    while t0.elapsed() < dur {
-        let start = (off % PATTERN_PERIOD) as usize;
-        c.write_all(&buf[start..start + msg])?;
-        off += msg as u64;
-    }
-    c.shutdown_write()?;
-    Ok(BulkSide {
-        bytes: off,
-        elapsed: t0.elapsed(),
-        cpu: thread_cpu() - cpu0,
-    })
-}
-
-/// Server side of a bulk run: read to end of stream, checking the pattern.
-fn bulk_recv(c: &mut dyn Conn) -> io::Result<BulkSide> {
-    let cpu0 = thread_cpu();
-    let mut buf = vec![0u8; 256 << 10];
-    let mut off = 0u64;
-    let mut t0 = None;
-    loop {
-        let n = c.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        t0.get_or_insert_with(Instant::now);
-        // Check a few bytes of every read: catches loss, duplication and misordering
-        // without making the receiver's loop about checking.
-        for k in [0, n / 2, n - 1] {
-            if buf[k] != pattern(off + k as u64) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bulk data mismatch at offset {}", off + k as u64),
-                ));
-            }
-        }
-        off += n as u64;
-    }
-    // Tell the sender we are done (it waits for our FIN).
-    c.shutdown_write()?;
-    Ok(BulkSide {
-        bytes: off,
-        elapsed: t0.map(|t| t.elapsed()).unwrap_or_default(),
-        cpu: thread_cpu() - cpu0,
-    })
-}
-
-/// Client side of ping-pong: returns the half-round-trip histogram (ns).
-fn ping(c: &mut dyn Conn, dur: Duration) -> io::Result<Histogram<u64>> {
-    let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3)
-        .map_err(|e| io::Error::other(format!("histogram: {e}")))?;
-    let mut msg = [0u8; PING_SIZE];
-    let mut back = [0u8; PING_SIZE];
-    let mut i = 0u32;
-    let mut t_end = None;
-    loop {
-        msg[..4].copy_from_slice(&i.to_le_bytes());
-        let t = Instant::now();
-        c.write_all(&msg)?;
-        c.read_exact(&mut back)?;
-        let rtt = t.elapsed();
-        if back != msg {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "ping-pong reply differs from the request",
-            ));
-        }
-        i = i.wrapping_add(1);
-        if i == WARMUP {
-            t_end = Some(Instant::now() + dur);
-        }
-        if let Some(end) = t_end {
-            let _ = h.record((rtt.as_nanos() / 2).max(1) as u64);
-            if Instant::now() >= end {
-                break;
-            }
-        }
-    }
-    c.shutdown_write()?;
-    let mut rest = [0u8; 1];
-    let _ = c.read(&mut rest)?;
-    Ok(h)
-}
-
-/// Server side of ping-pong: echo 64-byte messages until end of stream.
-fn pong(c: &mut dyn Conn) -> io::Result<()> {
-    let mut msg = [0u8; PING_SIZE];
-    loop {
-        let mut got = 0;
-        while got < PING_SIZE {
-            let n = c.read(&mut msg[got..])?;
-            if n == 0 {
-                return if got == 0 {
-                    c.shutdown_write()
-                } else {
-                    Err(io::ErrorKind::UnexpectedEof.into())
-                };
-            }
-            got += n;
-        }
-        c.write_all(&msg)?;
-    }
-}
-
-/// Something that accepts one connection on the server side.
-type Acceptor = Box<dyn FnOnce() -> io::Result<Box<dyn Conn>> + Send>;
-/// Something that opens the client connection.
-type Connector<'a> = Box<dyn FnOnce() -> io::Result<Box<dyn Conn>> + 'a>;
-
-struct Ends {
-    client_core: Option<usize>,
-    server_core: Option<usize>,
-}
-
-/// Run bulk over one connection: server on its own thread, client on another.
-fn run_bulk(
-    ends: &Ends,
-    accept: Acceptor,
-    connect: Connector<'_>,
-    o: &Options,
-) -> io::Result<(BulkSide, BulkSide)> {
-    let server_core = ends.server_core;
-    let app_spin = o.app_spin;
-    let (tx, rx) = mpsc::channel();
-    let server = std::thread::Builder::new()
-        .name("bench-server".into())
-        .spawn(move || {
-            pin_to(server_core);
-            let r = accept().and_then(|mut c| {
-                c.prepare(app_spin)?;
-                bulk_recv(&mut *c)
-            });
-            let _ = tx.send(());
-            r
-        })?;
-    let mut c = connect()?;
-    c.prepare(o.app_spin)?;
-    let (dur, msg, client_core) = (o.duration, o.msg_size, ends.client_core);
-    let client = std::thread::scope(|s| {
-        s.spawn(move || {
-            pin_to(client_core);
-            let r = bulk_send(&mut *c, dur, msg);
-            // Wait for the server's FIN so the connection is idle when we return.
-            let mut b = [0u8; 1];
-            let _ = c.read(&mut b);
-            r
-        })
-        .join()
-    })
-    .map_err(|_| io::Error::other("bulk client panicked"))??;
-    let _ = rx.recv_timeout(dur + Duration::from_secs(30));
-    let server = server
-        .join()
-        .map_err(|_| io::Error::other("bulk server panicked"))??;
-    if server.bytes != client.bytes {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("sent {} bytes, received {}", client.bytes, server.bytes),
-        ));
-    }
-    Ok((client, server))
-}
-
-/// Run ping-pong over one connection.
-fn run_ping(
-    ends: &Ends,
-    accept: Acceptor,
-    connect: Connector<'_>,
-    o: &Options,
-) -> io::Result<Histogram<u64>> {
-    let server_core = ends.server_core;
-    let app_spin = o.app_spin;
-    let server = std::thread::Builder::new()
-        .name("bench-pong".into())
-        .spawn(move || {
-            pin_to(server_core);
-            accept().and_then(|mut c| {
-                c.prepare(app_spin)?;
-                pong(&mut *c)
-            })
-        })?;
-    let mut c = connect()?;
-    c.prepare(o.app_spin)?;
-    let (dur, client_core) = (o.duration, ends.client_core);
-    let h = std::thread::scope(|s| {
-        s.spawn(move || {
-            pin_to(client_core);
-            ping(&mut *c, dur)
-        })
-        .join()
-    })
-    .map_err(|_| io::Error::other("ping client panicked"))??;
-    server
-        .join()
-        .map_err(|_| io::Error::other("pong server panicked"))??;
-    Ok(h)
 }
 
 /// The test network and addresses.
@@ -727,16 +155,6 @@ fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The engines' TCP socket buffers for an IP MTU: 64 segments, at least 256 KiB, at most
-/// 2 MiB (the application rings get half of it, at least 256 KiB). Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
-/// 256 KiB vs ~3.9 with 1 MiB and ~1.9 with 4 MiB), but 256 KiB holds only ~4 segments at
-/// MTU 60000 and the sender stalls on every ACK: measured xwarp-xwarp at MTU 60000 17.2
-/// Gbit/s with 256 KiB, 20.2 with 512 KiB, 20.7 with 2 MiB; at 16000 14.7 -> 17.0 with 1 MiB;
-/// at 9000 13.1 -> 13.5 with 1 MiB.
-pub fn socket_buffer(mtu: usize) -> usize {
-    (64 * mtu.saturating_sub(40)).clamp(256 << 10, 2 << 20)
-}
-
 fn start_engine(
     net: &Net,
     o: &Options,
@@ -750,7 +168,7 @@ fn start_engine(
     };
     let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
     // Frames larger than a chunk: multi-buffer (descriptor chains).
-    (cfg.chunk, cfg.multi_buffer) = super::umem_for_mtu(o.mtu);
+    (cfg.chunk, cfg.multi_buffer) = common::umem_for_mtu(o.mtu);
     cfg.engine.name = name.into();
     cfg.engine.core = core;
     cfg.engine.spin = o.spin;
@@ -759,7 +177,7 @@ fn start_engine(
     cfg.stack.rx_buffer = buffer;
     cfg.stack.tx_buffer = buffer;
     // RX chunks for that window (see `rx_frames_for`).
-    cfg.rx_frames = super::rx_frames_for(o.mtu, buffer);
+    cfg.rx_frames = common::rx_frames_for(o.mtu, buffer);
     // Application rings of half the socket buffer (at least 256 KiB, the stack's default):
     // at MTU 60000 a 256 KiB ring holds four 64 KiB writes and the writer sleeps on it every
     // few segments; measured xwarp-xwarp 21.2-21.5 Gbit/s with 256 KiB, 24.0-25.3 with 1 MiB
@@ -1181,7 +599,10 @@ pub fn json(o: &Options, rs: &[PairResult]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::common::pattern;
     use super::*;
+    use xwarp::poll_driver::afxdp::XdpMode;
+    use xwarp::poll_driver::engine::SpinBudget;
 
     fn args(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
