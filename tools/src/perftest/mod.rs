@@ -67,7 +67,10 @@ mod report;
 mod session;
 mod side;
 
+use clap::error::ErrorKind;
 use opts::USAGE;
+
+use crate::cli::clap_message;
 pub use opts::{parse, Opts, Test};
 use proto::{e2s, SILENCE};
 use session::*;
@@ -89,12 +92,19 @@ use xwarp::verbs::{vwire_pair, Context};
 /// Exit status 2 for a bad command line, 1 for a failed run.
 pub fn main(test: Test) -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let o = match parse(test, args) {
+    let parsed = opts::cli(test, args).map_err(|e| match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // Help and version go to stdout, exit status 0.
+            let _ = e.print();
+            None
+        }
+        _ => Some(clap_message(&e)),
+    });
+    let o = match parsed.and_then(|c| opts::from_cli(test, c).map_err(Some)) {
         Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("{}: {e}", test.bin_name());
-            }
+        Err(None) => return ExitCode::SUCCESS,
+        Err(Some(e)) => {
+            eprintln!("{}: {e}", test.bin_name());
             eprintln!("{}", USAGE.replace("TEST", test.bin_name()));
             return ExitCode::from(2);
         }

@@ -4,6 +4,10 @@ use std::ffi::OsString;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use clap::{CommandFactory, FromArgMatches};
+
+use crate::cli::{clap_message, EngineArgs};
+
 /// Which test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Test {
@@ -136,92 +140,122 @@ pub(super) const USAGE: &str =
   --no-crc     do not ask for MPA CRC32c (used anyway if the peer asks)
   --verify     fill messages with a pattern and check every byte at the receiver";
 
-/// Parse `ADDR/PREFIX`.
-pub(super) fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
-    let (a, p) = s.split_once('/')?;
-    let p: u8 = p.parse().ok()?;
-    (p <= 32).then_some(())?;
-    Some((a.parse().ok()?, p))
+/// The command line as clap sees it (defaults that depend on the test are filled in by
+/// [`from_cli`]).
+#[derive(clap::Parser, Debug)]
+#[command(version)]
+pub(super) struct Cli {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Both ends in this process over the in-process virtual wire.
+    #[arg(long)]
+    vwire: bool,
+    /// With --vwire: drop/reorder/duplicate probability per frame (<= 0.1).
+    #[arg(long, value_name = "P", value_parser = loss_arg)]
+    loss: Option<f64>,
+    /// Both ends in this process on AF_XDP engines over a veth pair between two network
+    /// namespaces (root).
+    #[arg(long)]
+    veth: bool,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency).
+    #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = num_arg("-s"))]
+    size: Option<u64>,
+    /// Iterations per QP (default 5000 for bandwidth, 1000 for latency).
+    #[arg(short = 'n', long = "iters", value_name = "ITERS", value_parser = num_arg("-n"))]
+    iters: Option<u64>,
+    /// Run for this long instead of -n.
+    #[arg(short = 'D', long = "duration", value_name = "SECONDS", value_parser = num_arg("-D"))]
+    duration: Option<u64>,
+    /// Queue pairs (bandwidth tests; default 1).
+    #[arg(short = 'q', long = "qp", value_name = "QPS", value_parser = num_arg("-q"))]
+    qps: Option<u64>,
+    /// Send queue depth (default 128).
+    #[arg(short = 't', long = "tx-depth", value_name = "DEPTH", value_parser = num_arg("-t"))]
+    tx_depth: Option<u64>,
+    /// TCP port (default 18515).
+    #[arg(short = 'p', long = "port", value_name = "PORT", value_parser = port_arg)]
+    port: Option<u16>,
+    /// Do not ask for MPA CRC32c (used anyway if the peer asks).
+    #[arg(long)]
+    no_crc: bool,
+    /// Fill messages with a pattern and check every byte at the receiver.
+    #[arg(long)]
+    verify: bool,
+    /// With --iface: the server to connect to (client mode); without it this is the server.
+    host: Option<String>,
+}
+
+fn num_arg(name: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{name}: not a number: {s}"))
+    }
+}
+
+fn port_arg(s: &str) -> Result<u16, String> {
+    s.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or("-p: a port from 1 to 65535".into())
+}
+
+fn loss_arg(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=0.1).contains(p))
+        .ok_or("--loss: a probability up to 0.1".into())
+}
+
+/// Parse the command line of `test` (without the program name) as clap sees it; help
+/// and version requests are errors of kind `DisplayHelp` / `DisplayVersion`.
+pub(super) fn cli(test: Test, args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let usage = USAGE
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("usage: ")
+        .replace("TEST", test.bin_name());
+    let cmd = Cli::command()
+        .name(test.bin_name())
+        .bin_name(test.bin_name())
+        .about(format!("perftest-style {} over xwarp verbs", test.title()))
+        .override_usage(usage);
+    let m =
+        cmd.try_get_matches_from(std::iter::once(OsString::from(test.bin_name())).chain(args))?;
+    Cli::from_arg_matches(&m)
 }
 
 /// Parse perftest-style arguments (without the program name). Exactly one of `--iface`,
-/// `--vwire` and `--veth` is required.
+/// `--vwire` and `--veth` is required. A help request is an error too (its text).
 pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
+    let c = cli(test, args).map_err(|e| clap_message(&e))?;
+    from_cli(test, c)
+}
+
+/// Check the parsed command line and fill in the test's defaults.
+pub(super) fn from_cli(test: Test, c: Cli) -> Result<Opts, String> {
     let mut o = Opts {
         size: if test.is_bw() { 65536 } else { 2 },
         iters: if test.is_bw() { 5000 } else { 1000 },
-        duration: None,
-        qps: 1,
-        tx_depth: 128,
-        port: 18515,
-        host: None,
-        vwire: false,
-        loss: 0.0,
-        veth: false,
-        iface: None,
-        addr: None,
-        gateway: None,
-        crc: true,
-        verify: false,
+        duration: c.duration.map(|d| Duration::from_secs(d.clamp(1, 86_400))),
+        qps: c.qps.map_or(1, |q| q.clamp(1, 256) as usize),
+        tx_depth: c.tx_depth.map_or(128, |t| t.clamp(1, 4096) as usize),
+        port: c.port.unwrap_or(18515),
+        host: c.host,
+        vwire: c.vwire,
+        loss: c.loss.unwrap_or(0.0),
+        veth: c.veth,
+        iface: c.engine.iface,
+        addr: c.engine.addr,
+        gateway: c.engine.gateway,
+        crc: !c.no_crc,
+        verify: c.verify,
     };
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str().ok_or("arguments must be UTF-8")?.to_owned();
-        let mut val = |name: &str| -> Result<String, String> {
-            it.next()
-                .and_then(|v| v.to_str().map(str::to_owned))
-                .ok_or(format!("{name} needs a value"))
-        };
-        let num = |s: String, name: &str| -> Result<u64, String> {
-            s.parse::<u64>()
-                .map_err(|_| format!("{name}: not a number: {s}"))
-        };
-        match a.as_str() {
-            "-s" | "--size" => {
-                o.size = usize::try_from(num(val("-s")?, "-s")?).map_err(|_| "-s: too large")?
-            }
-            "-n" | "--iters" => o.iters = num(val("-n")?, "-n")?.max(1),
-            "-D" | "--duration" => {
-                o.duration = Some(Duration::from_secs(num(val("-D")?, "-D")?.clamp(1, 86_400)))
-            }
-            "-q" | "--qp" => o.qps = num(val("-q")?, "-q")?.clamp(1, 256) as usize,
-            "-t" | "--tx-depth" => o.tx_depth = num(val("-t")?, "-t")?.clamp(1, 4096) as usize,
-            "-p" | "--port" => {
-                o.port = u16::try_from(num(val("-p")?, "-p")?)
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or("-p: a port from 1 to 65535")?
-            }
-            "--vwire" => o.vwire = true,
-            "--veth" => o.veth = true,
-            "--loss" => {
-                o.loss = val("--loss")?
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|p| (0.0..=0.1).contains(p))
-                    .ok_or("--loss: a probability up to 0.1")?
-            }
-            "--iface" => o.iface = Some(val("--iface")?),
-            "--addr" => {
-                let v = val("--addr")?;
-                o.addr = Some(
-                    parse_cidr(&v).ok_or(format!("--addr: expected A.B.C.D/PREFIX, got {v}"))?,
-                )
-            }
-            "--gateway" => {
-                let v = val("--gateway")?;
-                o.gateway = Some(
-                    v.parse()
-                        .map_err(|_| format!("--gateway: not an IPv4 address: {v}"))?,
-                )
-            }
-            "--no-crc" => o.crc = false,
-            "--verify" => o.verify = true,
-            "-h" | "--help" => return Err(String::new()),
-            s if !s.starts_with('-') && o.host.is_none() => o.host = Some(s.to_owned()),
-            s if !s.starts_with('-') => return Err(format!("unexpected argument {s}")),
-            other => return Err(format!("unknown option {other}")),
-        }
+    if let Some(s) = c.size {
+        o.size = usize::try_from(s).map_err(|_| "-s: too large")?;
+    }
+    if let Some(n) = c.iters {
+        o.iters = n.max(1);
     }
     if o.size == 0 || o.size > (1 << 30) {
         return Err("-s must be 1..=1 GiB".into());
