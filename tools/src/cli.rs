@@ -30,13 +30,13 @@ pub fn gateway_arg(s: &str) -> Result<Ipv4Addr, String> {
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
 pub struct EngineArgs {
     /// Run on an xwarp engine bound by AF_XDP to interface IF (root).
-    #[arg(long, value_name = "IF")]
+    #[arg(long = "iface", id = "engine_iface", value_name = "IF")]
     pub iface: Option<String>,
     /// The engine's own IPv4 address and prefix (not configured in the kernel).
-    #[arg(long, value_name = "A/P", value_parser = cidr_arg)]
+    #[arg(long = "addr", id = "engine_addr", value_name = "A/P", value_parser = cidr_arg)]
     pub addr: Option<(Ipv4Addr, u8)>,
     /// IPv4 default gateway of the engine.
-    #[arg(long, value_name = "G", value_parser = gateway_arg)]
+    #[arg(long = "gateway", id = "engine_gateway", value_name = "G", value_parser = gateway_arg)]
     pub gateway: Option<Ipv4Addr>,
 }
 

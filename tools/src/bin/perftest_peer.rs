@@ -46,7 +46,7 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode
 use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, sge, Endpoint, RW};
-use transport::{Net, Stream};
+use transport::{Net, NetArgs, Stream};
 
 /// perftest's default port.
 const DEFAULT_PORT: u16 = 18515;
@@ -71,7 +71,8 @@ enum Test {
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "perftest_peer",
+    name = "xwarp-perftest-peer",
+    version,
     about = "perftest -R client (write/read bw) over xwarp"
 )]
 struct Opts {
@@ -100,6 +101,10 @@ struct Opts {
     /// Debug output.
     #[arg(short = 'd')]
     debug: bool,
+    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
+    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    #[command(flatten)]
+    net: NetArgs,
 }
 
 /// `struct pingpong_dest` as perftest 6.06 sends it (HAVE_ENDIAN: integers big-endian).
@@ -527,7 +532,7 @@ fn read_test(
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let r = Net::from_env().and_then(|net| {
+    let r = Net::from_args(&o.net).and_then(|net| {
         let r = run(&o, &net);
         net.finish();
         r

@@ -31,7 +31,7 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, WcOpcode};
 use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, sge, Endpoint};
-use transport::Net;
+use transport::{Net, NetArgs};
 
 /// librdmacm examples' default port.
 const DEFAULT_PORT: u16 = 7471;
@@ -44,7 +44,8 @@ const CLIENT_MSG: &[u8; MSG_LEN] = b"xwarp-client-msg";
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "rdma_cm_echo",
+    name = "xwarp-rdma-cm-echo",
+    version,
     about = "rdma_server / rdma_client exchange over xwarp"
 )]
 struct Opts {
@@ -63,6 +64,10 @@ struct Opts {
     /// Debug output.
     #[arg(short = 'd')]
     debug: bool,
+    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
+    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    #[command(flatten)]
+    net: NetArgs,
 }
 
 fn qp(pd: xwarp::rdmap::PdId, ird: u32, ord: u32) -> QpConfig {
@@ -164,7 +169,7 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let r = Net::from_env().and_then(|net| {
+    let r = Net::from_args(&o.net).and_then(|net| {
         let r = match (o.server, o.client) {
             (true, false) => server(&o, &net),
             (false, true) => client(&o, &net),

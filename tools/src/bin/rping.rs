@@ -48,7 +48,8 @@ const DEFAULT_FIRST_FPDU_DELAY_MS: u64 = 100;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "rping",
+    name = "xwarp-rping",
+    version,
     about = "RDMA ping-pong over xwarp iWARP (rdma-core rping compatible)",
     disable_version_flag = true
 )]
@@ -87,6 +88,13 @@ struct Opts {
     /// IRD/ORD 1/1 instead of mirroring the client's values.
     #[arg(short = 'q')]
     explicit_ird_ord: bool,
+    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
+    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    #[command(flatten)]
+    net: NetArgs,
+    /// Print version.
+    #[arg(long, action = clap::ArgAction::Version)]
+    version: Option<bool>,
 }
 
 // ---------------------------------------------------------- transport and endpoint
@@ -94,7 +102,7 @@ struct Opts {
 use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, Endpoint, WaitError, RW};
-use transport::{Net, Stream};
+use transport::{Net, NetArgs, Stream};
 
 // --------------------------------------------------------------------------- rping
 
@@ -370,7 +378,7 @@ fn server(o: &Opts, net: &Net) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let r = Net::from_env().and_then(|net| {
+    let r = Net::from_args(&o.net).and_then(|net| {
         let r = match (o.server, o.client) {
             (true, false) => server(&o, &net),
             (false, true) => client(&o, &net),

@@ -31,7 +31,7 @@ use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode
 use xwarp_tools::support::{endpoint, transport};
 
 use endpoint::{send_op, sge, Endpoint, WaitError, RW};
-use transport::Net;
+use transport::{Net, NetArgs};
 
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
@@ -42,7 +42,11 @@ const INFO_LEN: usize = 16;
 const BAD_STAG: Stag = Stag(0xbad0_005a);
 
 #[derive(Parser, Debug)]
-#[command(name = "rping_interop", about = "rping client with interop knobs")]
+#[command(
+    name = "xwarp-rping-interop",
+    version,
+    about = "rping client with interop knobs"
+)]
 struct Opts {
     /// Server address.
     #[arg(short = 'a')]
@@ -71,6 +75,10 @@ struct Opts {
     /// Write to an STag the peer never advertised and expect its Terminate.
     #[arg(long)]
     bad_stag: bool,
+    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
+    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    #[command(flatten)]
+    net: NetArgs,
 }
 
 fn parse_rtr(s: &str) -> Result<RtrSet, String> {
@@ -297,7 +305,7 @@ fn bad_stag<T: endpoint::Transport>(
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let net = match Net::from_env() {
+    let net = match Net::from_args(&o.net) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("rping_interop: {e}");

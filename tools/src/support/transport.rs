@@ -1,25 +1,26 @@
-//! The byte streams the interop examples run iWARP over, and how they are chosen.
+//! The byte streams the interop tools run iWARP over, and how they are chosen.
 //!
-//! Every example (`rping`, `rping_interop`, `rdma_cm_echo`, `perftest_peer`) runs its
+//! Every tool of the rping family (`xwarp-rping`, `xwarp-rping-interop`,
+//! `xwarp-rdma-cm-echo`, `xwarp-perftest-peer`) runs its
 //! sans-IO connection over a [`Transport`]. Two exist:
 //!
 //! * [`KernelTcp`]: a kernel TCP socket (`std::net`), the default, for quick local use;
 //! * [`EngineTcp`]: a TCP stream of an xwarp engine ([`xwarp::net::TcpStream`]) bound with
 //!   AF_XDP to an interface, owning its own IPv4 address on that link.
 //!
-//! [`Net::from_env`] picks one from **`XWARP_ENGINE`**: unset or `kernel` → kernel TCP;
-//! `xdp:IFACE:ADDR/PREFIX` (e.g. `xdp:tap0:10.77.0.3/24`) → an engine on `IFACE` in the
-//! caller's network namespace (the interop harness runs the examples inside its namespace
-//! with `ip netns exec`). Optional `,verify` checks every received L4 checksum
-//! ([`RxChecksum::Verify`]); the default trusts them ([`RxChecksum::TrustL4`], see
-//! `src/toe.rs`). The engine records every frame it receives and sends to
+//! [`Net::from_args`] picks one from the command line ([`NetArgs`]): `--iface IF --addr
+//! A.B.C.D/PREFIX [--gateway G] [--rx-checksum verify]` → an engine on `IF` in the caller's
+//! network namespace (the interop harness runs the tools inside its namespace with
+//! `ip netns exec`). Without engine flags it falls back to **`XWARP_ENGINE`**
+//! ([`Net::from_env`]): unset or `kernel` → kernel TCP; `xdp:IFACE:ADDR/PREFIX` (e.g.
+//! `xdp:tap0:10.77.0.3/24`) → an engine on `IFACE`. `--rx-checksum verify` (or the
+//! variable's `,verify` suffix) checks every received L4 checksum ([`RxChecksum::Verify`]);
+//! the default trusts them ([`RxChecksum::TrustL4`], see `xwarp::toe`). The engine records every frame it receives and sends to
 //! **`XWARP_PCAP`** (poll-driver's `PcapTap`); `%p` in that path becomes the process id, so
-//! several example processes of one run write separate files.
+//! several tool processes of one run write separate files.
 //!
 //! Call [`Net::finish`] before the process exits: it lets the engine send the last ACKs,
 //! stops it, and flushes the capture.
-//!
-//! Include with `#[path = "support/transport.rs"] mod transport;`.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, ToSocketAddrs};
@@ -30,6 +31,8 @@ use xwarp::poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
 use xwarp::poll_driver::engine::EngineConfig;
 use xwarp::poll_driver::pcap::{PcapSink, PcapTap, TsPrecision, PCAP_ENV, PCAP_NS_ENV};
 use xwarp::toe::RxChecksum;
+
+use crate::cli::EngineArgs;
 
 /// The environment variable selecting the transport (see the module docs).
 pub const ENGINE_ENV: &str = "XWARP_ENGINE";
@@ -165,6 +168,29 @@ pub struct EngineSpec {
     pub prefix: u8,
     /// Received L4 checksum policy.
     pub rx_checksum: RxChecksum,
+    /// IPv4 default gateway of the engine (`--gateway`; none from `XWARP_ENGINE`).
+    pub gateway: Option<Ipv4Addr>,
+}
+
+/// What the received L4 checksums get (`--rx-checksum`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxPolicy {
+    /// Trust them (`RxChecksum::TrustL4`, the default).
+    Trust,
+    /// Check every one (`RxChecksum::Verify`).
+    Verify,
+}
+
+/// The engine flags of the rping-family tools: [`EngineArgs`] plus the checksum policy.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NetArgs {
+    /// The engine to run on (`--iface IF --addr A/P [--gateway G]`).
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// With --iface: check every received L4 checksum (verify) or trust them (trust, the
+    /// default).
+    #[arg(long, value_name = "POLICY")]
+    pub rx_checksum: Option<RxPolicy>,
 }
 
 impl EngineSpec {
@@ -198,6 +224,7 @@ impl EngineSpec {
             ipv4,
             prefix,
             rx_checksum,
+            gateway: None,
         })
     }
 }
@@ -240,6 +267,7 @@ fn start_engine(spec: &EngineSpec, pcap: Option<&str>) -> io::Result<Engine> {
     let stack = StackConfig {
         mac: nic.mac_address(),
         ipv4: Some((spec.ipv4, spec.prefix)),
+        ipv4_gateway: spec.gateway,
         mtu,
         ephemeral_ports: ephemeral_start(std::process::id())..=65535,
         ..StackConfig::default()
@@ -263,7 +291,7 @@ fn start_engine(spec: &EngineSpec, pcap: Option<&str>) -> io::Result<Engine> {
     NetEngine::start(PcapTap::new(nic, sink), stack, engine)
 }
 
-/// Where the examples' TCP comes from: the kernel or an xwarp engine.
+/// Where the tools' TCP comes from: the kernel or an xwarp engine.
 pub enum Net {
     /// Kernel TCP sockets.
     Kernel,
@@ -285,30 +313,63 @@ pub enum Listener {
 }
 
 impl Net {
+    /// An engine as the command line's engine flags say, or without them as
+    /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
+    pub fn from_args(a: &NetArgs) -> Result<Net, String> {
+        if a.engine.is_empty() {
+            if a.rx_checksum.is_some() {
+                return Err("--rx-checksum needs --iface".into());
+            }
+            return Net::from_env();
+        }
+        let ifname = a
+            .engine
+            .iface
+            .clone()
+            .ok_or("--addr and --gateway need --iface")?;
+        let (ipv4, prefix) = a
+            .engine
+            .addr
+            .ok_or("--iface needs --addr A.B.C.D/PREFIX (the engine's own address)")?;
+        let rx_checksum = match a.rx_checksum {
+            Some(RxPolicy::Verify) => RxChecksum::Verify,
+            Some(RxPolicy::Trust) | None => RxChecksum::TrustL4,
+        };
+        Net::start(EngineSpec {
+            ifname,
+            ipv4,
+            prefix,
+            rx_checksum,
+            gateway: a.engine.gateway,
+        })
+    }
+
     /// Kernel TCP, or an engine started as `XWARP_ENGINE` says (see the module docs).
     pub fn from_env() -> Result<Net, String> {
         match std::env::var(ENGINE_ENV) {
             Err(_) => Ok(Net::Kernel),
             Ok(v) if v.is_empty() || v == "kernel" => Ok(Net::Kernel),
-            Ok(v) => {
-                let spec = EngineSpec::parse(&v)?;
-                let pcap = pcap_path_from_env();
-                let engine = start_engine(&spec, pcap.as_deref())
-                    .map_err(|e| format!("xwarp engine on {}: {e}", spec.ifname))?;
-                eprintln!(
-                    "xwarp: engine on {} owns {}/{} ({:?}){}",
-                    spec.ifname,
-                    spec.ipv4,
-                    spec.prefix,
-                    spec.rx_checksum,
-                    pcap.map(|p| format!(", capture {p}")).unwrap_or_default()
-                );
-                Ok(Net::Engine {
-                    spec,
-                    engine: Box::new(engine),
-                })
-            }
+            Ok(v) => Net::start(EngineSpec::parse(&v)?),
         }
+    }
+
+    /// Start an engine for `spec` (capturing to `XWARP_PCAP` if set).
+    fn start(spec: EngineSpec) -> Result<Net, String> {
+        let pcap = pcap_path_from_env();
+        let engine = start_engine(&spec, pcap.as_deref())
+            .map_err(|e| format!("xwarp engine on {}: {e}", spec.ifname))?;
+        eprintln!(
+            "xwarp: engine on {} owns {}/{} ({:?}){}",
+            spec.ifname,
+            spec.ipv4,
+            spec.prefix,
+            spec.rx_checksum,
+            pcap.map(|p| format!(", capture {p}")).unwrap_or_default()
+        );
+        Ok(Net::Engine {
+            spec,
+            engine: Box::new(engine),
+        })
     }
 
     /// Connects to `addr:port`, retrying refused attempts for up to `retry` (the guest's
