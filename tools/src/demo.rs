@@ -6,7 +6,6 @@
 //! RDMA Write bandwidth run (data hashed and compared); through `xwarp::net`: a TCP echo
 //! on the same engines. Exits 0 only if every byte verified.
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -21,11 +20,22 @@ use xwarp::verbs::{
 };
 
 const T: Duration = Duration::from_secs(10);
-const USAGE: &str = "usage: xwarp demo [--iterations N] [--size BYTES] [--bw-mib MIB] [--clean]
-
-Runs two xwarp engines joined by an in-process virtual wire with fault injection
-(--clean: a perfect wire) and checks an rping-style RDMA exchange, an RDMA Write
-bandwidth run and a TCP echo.";
+/// Options of `xwarp demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// rping-style iterations (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub iterations: usize,
+    /// Bytes per rping-style iteration (1 to 16 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
+    pub size: usize,
+    /// MiB moved by the RDMA Write bandwidth run (1 to 4096).
+    #[arg(long = "bw-mib", value_name = "MIB", default_value_t = 256)]
+    pub bw_mib: usize,
+    /// A perfect wire instead of one with fault injection.
+    #[arg(long)]
+    pub clean: bool,
+}
 
 struct Opts {
     iterations: usize,
@@ -34,44 +44,15 @@ struct Opts {
     clean: bool,
 }
 
-fn parse(args: Vec<OsString>) -> Result<Opts, String> {
-    let mut o = Opts {
-        iterations: 20,
-        size: 64 * 1024,
-        bw_bytes: 256 << 20,
-        clean: false,
-    };
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str().ok_or("arguments must be UTF-8")?.to_owned();
-        let mut num = |name: &str| -> Result<usize, String> {
-            it.next()
-                .and_then(|v| v.to_str().and_then(|s| s.parse().ok()))
-                .ok_or(format!("{name} needs a number"))
-        };
-        match a.as_str() {
-            "--iterations" => o.iterations = num("--iterations")?.max(1),
-            "--size" => o.size = num("--size")?.clamp(1, 16 << 20),
-            "--bw-mib" => o.bw_bytes = num("--bw-mib")?.clamp(1, 4096) << 20,
-            "--clean" => o.clean = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown option {other}")),
-        }
-    }
-    Ok(o)
-}
-
-/// Entry point of `xwarp demo ARGS...`.
-pub fn main(args: Vec<OsString>) -> ExitCode {
-    let opts = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xwarp demo: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+/// Entry point of `xwarp demo`: runs two xwarp engines joined by an in-process virtual
+/// wire with fault injection (`--clean`: a perfect wire) and checks an rping-style RDMA
+/// exchange, an RDMA Write bandwidth run and a TCP echo.
+pub fn main(a: &DemoArgs) -> ExitCode {
+    let opts = Opts {
+        iterations: a.iterations.max(1),
+        size: a.size.clamp(1, 16 << 20),
+        bw_bytes: a.bw_mib.clamp(1, 4096) << 20,
+        clean: a.clean,
     };
     match run(&opts) {
         Ok(()) => {

@@ -8,7 +8,8 @@
 //! Each option sets the `XWARP_*` variable of the same name (see `preload/README.md`);
 //! variables already in the environment are kept unless an option overrides them.
 //! `libxwarp_preload.so` is looked up at `--preload`, `$XWARP_PRELOAD`, next to the
-//! `xwarp` executable, then in `../lib` and `../lib/xwarp` relative to it. The shim itself
+//! `xwarp` executable, in `../lib` and `../lib/xwarp` relative to it, then in the
+//! workspace target directory the tools were built in ([`candidates`]). The shim itself
 //! validates the configuration when it loads (a misconfiguration exits with status 2).
 
 use std::ffi::OsString;
@@ -32,7 +33,11 @@ options (each sets the XWARP_* variable named in brackets):
   --spin-us N         spin budget of blocking calls in microseconds  [XWARP_SPIN_US]
   --log LEVEL         off, warn (default), info, debug               [XWARP_LOG]
   --strict            exit if the engine cannot start               [XWARP_STRICT=1]
-  --preload PATH      the shim library (default: next to xwarp)     [XWARP_PRELOAD]";
+  --preload PATH      the shim library (default: next to xwarp)     [XWARP_PRELOAD]
+
+The shim is looked up at --preload, $XWARP_PRELOAD, next to the xwarp executable, in
+../lib/ and ../lib/xwarp/ relative to it, then in the target directory of the checkout
+xwarp was built from (release/, then debug/): see tools/README.md.";
 
 /// What `xwarp run` will execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,16 +61,39 @@ const OPTIONS: &[(&str, &str)] = &[
     ("--log", "XWARP_LOG"),
 ];
 
-/// Candidate locations of the shim library for an `xwarp` executable in `exe_dir`.
-fn candidates(exe_dir: &Path) -> Vec<PathBuf> {
-    let name = "libxwarp_preload.so";
-    let mut v = vec![exe_dir.join(name)];
-    if let Some(parent) = exe_dir.parent() {
-        // target/<profile>/deps/.. layouts (tests) and installed ../lib layouts.
-        v.push(parent.join(name));
-        v.push(parent.join("lib").join(name));
-        v.push(parent.join("lib").join("xwarp").join(name));
+/// The shim library's file name.
+const SHIM: &str = "libxwarp_preload.so";
+
+/// The target directory of the workspace these tools were built in, as cargo had it at
+/// build time (`$CARGO_TARGET_DIR`, else `<workspace>/target`).
+fn build_target_dir() -> PathBuf {
+    match option_env!("CARGO_TARGET_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("target"),
     }
+}
+
+/// Candidate locations of the shim library for an `xwarp` executable in `exe_dir`, in
+/// lookup order (after `--preload` and `$XWARP_PRELOAD`):
+/// 1. beside the executable (`target/release/` after `cargo build --release`);
+/// 2. its parent directory (`target/<profile>/deps/..`: test binaries);
+/// 3. `../lib/` and `../lib/xwarp/` relative to it (an installed `bin/` + `lib/` layout,
+///    e.g. `~/.cargo/bin/xwarp` with the shim copied to `~/.cargo/lib/xwarp/`);
+/// 4. the workspace target directory the tools were built in (`release/`, then `debug/`),
+///    so `cargo install --path tools` finds a shim built with
+///    `cargo build --release -p xwarp-preload` in the same checkout.
+pub fn candidates(exe_dir: &Path) -> Vec<PathBuf> {
+    let mut v = vec![exe_dir.join(SHIM)];
+    if let Some(parent) = exe_dir.parent() {
+        v.push(parent.join(SHIM));
+        v.push(parent.join("lib").join(SHIM));
+        v.push(parent.join("lib").join("xwarp").join(SHIM));
+    }
+    let target = build_target_dir();
+    v.push(target.join("release").join(SHIM));
+    v.push(target.join("debug").join(SHIM));
     v
 }
 
@@ -145,8 +173,10 @@ pub fn plan(
             .find(|p| exists(p))
             .ok_or_else(|| {
                 format!(
-                    "libxwarp_preload.so not found next to {} (build it with `cargo build -p xwarp-preload` or give --preload)",
-                    exe_dir.display()
+                    "libxwarp_preload.so not found next to {} nor in {} (build it with \
+                     `cargo build --release -p xwarp-preload`, or give --preload or XWARP_PRELOAD)",
+                    exe_dir.display(),
+                    build_target_dir().display()
                 )
             })?,
     };
@@ -242,6 +272,15 @@ mod tests {
             get("LD_PRELOAD").unwrap(),
             "/opt/xwarp/lib/libxwarp_preload.so:/other.so"
         );
+    }
+
+    #[test]
+    fn the_build_target_dir_is_the_last_place_looked_at() {
+        let c = candidates(Path::new("/opt/xwarp/bin"));
+        assert_eq!(c[0], Path::new("/opt/xwarp/bin/libxwarp_preload.so"));
+        assert_eq!(c[3], Path::new("/opt/xwarp/lib/xwarp/libxwarp_preload.so"));
+        let release = build_target_dir().join("release").join(SHIM);
+        assert_eq!(c[c.len() - 2], release);
     }
 
     #[test]
