@@ -14,9 +14,10 @@
 //! buffer into the client's and Sends again. `-V` compares the client's two buffers.
 //!
 //! Layering: the protocol runs in the sans-IO [`Connection`]; the bytes move through a
-//! [`Transport`] (`support/transport.rs`): a kernel TCP socket by default, or with
-//! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX` a TCP stream of an xwarp engine bound to `IFACE` with
-//! AF_XDP and owning `ADDR` (capture with `XWARP_PCAP=/path`). [`Endpoint`] and the rping
+//! [`Transport`] (`xwarp_tools::support::transport`): a kernel TCP socket by default, or with
+//! `--iface IFACE --addr ADDR/PREFIX` (fallback without flags: the variable
+//! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX`) a TCP stream of an xwarp engine bound to `IFACE`
+//! with AF_XDP and owning `ADDR` (capture with `XWARP_PCAP=/path`). [`Endpoint`] and the rping
 //! logic are the same on both.
 //!
 //! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`] is

@@ -1,5 +1,5 @@
 //! rping_interop — an rdma-core `rping` client on the xwarp iWARP stack with the knobs the
-//! siw interop cases need beyond `examples/rping.rs`:
+//! siw interop cases need beyond `xwarp-rping` (`tools/src/bin/rping.rs`):
 //!
 //! ```text
 //! rping_interop -a addr [-p port] [-S size] [-C count] [-v] [-d]

@@ -1,13 +1,10 @@
-//! Shared driver for the interop examples (`rping_interop`, `rdma_cm_echo`,
-//! `perftest_peer`): a sans-IO [`Connection`] plus its memory, run over a [`Transport`].
+//! Shared driver for the interop tools (`xwarp-rping-interop`, `xwarp-rdma-cm-echo`,
+//! `xwarp-perftest-peer`): a sans-IO [`Connection`] plus its memory, run over a [`Transport`].
 //!
-//! The protocol logic of each example only talks to [`Endpoint`] (register, post, wait
+//! The protocol logic of each tool only talks to [`Endpoint`] (register, post, wait
 //! for completions); the bytes move through a [`Transport`] (`support/transport.rs`): a
-//! kernel TCP socket or a stream of an xwarp engine on AF_XDP, chosen by `XWARP_ENGINE`.
-//! Same structure as `examples/rping.rs`.
-//!
-//! Include with `#[path = "support/transport.rs"] mod transport;` and
-//! `#[path = "support/endpoint.rs"] mod endpoint;`.
+//! kernel TCP socket or a stream of an xwarp engine on AF_XDP, chosen by the engine flags
+//! (or `XWARP_ENGINE`). Same structure as `xwarp-rping` (`tools/src/bin/rping.rs`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
