@@ -51,8 +51,9 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, flags, _ in RUNS:
-            argv = [str(binary)] + g.engine_args() + ["-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                    "-C", str(COUNT)] + flags
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT)] + flags
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r

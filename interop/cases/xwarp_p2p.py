@@ -65,8 +65,9 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, types, _, _ in runs:
-            argv = [str(binary)] + g.engine_args() + ["-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                    "-C", str(COUNT), "--p2p", types]
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT), "--p2p", types]
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r

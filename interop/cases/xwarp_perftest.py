@@ -64,9 +64,10 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for t in TESTS:
-            argv = [str(binary)] + g.engine_args() + ["-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
-                    "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
-                        ["--crc"] if crc else [])
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
+                "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
+                    ["--crc"] if crc else [])
             r = run_host(g, argv, deadline)
             print_host_run(t, r)
             rc, so, se, dt = r
