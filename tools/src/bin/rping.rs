@@ -14,13 +14,13 @@
 //! buffer into the client's and Sends again. `-V` compares the client's two buffers.
 //!
 //! Layering: the protocol runs in the sans-IO [`Connection`]; the bytes move through a
-//! [`Transport`] (`xwarp_tools::support::transport`): a kernel TCP socket by default, or with
+//! [`Transport`](xwarp_tools::support::transport::Transport): a kernel TCP socket by default, or with
 //! `--iface IFACE --addr ADDR/PREFIX` (fallback without flags: the variable
 //! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX`) a TCP stream of an xwarp engine bound to `IFACE`
 //! with AF_XDP and owning `ADDR` (capture with `XWARP_PCAP=/path`). [`Endpoint`] and the rping
 //! logic are the same on both.
 //!
-//! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`] is
+//! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`](xwarp::rdmap::mem::RegionMemory) is
 //! implemented for `Vec<u8>`). Its tagged offset (TO) is the address of the Vec's heap
 //! buffer, `vec.as_ptr() as u64`, a virtual-address-like value as rping uses with
 //! `ibv_reg_mr` (iwarp-wire.md §3.6). The heap buffer does not move when the Vec is boxed

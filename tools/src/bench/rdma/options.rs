@@ -144,7 +144,7 @@ pub struct Results {
     /// Kernel TCP bulk, 64 KiB writes.
     pub tcp_bulk_gbps: f64,
     /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
-    /// TCP, no RDMA ([`super::ceiling`]): the most any engine on this path could move.
+    /// TCP, no RDMA ([`crate::bench::ceiling`]): the most any engine on this path could move.
     pub ceiling_gbps: f64,
     /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
     pub write_bw_cpu_s_per_gb: f64,

@@ -142,7 +142,7 @@ pub enum PairKind {
     /// xwarp client, xwarp server.
     XwarpXwarp,
     /// No TCP: raw frames from one AF_XDP socket to the other with one copy at each end,
-    /// the upper bound of the xwarp rows on this path ([`super::ceiling`]).
+    /// the upper bound of the xwarp rows on this path ([`crate::bench::ceiling`]).
     AfxdpCeiling,
 }
 
