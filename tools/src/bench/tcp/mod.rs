@@ -61,6 +61,7 @@ mod options;
 mod traffic;
 
 use options::*;
+
 pub use options::{parse_args, Options, PairKind, PairResult, Pin, Rps};
 use traffic::*;
 
@@ -70,14 +71,13 @@ use xwarp::toe::{start_xdp_engine, XdpEngine, XdpEngineConfig};
 
 /// Entry point of `xwarp bench tcp`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let opts = match parse_args(&args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
+    // --help / --version: on stdout, status 0; a bad command line: status 2 with the usage.
+    let cli = options::parse_cli(&args).unwrap_or_else(|e| e.exit());
+    let opts = match options::check(cli) {
+        Ok(o) => o,
         Err(e) => {
-            eprintln!("xwarp bench tcp: {e}\n\n{HELP}");
+            let usage = <options::Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp bench tcp: {e}\n\n{usage}\n\nFor more information, try '--help'.");
             return ExitCode::from(2);
         }
     };

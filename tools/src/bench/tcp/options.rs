@@ -6,28 +6,6 @@ use std::time::Duration;
 
 use xwarp::poll_driver::afxdp::XdpMode;
 use xwarp::poll_driver::engine::SpinBudget;
-pub(super) const HELP: &str = "\
-usage: xwarp bench tcp [options]   (root: creates namespaces, a veth pair and XDP programs)
-
-options:
-  --duration SECS      seconds per bulk and per ping-pong run (default 3)
-  --msg-size BYTES     bulk write size (default 65536)
-  --spin-us US         engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000)
-  --app-spin-us US     application spin before sleeping on a socket, µs (default 0)
-  --pin MODE           sides | split | none (default sides; see the docs of xwarp_tools::bench::tcp)
-  --mtu BYTES          IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks,
-                       above 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000)
-  --only LIST          comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
-                       (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each
-                       end, no TCP: the upper bound of the xwarp rows on this path; no ping-pong)
-  --repeat N           rounds over all pairs, interleaved; medians are reported (default 3)
-  --json FILE          also write the results as JSON
-  --net N              the /24 used: 10.88.N.0 (default 90)
-  --xdp-mode MODE      generic | native | auto: how the engines' XDP programs attach to the
-                       veth (default generic, as xwarp bench rdma)
-  --rps MODE           xwarp-kernel | all | none: pairs that run with RPS masks for their side's
-                       core under --pin sides (default xwarp-kernel; see the docs of
-                       xwarp_tools::bench::tcp)";
 
 /// Ping-pong message size (bytes each way).
 pub(super) const PING_SIZE: usize = 64;
@@ -173,21 +151,105 @@ pub(super) fn bad(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// The command line of `xwarp bench tcp` as clap sees it; every value is checked by
+/// [`parse_args`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench tcp",
+    version,
+    about = "TCP over one veth pair: kernel vs xwarp (root: creates namespaces, a veth pair \
+             and XDP programs)"
+)]
+pub(super) struct Cli {
+    /// Seconds per bulk and per ping-pong run (default 3).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<String>,
+    /// Bulk write size (default 65536).
+    #[arg(long = "msg-size", value_name = "BYTES")]
+    msg_size: Option<String>,
+    /// Engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000).
+    #[arg(long = "spin-us", value_name = "US")]
+    spin_us: Option<String>,
+    /// Application spin before sleeping on a socket, µs (default 0).
+    #[arg(long = "app-spin-us", value_name = "US")]
+    app_spin_us: Option<String>,
+    /// sides | split | none (default sides; see the docs of xwarp_tools::bench::tcp).
+    #[arg(long, value_name = "MODE")]
+    pin: Option<String>,
+    /// IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks, above
+    /// 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000).
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<String>,
+    /// Comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
+    /// (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each end, no
+    /// TCP: the upper bound of the xwarp rows on this path; no ping-pong).
+    #[arg(long, value_name = "LIST")]
+    only: Option<String>,
+    /// Rounds over all pairs, interleaved; medians are reported (default 3).
+    #[arg(long, value_name = "N")]
+    repeat: Option<String>,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// The /24 used: 10.88.N.0 (default 90).
+    #[arg(long, value_name = "N")]
+    net: Option<String>,
+    /// generic | native | auto: how the engines' XDP programs attach to the veth (default
+    /// generic, as xwarp bench rdma).
+    #[arg(long = "xdp-mode", value_name = "MODE")]
+    xdp_mode: Option<String>,
+    /// xwarp-kernel | all | none: pairs that run with RPS masks for their side's core under
+    /// --pin sides (default xwarp-kernel; see the docs of xwarp_tools::bench::tcp).
+    #[arg(long, value_name = "MODE")]
+    rps: Option<String>,
+}
+
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--duration", self.duration),
+            ("--msg-size", self.msg_size),
+            ("--spin-us", self.spin_us),
+            ("--app-spin-us", self.app_spin_us),
+            ("--pin", self.pin),
+            ("--mtu", self.mtu),
+            ("--only", self.only),
+            ("--repeat", self.repeat),
+            ("--json", self.json),
+            ("--net", self.net),
+            ("--xdp-mode", self.xdp_mode),
+            ("--rps", self.rps),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
 /// Parse the command line (without `xwarp bench tcp`). `Ok(None)`: help was asked for.
 pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a
-            .to_str()
-            .ok_or_else(|| bad(format!("argument {a:?} is not UTF-8")))?;
-        if a == "--help" || a == "-h" {
-            return Ok(None);
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c).map(Some),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(None)
         }
-        let v = it
-            .next()
-            .and_then(|v| v.to_str())
-            .ok_or_else(|| bad(format!("{a} needs a value")))?;
+        Err(e) => Err(bad(crate::cli::clap_message(&e))),
+    }
+}
+
+/// clap's view of the command line (help and version requests are errors of their kind).
+pub(super) fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench tcp")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// Check every given value and build the options.
+pub(super) fn check(c: Cli) -> io::Result<Options> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
         let num = |v: &str| -> io::Result<u64> {
             v.parse()
                 .map_err(|_| bad(format!("{a}: {v:?} is not a number")))
@@ -264,7 +326,7 @@ pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
             _ => return Err(bad(format!("unknown option {a}"))),
         }
     }
-    Ok(Some(o))
+    Ok(o)
 }
 
 /// Results of one pair.
