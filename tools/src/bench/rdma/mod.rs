@@ -53,7 +53,7 @@ use xwarp::poll_driver::netns::VethPair;
 mod options;
 
 use options::*;
-pub use options::{Options, Pin, Results};
+pub use options::{parse, Options, Pin, Results};
 
 use super::common::{self, process_cores, process_cpu};
 use xwarp::toe::{RxChecksum, XdpEngineConfig};
@@ -64,14 +64,13 @@ use xwarp::verbs::{
 
 /// Entry point of `xwarp bench rdma ARGS...`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let o = match parse(&args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+    // --help / --version: on stdout, status 0; a bad command line: status 2 with the usage.
+    let cli = options::parse_cli(&args).unwrap_or_else(|e| e.exit());
+    let o = match options::check(cli) {
+        Ok(o) => o,
         Err(e) => {
-            eprintln!("xwarp bench rdma: {e}\n\n{USAGE}");
+            let usage = <options::Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp bench rdma: {e}\n\n{usage}\n\nFor more information, try '--help'.");
             return ExitCode::from(2);
         }
     };

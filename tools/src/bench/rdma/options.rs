@@ -6,35 +6,6 @@ use xwarp::toe::RxChecksum;
 
 use xwarp::poll_driver::afxdp::XdpMode;
 use xwarp::poll_driver::engine::SpinBudget;
-pub(super) const USAGE: &str = "\
-usage: xwarp bench rdma [--duration SECS] [--small BYTES] [--net N] [--pin apart|sides|none]
-                        [--spin-us US|forever] [--only TEST,...] [--mtu BYTES]
-                        [--rx-checksum trust-l4|verify] [--xdp-mode generic|native|auto]
-                        [--repeat N]
-
-  --duration SECS   seconds per measurement (default 2)
-  --repeat N        rounds of every test (kernel first in each round, then the ceiling, then
-                    the engines); every value is the median of the rounds (default 1)
-  --small BYTES     message size of the latency tests (default 64)
-  --net N           veth /24 to use: 10.88.N.0/24 (default 90)
-  --pin MODE        apart: engine A on the first core, engine B and the server on the
-                    second, the client on the core of the engine that receives the bulk
-                    data (B's for write_bw, else A's); sides: client + engine A on the first
-                    core, server + engine B on the second; none: no pinning (default
-                    apart). Waiters yield while they poll
-  --spin-us SPIN    engine idle policy: US (busy-spin that long, then sleep), yieldUS
-                    (yield the core that long, then sleep) or forever (default: yield2000)
-  --only TESTS      run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
-                    separated; the others report 0)
-  --mtu BYTES       IP MTU of the veth pair, for both the kernel and the engines (default
-                    1500, at most 60000; above 1778 the engines use 4096-byte UMEM
-                    chunks, above 3826 multi-buffer AF_XDP chains of up to 16 chunks)
-  --rx-checksum C   TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header
-                    only, as `xwarp bench tcp` and the kernel on a veth; MPA CRC still
-                    covers every FPDU) or verify (every checksum) (default trust-l4)
-  --xdp-mode M      how the engines' XDP programs attach to the veth: generic (skb mode),
-                    native (veth driver mode) or auto (native, else generic) (default
-                    generic: less CPU per GB on a veth, see the module docs)";
 
 /// Bulk message size (bandwidth tests and kernel bulk).
 pub(super) const BULK: usize = 64 << 10;
@@ -159,19 +130,104 @@ pub struct Results {
     pub tcp_lat_poll_us: f64,
 }
 
-pub(super) fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str().ok_or("non-UTF-8 argument")?;
-        if a == "-h" || a == "--help" {
-            return Ok(None);
-        }
+/// The command line of `xwarp bench rdma` as clap sees it; every value is checked by
+/// [`check`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench rdma",
+    version,
+    about = "RDMA over one veth pair: xwarp verbs vs kernel TCP (root)"
+)]
+pub(super) struct Cli {
+    /// Seconds per measurement (default 2).
+    #[arg(long = "duration", value_name = "SECS")]
+    duration: Option<String>,
+    /// Rounds of every test (kernel first in each round, then the ceiling, then the
+    /// engines); every value is the median of the rounds (default 1).
+    #[arg(long = "repeat", value_name = "N")]
+    repeat: Option<String>,
+    /// Message size of the latency tests (default 64).
+    #[arg(long = "small", value_name = "BYTES")]
+    small: Option<String>,
+    /// Veth /24 to use: 10.88.N.0/24 (default 90).
+    #[arg(long = "net", value_name = "N")]
+    net: Option<String>,
+    /// apart: engine A on the first core, engine B and the server on the second, the
+    /// client on the core of the engine that receives the bulk data (B's for write_bw, else
+    /// A's); sides: client + engine A on the first core, server + engine B on the second;
+    /// none: no pinning (default apart). Waiters yield while they poll.
+    #[arg(long = "pin", value_name = "MODE")]
+    pin: Option<String>,
+    /// Engine idle policy: US (busy-spin that long, then sleep), yieldUS (yield the core
+    /// that long, then sleep) or forever (default: yield2000).
+    #[arg(long = "spin-us", value_name = "SPIN")]
+    spin_us: Option<String>,
+    /// Run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
+    /// separated; the others report 0).
+    #[arg(long = "only", value_name = "TESTS")]
+    only: Option<String>,
+    /// IP MTU of the veth pair, for both the kernel and the engines (default 1500, at
+    /// most 60000; above 1778 the engines use 4096-byte UMEM chunks, above 3826 multi-buffer
+    /// AF_XDP chains of up to 16 chunks).
+    #[arg(long = "mtu", value_name = "BYTES")]
+    mtu: Option<String>,
+    /// TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header only, as
+    /// `xwarp bench tcp` and the kernel on a veth; MPA CRC still covers every FPDU) or verify
+    /// (every checksum) (default trust-l4).
+    #[arg(long = "rx-checksum", value_name = "C")]
+    rx_checksum: Option<String>,
+    /// How the engines' XDP programs attach to the veth: generic (skb mode), native (veth
+    /// driver mode) or auto (native, else generic) (default generic: less CPU per GB on a
+    /// veth, see the module docs).
+    #[arg(long = "xdp-mode", value_name = "M")]
+    xdp_mode: Option<String>,
+}
 
-        let v = it
-            .next()
-            .and_then(|v| v.to_str())
-            .ok_or(format!("{a} needs a value"))?;
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--duration", self.duration),
+            ("--repeat", self.repeat),
+            ("--small", self.small),
+            ("--net", self.net),
+            ("--pin", self.pin),
+            ("--spin-us", self.spin_us),
+            ("--only", self.only),
+            ("--mtu", self.mtu),
+            ("--rx-checksum", self.rx_checksum),
+            ("--xdp-mode", self.xdp_mode),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// clap's view of the command line (without `xwarp bench rdma`; help and version requests are
+/// errors of their kind).
+pub(super) fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench rdma")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// Parse the command line (without `xwarp bench rdma`). `Ok(None)`: help was asked for.
+pub fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c).map(Some),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(None)
+        }
+        Err(e) => Err(crate::cli::clap_message(&e)),
+    }
+}
+
+/// Check every given value and build the options.
+pub(super) fn check(c: Cli) -> Result<Options, String> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
         match a {
             "--duration" => {
                 let s: f64 = v.parse().map_err(|_| format!("bad --duration {v}"))?;
@@ -239,5 +295,5 @@ pub(super) fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
             _ => return Err(format!("unknown option {a}")),
         }
     }
-    Ok(Some(o))
+    Ok(o)
 }
