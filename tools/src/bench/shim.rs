@@ -25,23 +25,6 @@ use std::time::{Duration, Instant};
 
 use xwarp::poll_driver::netns::{self, VethPair};
 
-const USAGE: &str = "\
-usage: xwarp bench shim [options]   (root: creates namespaces and a veth pair; installs
-                                     redis-server, redis-tools and sockperf with apt if missing)
-
-  --net N          veth /24 to use: 10.88.N.0/24 (default 92)
-  --requests N     redis-benchmark requests per test with -c 50 (default 100000)
-  --latency-requests N
-                   redis-benchmark requests per test with -c 1 (default 20000)
-  --duration SECS  sockperf ping-pong seconds (default 5)
-  --preload PATH   the shim library (default: $XWARP_PRELOAD, else libxwarp_preload.so
-                   next to xwarp or one directory up)
-  --json FILE      also write the results as JSON
-  --only TEST      run only `redis` or only `sockperf` (both stacks); default: both
-
-The servers inherit the environment, so XWARP_SPIN_US, XWARP_ENGINE_SPIN_US and
-XWARP_YIELD reach the shimmed ones. With XWARP_LOG set, each server's stderr is printed.";
-
 /// Options of `xwarp bench shim`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -78,21 +61,84 @@ impl Default for Options {
     }
 }
 
+/// The command line of `xwarp bench shim` as clap sees it; every value is checked by
+/// [`check`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench shim",
+    version,
+    after_help = "The servers inherit the environment, so XWARP_SPIN_US, XWARP_ENGINE_SPIN_US and \
+                  XWARP_YIELD reach the shimmed ones. With XWARP_LOG set, each server's stderr \
+                  is printed.",
+    about = "redis-server and sockperf server under the LD_PRELOAD shim vs the kernel (root: creates namespaces and a veth pair; installs redis-server, redis-tools and sockperf with apt if missing)"
+)]
+struct Cli {
+    /// Veth /24 to use: 10.88.N.0/24 (default 92).
+    #[arg(long = "net", value_name = "N")]
+    net: Option<String>,
+    /// redis-benchmark requests per test with -c 50 (default 100000).
+    #[arg(long = "requests", value_name = "N")]
+    requests: Option<String>,
+    /// redis-benchmark requests per test with -c 1 (default 20000).
+    #[arg(long = "latency-requests", value_name = "N")]
+    latency_requests: Option<String>,
+    /// sockperf ping-pong seconds (default 5).
+    #[arg(long = "duration", value_name = "SECS")]
+    duration: Option<String>,
+    /// The shim library (default: $XWARP_PRELOAD, else libxwarp_preload.so next to xwarp
+    /// or one directory up).
+    #[arg(long = "preload", value_name = "PATH")]
+    preload: Option<String>,
+    /// Also write the results as JSON.
+    #[arg(long = "json", value_name = "FILE")]
+    json: Option<String>,
+    /// Run only `redis` or only `sockperf` (both stacks); default: both.
+    #[arg(long = "only", value_name = "TEST")]
+    only: Option<String>,
+}
+
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--net", self.net),
+            ("--requests", self.requests),
+            ("--latency-requests", self.latency_requests),
+            ("--duration", self.duration),
+            ("--preload", self.preload),
+            ("--json", self.json),
+            ("--only", self.only),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// clap's view of the command line (without `xwarp bench shim`; help and version requests are
+/// errors of their kind).
+fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench shim")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
 /// Parse `args` (after `xwarp bench shim`).
 pub fn parse_args(args: &[OsString]) -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i]
-            .to_str()
-            .ok_or_else(|| format!("argument {:?} is not UTF-8", args[i]))?;
-        if a == "--help" || a == "-h" {
-            return Err(String::new());
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Err(String::new())
         }
-        let v = args
-            .get(i + 1)
-            .and_then(|v| v.to_str())
-            .ok_or_else(|| format!("{a} needs a value"))?;
+        Err(e) => Err(crate::cli::clap_message(&e)),
+    }
+}
+
+/// Check every given value and build the options.
+fn check(c: Cli) -> Result<Options, String> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
         let int = |max: u64| -> Result<u64, String> {
             match v.parse::<u64>() {
                 Ok(n) if n >= 1 && n <= max => Ok(n),
@@ -113,7 +159,6 @@ pub fn parse_args(args: &[OsString]) -> Result<Options, String> {
             },
             _ => return Err(format!("unknown option {a}")),
         }
-        i += 2;
     }
     Ok(o)
 }
@@ -155,18 +200,16 @@ pub struct StackResults {
 
 /// Entry point of `xwarp bench shim ARGS...`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let o = match parse_args(&args) {
+    // --help / --version: on stdout, status 0; a bad command line: status 2 with the usage.
+    let cli = parse_cli(&args).unwrap_or_else(|e| e.exit());
+    let o = match check(cli) {
         Ok(o) => o,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
         Err(e) => {
-            eprintln!("xwarp bench shim: {e}\n\n{USAGE}");
+            let usage = <Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp bench shim: {e}\n\n{usage}\n\nFor more information, try '--help'.");
             return ExitCode::from(2);
         }
-    };
-    // SAFETY: geteuid has no preconditions.
+    }; // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("xwarp bench shim: needs root (network namespaces, veth, AF_XDP)");
         return ExitCode::from(1);
