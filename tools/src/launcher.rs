@@ -17,28 +17,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "\
-usage: xwarp run [options] -- CMD [ARGS...]
-
-Runs CMD with libxwarp_preload.so: its TCP sockets on the engine's address run on the
-xwarp engine (AF_XDP on --iface), everything else stays on the kernel.
-
-options (each sets the XWARP_* variable named in brackets):
-  --iface IF          interface the engine binds AF_XDP to         [XWARP_IFACE]
-  --addr A/P          engine IPv4 address/prefix (not on the kernel) [XWARP_ADDR]
-  --addr6 A/P         engine IPv6 address/prefix                     [XWARP_ADDR6]
-  --gateway A         IPv4 default gateway                           [XWARP_GATEWAY]
-  --ports LIST        wildcard listener ports to accelerate, e.g. 80,8000-8100 [XWARP_PORTS]
-  --connect MODE      outgoing connections: subnet (default), all, none [XWARP_CONNECT]
-  --spin-us N         spin budget of blocking calls in microseconds  [XWARP_SPIN_US]
-  --log LEVEL         off, warn (default), info, debug               [XWARP_LOG]
-  --strict            exit if the engine cannot start               [XWARP_STRICT=1]
-  --preload PATH      the shim library (default: next to xwarp)     [XWARP_PRELOAD]
-
-The shim is looked up at --preload, $XWARP_PRELOAD, next to the xwarp executable, in
-../lib/ and ../lib/xwarp/ relative to it, then in the target directory of the checkout
-xwarp was built from (release/, then debug/): see tools/README.md.";
-
 /// What `xwarp run` will execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -50,16 +28,99 @@ pub struct Plan {
     pub args: Vec<OsString>,
 }
 
-const OPTIONS: &[(&str, &str)] = &[
-    ("--iface", "XWARP_IFACE"),
-    ("--addr", "XWARP_ADDR"),
-    ("--addr6", "XWARP_ADDR6"),
-    ("--gateway", "XWARP_GATEWAY"),
-    ("--ports", "XWARP_PORTS"),
-    ("--connect", "XWARP_CONNECT"),
-    ("--spin-us", "XWARP_SPIN_US"),
-    ("--log", "XWARP_LOG"),
-];
+/// The command line of `xwarp run` as clap sees it. Each option sets the `XWARP_*`
+/// variable named in its help.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp run",
+    version,
+    override_usage = "xwarp run [options] -- CMD [ARGS...]",
+    about = "Runs CMD with libxwarp_preload.so: its TCP sockets on the engine's address run \
+             on the xwarp engine (AF_XDP on --iface), everything else stays on the kernel.",
+    after_help = "The shim is looked up at --preload, $XWARP_PRELOAD, next to the xwarp \
+                  executable, in ../lib/ and ../lib/xwarp/ relative to it, then in the \
+                  target directory of the checkout xwarp was built from (release/, then \
+                  debug/): see tools/README.md."
+)]
+struct Cli {
+    /// Interface the engine binds AF_XDP to [XWARP_IFACE].
+    #[arg(long, value_name = "IF")]
+    iface: Option<OsString>,
+    /// Engine IPv4 address/prefix (not on the kernel) [XWARP_ADDR].
+    #[arg(long, value_name = "A/P")]
+    addr: Option<OsString>,
+    /// Engine IPv6 address/prefix [XWARP_ADDR6].
+    #[arg(long, value_name = "A/P")]
+    addr6: Option<OsString>,
+    /// IPv4 default gateway [XWARP_GATEWAY].
+    #[arg(long, value_name = "A")]
+    gateway: Option<OsString>,
+    /// Wildcard listener ports to accelerate, e.g. 80,8000-8100 [XWARP_PORTS].
+    #[arg(long, value_name = "LIST")]
+    ports: Option<OsString>,
+    /// Outgoing connections: subnet (default), all, none [XWARP_CONNECT].
+    #[arg(long, value_name = "MODE")]
+    connect: Option<OsString>,
+    /// Spin budget of blocking calls in microseconds [XWARP_SPIN_US].
+    #[arg(long = "spin-us", value_name = "N")]
+    spin_us: Option<OsString>,
+    /// off, warn (default), info, debug [XWARP_LOG].
+    #[arg(long, value_name = "LEVEL")]
+    log: Option<OsString>,
+    /// Exit if the engine cannot start [XWARP_STRICT=1].
+    #[arg(long)]
+    strict: bool,
+    /// The shim library (default: see below) [XWARP_PRELOAD].
+    #[arg(long, value_name = "PATH")]
+    preload: Option<PathBuf>,
+    /// The program to run and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+impl Cli {
+    /// The variables the options set, in the order of the options above.
+    fn vars(&mut self) -> Vec<(String, OsString)> {
+        let mut out: Vec<(String, OsString)> = [
+            ("XWARP_IFACE", self.iface.take()),
+            ("XWARP_ADDR", self.addr.take()),
+            ("XWARP_ADDR6", self.addr6.take()),
+            ("XWARP_GATEWAY", self.gateway.take()),
+            ("XWARP_PORTS", self.ports.take()),
+            ("XWARP_CONNECT", self.connect.take()),
+            ("XWARP_SPIN_US", self.spin_us.take()),
+            ("XWARP_LOG", self.log.take()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v?)))
+        .collect();
+        if self.strict {
+            out.push(("XWARP_STRICT".into(), "1".into()));
+        }
+        out
+    }
+}
+
+/// clap's view of `args` (after `xwarp run`); help and version requests are errors of
+/// their kind.
+fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp run")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// A clap error as `plan` reports it.
+fn message(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) if a.starts_with('-') => {
+            format!("unknown option {a}")
+        }
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) => {
+            format!("unexpected {a:?}: put the command after `--`")
+        }
+        _ => crate::cli::clap_message(e),
+    }
+}
 
 /// The shim library's file name.
 const SHIM: &str = "libxwarp_preload.so";
@@ -105,58 +166,13 @@ pub fn plan(
     exe_dir: &Path,
     exists: impl Fn(&Path) -> bool,
 ) -> Result<Plan, String> {
-    let mut out: Vec<(String, OsString)> = Vec::new();
-    let mut preload: Option<PathBuf> = None;
-    let mut i = 0;
-    let cmd_start = loop {
-        let Some(a) = args.get(i) else {
-            return Err("missing `-- CMD`".into());
-        };
-        let s = a
-            .to_str()
-            .ok_or_else(|| format!("option {a:?} is not UTF-8"))?;
-        if s == "--" {
-            break i + 1;
-        }
-        if s == "--strict" {
-            out.push(("XWARP_STRICT".into(), "1".into()));
-            i += 1;
-            continue;
-        }
-        let (name, inline) = match s.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(OsString::from(v))),
-            _ => (s, None),
-        };
-        let value = |i: &mut usize| -> Result<OsString, String> {
-            if let Some(v) = inline.clone() {
-                *i += 1;
-                return Ok(v);
-            }
-            let v = args
-                .get(*i + 1)
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))?;
-            *i += 2;
-            Ok(v)
-        };
-        if name == "--preload" {
-            preload = Some(PathBuf::from(value(&mut i)?));
-            continue;
-        }
-        match OPTIONS.iter().find(|(o, _)| *o == name) {
-            Some((_, var)) => {
-                let v = value(&mut i)?;
-                out.push(((*var).to_string(), v));
-            }
-            None if !s.starts_with('-') => {
-                return Err(format!("unexpected {s:?}: put the command after `--`"));
-            }
-            None => return Err(format!("unknown option {s}")),
-        }
+    let mut cli = parse_cli(args).map_err(|e| message(&e))?;
+    let out = cli.vars();
+    let preload = cli.preload.take();
+    let Some((program, cmd_args)) = cli.command.split_first() else {
+        return Err("no command after `--` (xwarp run [options] -- CMD [ARGS...])".into());
     };
-    let Some(program) = args.get(cmd_start).cloned() else {
-        return Err("no command after `--`".into());
-    };
+    let (program, cmd_args) = (program.clone(), cmd_args.to_vec());
     let has_iface = out.iter().any(|(k, _)| k == "XWARP_IFACE") || env("XWARP_IFACE").is_some();
     if !has_iface {
         return Err("no interface: give --iface (or set XWARP_IFACE)".into());
@@ -180,6 +196,7 @@ pub fn plan(
                 )
             })?,
     };
+    let mut out = out;
     let mut ld = OsString::from(so.as_os_str());
     if let Some(old) = env("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld.push(":");
@@ -189,18 +206,18 @@ pub fn plan(
     Ok(Plan {
         env: out,
         program,
-        args: args[cmd_start + 1..].to_vec(),
+        args: cmd_args,
     })
 }
 
 /// Entry point of `xwarp run ARGS...` (ARGS excludes `xwarp run`).
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args
-        .first()
-        .is_some_and(|a| a == "--help" || a == "-h" || a == "help")
-    {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
+    use clap::error::ErrorKind;
+    if let Err(e) = parse_cli(&args) {
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
     }
     let exe_dir = std::env::current_exe()
         .ok()
@@ -209,7 +226,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let p = match plan(&args, |k| std::env::var_os(k), &exe_dir, |p| p.is_file()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("xwarp run: {e}\n\n{USAGE}");
+            let usage = <Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp run: {e}\n\n{usage}\n\nFor more information, try '--help'.");
             return ExitCode::from(2);
         }
     };
