@@ -312,14 +312,43 @@ pub enum Listener {
     Engine(xwarp::net::TcpListener),
 }
 
+impl NetArgs {
+    /// Whether the engine flags go together (`--iface` with `--addr`; `--gateway` and
+    /// `--rx-checksum` only with them): the tools call it right after parsing, so a bad
+    /// combination is a command-line error (status 2 with the usage).
+    pub fn check(&self) -> Result<(), String> {
+        let e = &self.engine;
+        if e.iface.is_none() && (e.addr.is_some() || e.gateway.is_some()) {
+            return Err("--addr and --gateway need --iface".into());
+        }
+        if e.iface.is_some() && e.addr.is_none() {
+            return Err("--iface needs --addr A.B.C.D/PREFIX (the engine's own address)".into());
+        }
+        if e.iface.is_none() && self.rx_checksum.is_some() {
+            return Err("--rx-checksum needs --iface".into());
+        }
+        Ok(())
+    }
+
+    /// Parse `T` from the process's command line and check its engine flags (`net` of
+    /// it): exits with status 2 and the usage on a bad combination, like clap does.
+    pub fn parse_checked<T: clap::Parser>(net: impl Fn(&T) -> &NetArgs) -> T {
+        let t = T::parse();
+        if let Err(e) = net(&t).check() {
+            T::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, e)
+                .exit();
+        }
+        t
+    }
+}
+
 impl Net {
     /// An engine as the command line's engine flags say, or without them as
     /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
     pub fn from_args(a: &NetArgs) -> Result<Net, String> {
+        a.check()?;
         if a.engine.is_empty() {
-            if a.rx_checksum.is_some() {
-                return Err("--rx-checksum needs --iface".into());
-            }
             return Net::from_env();
         }
         let ifname = a
