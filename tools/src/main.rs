@@ -45,7 +45,8 @@ enum Bench {
     Shim(Passthrough),
 }
 
-/// The arguments of a command that parses its own options (everything after its name).
+/// The arguments of a command with a clap parser of its own (`xwarp run`: `launcher`;
+/// `xwarp bench ...`: `bench::*::options`), which reads everything after its name.
 #[derive(clap::Args, Debug)]
 struct Passthrough {
     #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
@@ -53,8 +54,8 @@ struct Passthrough {
 }
 
 /// The words of `argv` that name the command (`xwarp run`, `xwarp bench tcp`, ...): only
-/// those go through clap for a command that parses its own options, so `--` and the
-/// command's options reach it unchanged.
+/// those go through this parser for a command with a parser of its own, so `--` and the
+/// command's options reach that one unchanged.
 fn command_words(argv: &[OsString]) -> usize {
     let word = |i: usize| argv.get(i).and_then(|a| a.to_str());
     match (word(1), word(2)) {
