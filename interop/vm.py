@@ -58,9 +58,10 @@ if NET_MODE not in ("engine", "kernel"):
     raise SystemExit(f"XWARP_INTEROP_NET must be 'engine' or 'kernel', not {NET_MODE!r}")
 #: Where the guest reaches xwarp peers.
 XWARP_IP = ENGINE_IP if NET_MODE == "engine" else HOST_IP
-#: The examples' XWARP_ENGINE value (examples/support/transport.rs). `,verify`: the engine
-#: verifies every received checksum (the guest runs without offload, so they are complete).
-ENGINE_SPEC = f"xdp:{TAP}:{ENGINE_IP}/{PREFIX},verify"
+#: The engine flags of the xwarp tools (tools/src/support/transport.rs, `NetArgs`):
+#: an engine on tap0 owning ENGINE_IP. `--rx-checksum verify`: the engine verifies every
+#: received checksum (the guest runs without offload, so they are complete).
+ENGINE_ARGS = ["--iface", TAP, "--addr", f"{ENGINE_IP}/{PREFIX}", "--rx-checksum", "verify"]
 NS_PREFIX = "xwi-"
 #: TCP port a guest command may `nc -l -p` on to wait for the host side ("host done").
 DONE_PORT = 7999
@@ -186,8 +187,8 @@ class Guest:
         # the tap carry full checksums and are <= MTU (what an AF_XDP engine on tap0 wants;
         # with offload the guest leaves partial checksums, afxdp-notes.md).
         self.offload = offload
-        # xwarp=True: the case runs xwarp peers. In engine mode they get XWARP_ENGINE (an
-        # engine on tap0 owning ENGINE_IP) and XWARP_PCAP (the engine's own capture: tcpdump
+        # xwarp=True: the case runs xwarp peers. In engine mode they get the engine flags
+        # (engine_args(): an engine on tap0 owning ENGINE_IP) and XWARP_PCAP (the engine's own capture: tcpdump
         # on tap0 does not see AF_XDP-redirected RX nor copy-mode TX, afxdp-notes.md), the
         # guest runs without offload (full checksums, frames <= MTU), and on close the
         # engine captures are merged into `pcap` (tcpdump's view stays in <stem>.tap.pcap).
@@ -254,15 +255,18 @@ class Guest:
         found = self.pcap.parent.glob(f"{self.pcap.stem}.xwarp-*.pcap")
         return sorted(found, key=lambda f: f.stat().st_mtime)
 
+    def engine_args(self) -> list[str]:
+        """Flags that put an xwarp tool on the engine (empty on kernel TCP); they go right
+        after the tool's path."""
+        return list(ENGINE_ARGS) if self.engine else []
+
     def engine_env(self) -> dict[str, str]:
-        """Environment that puts an xwarp program on the engine (empty on kernel TCP)."""
-        if not self.engine:
+        """Environment of the programs in the namespace: the engine's capture file
+        (XWARP_PCAP; empty on kernel TCP)."""
+        if not self.engine or not self.pcap:
             return {}
-        env = {"XWARP_ENGINE": ENGINE_SPEC}
-        if self.pcap:
-            # %p: the process id (examples/support/transport.rs), one file per process.
-            env["XWARP_PCAP"] = str(self.pcap.parent / f"{self.pcap.stem}.xwarp-%p.pcap")
-        return env
+        # %p: the process id (tools/src/support/transport.rs), one file per process.
+        return {"XWARP_PCAP": str(self.pcap.parent / f"{self.pcap.stem}.xwarp-%p.pcap")}
 
     def _merge_engine_pcaps(self) -> None:
         """mergecap the engine captures into `pcap` (chronologically)."""

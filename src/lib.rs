@@ -13,18 +13,7 @@ pub use xwarp_poll_driver as poll_driver;
 pub use xwarp_rdmap as rdmap;
 pub use xwarp_stack as stack;
 
-pub mod bench;
-pub mod demo;
-pub mod launcher;
+pub use xwarp_verbs as verbs;
+
 pub mod net;
-pub mod perftest;
 pub mod toe;
-
-pub mod verbs {
-    //! RDMA verbs and a connection manager on an xwarp engine: the [`xwarp_verbs`]
-    //! crate, re-exported (its crate docs describe the objects).
-    pub use xwarp_verbs::*;
-
-    /// The perftest-style tools, at their old path (they move to the `tools` crate).
-    pub use crate::perftest;
-}

@@ -277,30 +277,3 @@ fn xdp_local_invalidate() {
     expect_events(&c.qp, &[received]);
     assert_eq!(dst.to_vec(0, 6).unwrap(), b"before");
 }
-
-/// The perftest tools in interface mode (`--veth`): both ends on AF_XDP engines over a
-/// veth pair; every iteration completes and is reported.
-#[test]
-fn xdp_perftest_veth_mode_reports_every_iteration() {
-    require_root_and_afxdp!();
-    use xwarp::verbs::perftest::{parse, run_veth, Test};
-    for (test, args) in [
-        (Test::WriteBw, &["--veth", "-s", "65536", "-n", "300"][..]),
-        (Test::SendLat, &["--veth", "-s", "64", "-n", "300"][..]),
-    ] {
-        let o = parse(test, args.iter().map(Into::into).collect()).expect("options");
-        assert!(o.veth);
-        let out = run_veth(test, &o).unwrap_or_else(|e| panic!("{test:?}: {e}"));
-        assert!(out.contains("AF_XDP on a veth pair"), "{out}");
-        let line = out
-            .lines()
-            .skip_while(|l| !l.contains("#bytes"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("{out}"));
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cols[0], args[2], "{out}");
-        assert_eq!(cols[1], "300", "{out}");
-    }
-    let both = ["--veth", "--vwire"].iter().map(Into::into).collect();
-    assert!(parse(Test::WriteBw, both).is_err());
-}

@@ -296,8 +296,9 @@ def v2_block(pd_hex: str) -> dict | None:
             "write_rtr": bool(b & 0x8000), "read_rtr": bool(b & 0x4000), "ord": b & 0x3FFF}
 
 
-def build_examples(names: list[str], repo: Path | None = None) -> dict[str, Path]:
-    """cargo build --release these examples (CARGO_TARGET_DIR or repo/target); name -> path.
+def build_tools(names: list[str], repo: Path | None = None) -> dict[str, Path]:
+    """cargo build --release these binaries of xwarp-tools (CARGO_TARGET_DIR or
+    repo/target); name -> path.
 
     A failed build with an existing binary is used with a loud warning (the shared tree may
     be mid-edit elsewhere); with no binary it raises RuntimeError.
@@ -307,13 +308,13 @@ def build_examples(names: list[str], repo: Path | None = None) -> dict[str, Path
     # shared tree is mid-edit).
     repo = repo or Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
     target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
-    argv = ["cargo", "build", "--release"]
+    argv = ["cargo", "build", "--release", "-p", "xwarp-tools"]
     for n in names:
-        argv += ["--example", n]
+        argv += ["--bin", n]
     t0 = time.monotonic()
     p = subprocess.run(argv, cwd=repo, env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    out = {n: target / "release" / "examples" / n for n in names}
+    out = {n: target / "release" / n for n in names}
     if p.returncode != 0:
         print(p.stdout[-3000:], flush=True)
         missing = [n for n, b in out.items() if not b.exists()]
@@ -471,12 +472,12 @@ def case_verdict(c: Checks, name: str, t0: float, failed_at: str | None = None) 
     return 0 if c.ok() else 1
 
 
-def build_example(c: Checks, name: str) -> Path | None:
-    """Build examples/<name> (checked); None if the build failed."""
+def build_tool(c: Checks, name: str) -> Path | None:
+    """Build the xwarp-tools binary <name> (checked); None if the build failed."""
     try:
-        return build_examples([name])[name]
+        return build_tools([name])[name]
     except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check(f"build examples/{name}", False, str(e))
+        c.check(f"build {name}", False, str(e))
         return None
 
 

@@ -3,7 +3,7 @@
 default siw (mpa_crc_required off).
 
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 20`, twice in a row.
-Host: examples/rping_interop.rs (sans-IO Connection over kernel TCP) as the rping client,
+Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) (sans-IO Connection over kernel TCP) as the rping client,
   run 1 with `--crc` (Request C=1), run 2 without.
 Checks: run 1: siw echoes C=1 in its Reply (iwarp-wire.md §4.3), we report crc=true, and
 every FPDU in both directions carries a Good CRC32 (tshark) — none bad; run 2: C=0 both
@@ -24,7 +24,7 @@ import time
 
 from common import (HERE, RPING_PORT, check_stream_clean,
                     crc_verdicts, run_host, tshark_streams, vm)
-from common import build_example, case_start, case_verdict, print_host_run
+from common import build_tool, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_crc"
 SIZE = 4096
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=90.0)
     a = ap.parse_args()
     out, t0, c = case_start(a)
-    binary = build_example(c, "rping_interop")
+    binary = build_tool(c, "xwarp-rping-interop")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -51,8 +51,9 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, flags, _ in RUNS:
-            argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                    "-C", str(COUNT)] + flags
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT)] + flags
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r

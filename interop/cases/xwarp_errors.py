@@ -2,7 +2,7 @@
 """Case (issue 5 case 6): error paths between xwarp and siw.
 
 One guest (siw default), two runs:
-  A. invalid STag: guest `rping -s -S 64 -C 1`; host examples/rping_interop.rs `--bad-stag`
+  A. invalid STag: guest `rping -s -S 64 -C 1`; host tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) `--bad-stag`
      connects and RDMA-Writes 64 bytes to an STag siw never registered (0xbad0005a). siw must
      send a Terminate and close (iwarp-wire.md §4.5/§4.6). Checks: the Terminate's bytes in
      the capture — QN 2, MSN 1, MO 0, control `11 00 03 00` = DDP layer / tagged-buffer
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from common import (HERE, RPING_PORT, TSHARK_BASE, check_stream_clean,
                     run_host, tshark_streams, vm)
-from common import build_example, case_start, case_verdict
+from common import build_tool, case_start, case_verdict
 
 NAME = "xwarp_errors"
 BAD_STAG = 0xBAD0005A
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=90.0)
     a = ap.parse_args()
     out, t0, c = case_start(a)
-    binary = build_example(c, "rping_interop")
+    binary = build_tool(c, "xwarp-rping-interop")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -74,7 +74,7 @@ def main() -> int:
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
-        base = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT)]
+        base = [str(binary)] + g.engine_args() + ["-a", vm.GUEST_IP, "-p", str(RPING_PORT)]
         ra = run_host(g, base + ["-S", "64", "--bad-stag"], deadline)
         print(f"  [host] A: rc={ra[0]} in {ra[3]:.1f} s\n{ra[1].strip()}\n{ra[2].strip()[-800:]}",
               flush=True)

@@ -4,7 +4,7 @@ siw rping server as the responder.
 
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 10` per run (the last one under
 `timeout`, it may never see a usable connection).
-Host: examples/rping_interop.rs `--p2p TYPES`:
+Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) `--p2p TYPES`:
   1. `write,read`: siw must answer A=1 with exactly the Write RTR (iwarp-wire.md §4.3:
      Write if offered); our first FPDU is the zero-length RDMA Write (opcode 0); then 10
      verified rping iterations.
@@ -30,7 +30,7 @@ import time
 
 from common import (HERE, RPING_PORT, check_stream_clean, run_host,
                     tshark_streams, v2_block, vm)
-from common import build_example, case_start, case_verdict, print_host_run
+from common import build_tool, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_p2p"
 SIZE = 4096
@@ -50,7 +50,7 @@ def main() -> int:
     a = ap.parse_args()
     runs = RUNS if a.send_only else RUNS[:2]
     out, t0, c = case_start(a)
-    binary = build_example(c, "rping_interop")
+    binary = build_tool(c, "xwarp-rping-interop")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -65,8 +65,9 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for label, types, _, _ in runs:
-            argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                    "-C", str(COUNT), "--p2p", types]
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT), "--p2p", types]
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r

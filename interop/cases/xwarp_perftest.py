@@ -2,7 +2,7 @@
 """Case (issue 5 case 5): perftest with `-R` — siw runs the perftest SERVER
 (`ib_write_bw -R`, `ib_read_bw -R`, `ib_send_bw -R`; Debian perftest 4.5+0.17 = perftest
 6.06), xwarp runs
-the client (examples/perftest_peer.rs), speaking perftest's control protocol over a "comm"
+the client (tools/src/bin/perftest_peer.rs (`xwarp-perftest-peer`)), speaking perftest's control protocol over a "comm"
 rdma_cm connection and running the test on a second connection (iwarp-wire.md §5.4; the
 exact 6.06 sequence is in the example's module docs).
 
@@ -31,7 +31,7 @@ import time
 
 from common import (HERE, NO_RPCRDMA, check_stream_clean, crc_verdicts, run_host,
                     stream_bytes, tshark_streams, vm, walk_fpdus)
-from common import build_example, case_start, case_verdict, print_host_run
+from common import build_tool, case_start, case_verdict, print_host_run
 
 NAME = "xwarp_perftest"
 PORT = 18515
@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--siw", default="crc", choices=["crc", "default"])
     a = ap.parse_args()
     out, t0, c = case_start(a)
-    binary = build_example(c, "perftest_peer")
+    binary = build_tool(c, "xwarp-perftest-peer")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     crc = a.siw == "crc"
@@ -64,9 +64,10 @@ def main() -> int:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
         for t in TESTS:
-            argv = [str(binary), "-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
-                    "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
-                        ["--crc"] if crc else [])
+            argv = [str(binary)] + g.engine_args() + [
+                "-a", vm.GUEST_IP, "-p", str(PORT), "--test", t,
+                "-s", str(SIZE), "-n", str(ITERS), "--rx-depth", str(RX_DEPTH)] + (
+                    ["--crc"] if crc else [])
             r = run_host(g, argv, deadline)
             print_host_run(t, r)
             rc, so, se, dt = r

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Case (issue 5 case 4): librdmacm's `rdma_server` / `rdma_client` examples (rdmacm-utils,
-librdmacm/examples/rdma_{server,client}.c) against examples/rdma_cm_echo.rs, both directions.
+librdmacm/examples/rdma_{server,client}.c) against `xwarp-rdma-cm-echo`
+(tools/src/bin/rdma_cm_echo.rs), both directions.
 
 The exchange (port 7471): the client posts a 16-byte receive, connects, Sends 16 bytes and
 waits for the server's 16-byte Send; the server posts its receive, accepts, waits for the
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from common import (HERE, TSHARK_BASE, check_stream_clean, run_host,
                     tshark_streams, vm)
-from common import build_example, case_start, case_verdict
+from common import build_tool, case_start, case_verdict
 
 NAME = "xwarp_rdma_cm"
 PORT = 7471
@@ -58,7 +59,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=80.0)
     a = ap.parse_args()
     out, t0, c = case_start(a)
-    binary = build_example(c, "rdma_cm_echo")
+    binary = build_tool(c, "xwarp-rdma-cm-echo")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -66,7 +67,8 @@ def main() -> int:
                  f"rdma_server -p {PORT}; echo \"XW-SERVER rc=$?\"")
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
-        srv = g.netns_popen([str(binary), "-s", "-a", vm.XWARP_IP, "-p", str(PORT)],
+        srv = g.netns_popen([str(binary)] + g.engine_args()
+                            + ["-s", "-a", vm.XWARP_IP, "-p", str(PORT)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         g.start()
         deadline = time.monotonic() + a.timeout - 10
@@ -78,7 +80,8 @@ def main() -> int:
             s_out, s_err = srv.communicate()
             s_rc = None
         print(f"  [host] our server: rc={s_rc}\n{s_out.strip()}\n{s_err.strip()[-800:]}", flush=True)
-        cl = run_host(g, [str(binary), "-c", "-a", vm.GUEST_IP, "-p", str(PORT)], deadline)
+        cl = run_host(g, [str(binary)] + g.engine_args()
+                      + ["-c", "-a", vm.GUEST_IP, "-p", str(PORT)], deadline)
         print(f"  [host] our client: rc={cl[0]} in {cl[3]:.1f} s\n{cl[1].strip()}\n"
               f"{cl[2].strip()[-800:]}", flush=True)
         res = g.wait()

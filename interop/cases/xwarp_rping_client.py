@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Case: xwarp's rping CLIENT (examples/rping.rs, kernel TCP) -> rdma-core `rping -s` on siw.
+"""Case: xwarp's rping CLIENT (tools/src/bin/rping.rs (`xwarp-rping`), kernel TCP) -> rdma-core `rping -s` on siw.
 
 Guest: `rping -s -a 10.77.0.2 -S <size> -C <count>` for sizes 64, 4096 and 65535 in turn
 (rping's -S maximum is 65535: RPING_BUFSIZE - 1), once with the default siw (CRC off) and
 once with siw-crc.ko (`mpa_crc_required`).
-Host (netns): `rping -c -a 10.77.0.2 -S <size> -C <count> -V` built from examples/rping.rs
+Host (netns): `rping -c -a 10.77.0.2 -S <size> -C <count> -V` built from tools/src/bin/rping.rs (`xwarp-rping`)
 (the sans-IO Connection over a kernel TCP socket); with siw-crc it also requests CRC
 (XWARP_MPA_CRC=1). Each iteration is Send / Read / Send / Send / Write / Send
 (iwarp-wire.md §5.2); -V compares the buffers after every iteration.
@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from common import HERE, RPING_PORT, Checks, TSHARK_BASE, vm
-from common import case_start, case_verdict, tshark_rows
+from common import build_tools, case_start, case_verdict, tshark_rows
 
 NAME = "xwarp_rping_client"
 #: Peer exit status: our client terminated a siw Write for a segment out of sequence (DDP
@@ -36,28 +37,14 @@ SIW_WRITE_SKIP = 3
 SIZES = (64, 4096, 65535)
 #: -C per run (the brief asks for 100; TCG handles it, see the timings in the log).
 COUNT = 100
-REPO = HERE.parent.parent
 #: tshark reads only this many frames of a capture (the 65535-byte runs make it large).
 TSHARK_FRAMES = 4000
 
 
 def build_rping() -> Path:
-    """Build examples/rping.rs once (cargo is a no-op when it is up to date)."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
-    t0 = time.monotonic()
-    p = subprocess.run(["cargo", "build", "--release", "--example", "rping"], cwd=REPO,
-                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    binary = target / "release" / "examples" / "rping"
-    if p.returncode != 0:
-        print(p.stdout[-3000:], flush=True)
-        if not binary.exists():
-            raise RuntimeError("cargo build --example rping failed")
-        # The shared workspace may be mid-edit elsewhere; an older build still tests the
-        # wire, but say so loudly.
-        print(f"  [case] WARNING: build failed, using the existing {binary}", flush=True)
-    print(f"  [case] built {binary} ({time.monotonic() - t0:.1f} s)", flush=True)
-    return binary
+    """Build xwarp-rping (tools/src/bin/rping.rs) once (cargo is a no-op when it is up to
+    date)."""
+    return build_tools(["xwarp-rping"])["xwarp-rping"]
 
 
 def tshark_summary(pcap: Path) -> dict:
@@ -119,7 +106,7 @@ def capture_checks(c: Checks, pcap: Path, label: str, crc: bool, runs: int) -> N
         c.eq(f"{label} tshark: no CRC checked with CRC off", s["good_crc"] + s["bad_crc"], 0)
 
 
-def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
+def peer(binary: str, engine: list[str], crc: bool, count: int, deadline_s: float) -> int:
     """Host side: run our client once per size, retrying only while the guest server is
     not listening yet."""
     c = Checks("host")
@@ -127,7 +114,7 @@ def peer(binary: str, crc: bool, count: int, deadline_s: float) -> int:
     env = dict(os.environ, XWARP_MPA_CRC="1" if crc else "0")
     write_skip = False
     for size in SIZES:
-        argv = [binary, "-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(size),
+        argv = [binary] + engine + ["-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(size),
                 "-C", str(count), "-V"] + (["-v"] if size == 64 else [])
         while True:
             t0 = time.monotonic()
@@ -200,7 +187,8 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int,
     with vm.Guest(guest_cmd, siw=siw, timeout=timeout, pcap=pcap,
                   console_log=out / f"{NAME}_{siw}.console", xwarp=True) as g:
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer",
-                           "--bin", str(binary), "--count", str(count),
+                           "--bin", str(binary), "--engine", shlex.join(g.engine_args()),
+                           "--count", str(count),
                            "--deadline", str(timeout - 10)] + (["--crc"] if crc else []))
         g.start()
         res = g.wait()
@@ -228,6 +216,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bin", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="", help=argparse.SUPPRESS)
     ap.add_argument("--crc", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=100.0, help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, default=COUNT, help="rping -C per size")
@@ -236,13 +225,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=80.0, help="bound per guest run (s)")
     a = ap.parse_args()
     if a.peer:
-        return peer(a.bin, a.crc, a.count, a.deadline)
+        return peer(a.bin, shlex.split(a.engine), a.crc, a.count, a.deadline)
 
     out, t0, c = case_start(a)
     try:
         binary = build_rping()
     except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rping", False, str(e))
+        c.check("build xwarp-rping", False, str(e))
         return case_verdict(c, NAME, t0, "build")
     for siw in ("default", "crc"):
         # At most two reruns of a variant, and only on the siw race above (verified in the

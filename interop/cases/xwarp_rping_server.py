@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Case: rdma-core `rping -c` on siw -> xwarp's rping SERVER (examples/rping.rs, kernel TCP).
+"""Case: rdma-core `rping -c` on siw -> xwarp's rping SERVER (tools/src/bin/rping.rs (`xwarp-rping`), kernel TCP).
 
-Host (netns): `rping -s -a 10.77.0.3 -S <size>` (vm.XWARP_IP) built from examples/rping.rs, one run per
+Host (netns): `rping -s -a 10.77.0.3 -S <size>` (vm.XWARP_IP) built from tools/src/bin/rping.rs (`xwarp-rping`), one run per
 size (64, 4096, 65535; rping's -S maximum is 65535), each serving one connection.
 Guest: `rping -c -a 10.77.0.3 -S <size> -C <count> -V` (+ `-v` for 64 bytes), once with
 the default siw (CRC off) and once with siw-crc.ko, whose Request carries C=1 so our
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -31,12 +32,12 @@ NAME = "xwarp_rping_server"
 COUNT = 100
 
 
-def peer(binary: str, deadline_s: float) -> int:
+def peer(binary: str, engine: list[str], deadline_s: float) -> int:
     """Host side: our server, once per size (it exits when the client disconnects)."""
     c = Checks("host")
     deadline = time.monotonic() + deadline_s
     for size in SIZES:
-        argv = [binary, "-s", "-a", vm.XWARP_IP, "-p", str(RPING_PORT), "-S", str(size)]
+        argv = [binary] + engine + ["-s", "-a", vm.XWARP_IP, "-p", str(RPING_PORT), "-S", str(size)]
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -62,7 +63,8 @@ def run_variant(c: Checks, out: Path, binary: Path, siw: str, count: int, timeou
     with vm.Guest(guest_cmd, siw=siw, timeout=timeout, pcap=pcap,
                   console_log=out / f"{NAME}_{siw}.console", xwarp=True) as g:
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer",
-                           "--bin", str(binary), "--deadline", str(timeout - 10)])
+                           "--bin", str(binary), "--engine", shlex.join(g.engine_args()),
+                           "--deadline", str(timeout - 10)])
         g.start()
         res = g.wait()
         try:
@@ -90,6 +92,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bin", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=100.0, help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, default=COUNT, help="rping -C per size")
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
@@ -97,13 +100,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=80.0, help="bound per guest run (s)")
     a = ap.parse_args()
     if a.peer:
-        return peer(a.bin, a.deadline)
+        return peer(a.bin, shlex.split(a.engine), a.deadline)
 
     out, t0, c = case_start(a)
     try:
         binary = build_rping()
     except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build examples/rping", False, str(e))
+        c.check("build xwarp-rping", False, str(e))
         return case_verdict(c, NAME, t0, "build")
     for siw in ("default", "crc"):
         run_variant(c, out, binary, siw, a.count, a.timeout)

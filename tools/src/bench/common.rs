@@ -1,0 +1,135 @@
+//! Helpers the benches share: the engines' buffer and UMEM sizing for an MTU, CPU time of
+//! a thread or the process, the bulk data pattern, and the cores the process may use.
+
+use std::time::Duration;
+
+use xwarp::poll_driver::afxdp::{ChunkSize, XDP_PACKET_HEADROOM};
+
+/// The engines' TCP socket buffers for an IP MTU: 64 segments, at least 256 KiB, at most
+/// 2 MiB (the application rings get half of it, at least 256 KiB). Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
+/// 256 KiB vs ~3.9 with 1 MiB and ~1.9 with 4 MiB), but 256 KiB holds only ~4 segments at
+/// MTU 60000 and the sender stalls on every ACK: measured xwarp-xwarp at MTU 60000 17.2
+/// Gbit/s with 256 KiB, 20.2 with 512 KiB, 20.7 with 2 MiB; at 16000 14.7 -> 17.0 with 1 MiB;
+/// at 9000 13.1 -> 13.5 with 1 MiB.
+pub fn socket_buffer(mtu: usize) -> usize {
+    (64 * mtu.saturating_sub(40)).clamp(256 << 10, 2 << 20)
+}
+
+/// The UMEM layout the benches' AF_XDP sockets use for an IP MTU: 4096-byte chunks when a
+/// 2048-byte chunk cannot hold the frame, and multi-buffer chains (`multi_buffer`) when a
+/// 4096-byte chunk cannot either.
+pub fn umem_for_mtu(mtu: usize) -> (ChunkSize, bool) {
+    let frame = mtu + 14;
+    let chunk = if frame > ChunkSize::C2048.max_frame_size() {
+        ChunkSize::C4096
+    } else {
+        ChunkSize::C2048
+    };
+    (chunk, frame > ChunkSize::C4096.max_frame_size())
+}
+
+/// RX UMEM chunks for an engine whose one bulk connection advertises `rx_buffer` bytes of
+/// receive window at IP MTU `mtu` (see [`xwarp::toe::XdpEngineConfig::rx_frames`]): the
+/// chunks a full window of full-sized frames occupies, plus a quarter, plus 64 for ACKs
+/// and other small frames.
+///
+/// Why not the 2048-chunk default: the kernel fills RX chunks in address order, so the
+/// whole area cycles through the cache, and over a veth that copy runs on the sending
+/// engine's core, the bottleneck. At MTU 60000 the default area is 7.5 MiB; the copy into
+/// it took 15-23% of the sending core against 10-14% with 768 chunks (3 interleaved pairs
+/// of 3 s `perf` samples of write_bw, which ran 19.4 / 18.3 / 22.2 Gbit/s against
+/// 21.6 / 24.3 / 23.3).
+pub fn rx_frames_for(mtu: usize, rx_buffer: usize) -> u32 {
+    let (chunk, multi_buffer) = umem_for_mtu(mtu);
+    // TCP payload of a full frame (20-byte IP and TCP headers, 12 bytes of timestamps).
+    let mss = mtu.saturating_sub(52).max(1);
+    let frames = rx_buffer.div_ceil(mss);
+    let per_frame = if multi_buffer {
+        // Copy-mode multi-buffer RX chunks carry chunk - XDP_PACKET_HEADROOM bytes each.
+        let data = chunk.bytes() as usize - XDP_PACKET_HEADROOM as usize;
+        (mtu + 14).div_ceil(data)
+    } else {
+        1
+    };
+    let chunks = frames * per_frame;
+    u32::try_from(chunks + chunks / 4 + 64).unwrap_or(u32::MAX)
+}
+
+/// (user + system) CPU time of the calling thread.
+pub fn thread_cpu() -> Duration {
+    // SAFETY: all-zero is a valid `rusage`; getrusage only writes into it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a live rusage; RUSAGE_THREAD is a valid `who`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU time (user + system) of this process so far, from `/proc/self/stat` (clock ticks
+/// of 10 ms: USER_HZ is 100 on Linux). Without `CONFIG_IRQ_TIME_ACCOUNTING` the softirq
+/// work a thread triggers (veth transmit and receive, TCP input) is charged to it, so the
+/// kernel pair and the engines are measured alike. Zero when unreadable.
+pub fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((tick(11) + tick(12)) * 10)
+}
+
+/// Period of the bulk data pattern: a prime, so the pattern repeats at no power of two
+/// (a segment misplaced by a power-of-two offset is caught).
+pub const PATTERN_PERIOD: u64 = 65521;
+
+/// The pattern byte at stream offset `i`.
+pub fn pattern(i: u64) -> u8 {
+    let j = i % PATTERN_PERIOD;
+    (j ^ (j >> 8) ^ (j >> 13).wrapping_mul(31)) as u8
+}
+
+/// The cores this process may use, read once (`xwarp bench rdma` asks before it pins anything):
+/// `core_affinity::get_core_ids` reports the *calling thread's* mask, so asking after the
+/// main thread pinned itself to side A would put every later thread on that one core.
+pub fn process_cores() -> &'static [core_affinity::CoreId] {
+    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full receive window of full-sized frames fits the RX area with room to spare, and
+    /// the area is far below the 2048-chunk default at the bench MTUs.
+    #[test]
+    fn rx_frames_cover_a_full_window_of_full_frames() {
+        for mtu in [1500usize, 4000, 9000, 16000, 60000] {
+            let window = socket_buffer(mtu);
+            let n = rx_frames_for(mtu, window) as usize;
+            let (chunk, multi) = umem_for_mtu(mtu);
+            let per_frame = if multi {
+                (mtu + 14).div_ceil(chunk.bytes() as usize - 256)
+            } else {
+                1
+            };
+            let full_frames = window.div_ceil(mtu - 52);
+            assert!(
+                n >= full_frames * per_frame + 64,
+                "mtu {mtu}: {n} chunks for {full_frames} frames of {per_frame}"
+            );
+            assert!(n < 2048, "mtu {mtu}: {n}");
+        }
+        // MTU 60000: 2 MiB window, 16 chunks a frame.
+        assert_eq!(rx_frames_for(60000, 2 << 20), 764);
+    }
+}

@@ -1,0 +1,16 @@
+//! Benchmarks (`xwarp bench ...`): side-by-side measurements against the kernel.
+//!
+//! * `xwarp bench tcp`: kernel↔kernel, xwarp↔kernel and xwarp↔xwarp over one veth pair
+//!   between two namespaces it creates (root): bulk throughput, 64-byte ping-pong half
+//!   round trip, CPU time per GB. See [`tcp`].
+//! * `xwarp bench rdma`: xwarp RDMA (Write/Read bandwidth, Write/Send latency) against
+//!   kernel TCP bulk and ping-pong over one veth pair (root). See [`rdma`].
+//! * `xwarp bench shim`: redis-server and sockperf server under the LD_PRELOAD shim vs on
+//!   the kernel, redis-benchmark and sockperf ping-pong clients on the kernel (root). See
+//!   [`shim`].
+
+pub mod ceiling;
+pub mod common;
+pub mod rdma;
+pub mod shim;
+pub mod tcp;

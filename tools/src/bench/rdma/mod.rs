@@ -1,0 +1,991 @@
+//! `xwarp bench rdma`: xwarp RDMA (iWARP over the xwarp TCP engine on AF_XDP) against
+//! kernel TCP moving the same bytes in the same sizes, over one veth pair between two
+//! namespaces it creates (root).
+//!
+//! * xwarp↔xwarp: two verbs engines ([`xwarp::verbs::Context::start_xdp`]) at
+//!   `10.88.<net>.10` (veth-a) and `.20` (veth-b), MPA CRC on both sides:
+//!   write_bw and read_bw (64 KiB messages, 16 outstanding), write_lat and send_lat
+//!   (small messages, ping-pong, one-way = half the round trip).
+//! * kernel↔kernel on the same veth (`.1` ↔ `.2`): bulk (64 KiB writes) and ping-pong
+//!   (small messages, half round trip), `TCP_NODELAY`.
+//!
+//! Placement (`--pin apart`, the default): engine A on the first core, engine B on the
+//! second; the client thread (it posts requests and reaps completions) on the core of the
+//! engine that *receives* the bulk data: B's for write_bw, A's for read_bw and the latency
+//! tests; the server thread on the second core. The kernel pair: writer (client) on the
+//! first core, reader on the second. Why the client moves for write_bw: the sending
+//! engine's core also does the kernel's copy-mode AF_XDP work of both sides (its `sendto`
+//! runs the veth, the peer's XDP program and the copy into the peer's UMEM), so it is
+//! the bottleneck, and a client sharing it costs a wakeup and two context switches per
+//! signaled completion there. Measured at MTU 60000, 3 interleaved pairs of runs:
+//! 20.1 / 24.5 / 25.4 Gbit/s with the client on B's core against 19.1 / 20.8 / 22.7 on
+//! A's. `--pin sides` keeps the client on A's core in every test (side A: client +
+//! engine A, side B: server + engine B). Ping-pong waiters yield their core while they
+//! poll (the engine of their side shares it), and so do idle engines
+//! (`SpinBudget::Yield`, see `engine_spin`); `--pin none` leaves placement to the
+//! scheduler. `--mtu` changes the veth MTU for both pairs.
+//!
+//! Bandwidth, honestly: the RDMA source buffer holds a pattern that is checked where it
+//! lands (an untouched MR is the shared zero page, always in cache); the kernel pair moves
+//! the same 2 MiB of 64 KiB messages into the same rotating 2 MiB; the kernel runs with its
+//! default receive path (no RPS: with RPS it lost half its bulk rate here, which is why
+//! `xwarp bench tcp` once reported a kernel half as fast). Each bandwidth row also reports
+//! the process CPU seconds per GB moved, which is steadier than Gbit/s on a shared machine.
+//!
+//! XDP mode: generic (skb) by default. Measured on a veth, 5 interleaved runs of write_bw:
+//! MTU 1500 2.49-2.65 CPU s/GB generic vs 2.94-3.08 native (Gbit/s median 4.8 vs 2.3, noisy);
+//! MTU 9000 1.15-1.35 vs 1.21-1.43 (no clear difference).
+//!
+//! Prints a table with ratios and one JSON object.
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use xwarp::poll_driver::afxdp::AfXdpNic;
+use xwarp::poll_driver::backend::Backend;
+use xwarp::poll_driver::engine::SpinBudget;
+use xwarp::poll_driver::netns::VethPair;
+
+mod options;
+
+use options::*;
+pub use options::{parse, Options, Pin, Results};
+
+use super::common::{self, process_cores, process_cpu};
+use xwarp::toe::{RxChecksum, XdpEngineConfig};
+use xwarp::verbs::{
+    Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context, MemoryRegion,
+    ProtectionDomain, QpInitAttr, QueuePair, SendRequest, WorkCompletion,
+};
+
+/// Entry point of `xwarp bench rdma ARGS...`.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    // --help / --version: on stdout, status 0; a bad command line: status 2 with the usage.
+    let cli = options::parse_cli(&args).unwrap_or_else(|e| e.exit());
+    let o = match options::check(cli) {
+        Ok(o) => o,
+        Err(e) => {
+            let usage = <options::Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp bench rdma: {e}\n\n{usage}\n\nFor more information, try '--help'.");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(r) => {
+            print!("{}", table(&o, &r));
+            println!("{}", json(&o, &r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xwarp bench rdma: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// One connected end.
+struct End {
+    pd: ProtectionDomain,
+    qp: QueuePair,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    buf: MemoryRegion,
+}
+
+fn ok(wc: WorkCompletion) -> io::Result<WorkCompletion> {
+    if wc.status == CompletionStatus::Success {
+        Ok(wc)
+    } else {
+        Err(err(format!("completion failed: {wc:?}")))
+    }
+}
+
+fn end(ctx: &Context<AfXdpNic>, len: usize) -> io::Result<End> {
+    let dev = ctx.device();
+    let pd = dev.alloc_pd();
+    let scq = dev.create_cq(1024)?;
+    let rcq = dev.create_cq(1024)?;
+    let acc = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let buf = pd.alloc_mr(len, acc, false)?;
+    let mut at = QpInitAttr::new(&scq, &rcq);
+    at.max_send_wr = DEPTH * 4;
+    at.max_recv_wr = 64;
+    at.max_inline_data = 256;
+    at.mpa.crc = true;
+    let qp = pd.create_qp(&at)?;
+    Ok(End {
+        pd,
+        qp,
+        scq,
+        rcq,
+        buf,
+    })
+}
+
+fn connect(
+    a: &Context<AfXdpNic>,
+    b: &Context<AfXdpNic>,
+    addr: SocketAddr,
+) -> io::Result<(End, End)> {
+    let listener = b.device().listen(addr, 4)?;
+    let len = BULK * DEPTH * 2;
+    let c = end(a, len)?;
+    let s = end(b, len)?;
+    c.qp.connect(
+        addr,
+        ConnectParams {
+            private_data: Vec::new(),
+            timeout: WAIT,
+        },
+    )?;
+    let req = listener.get_request(WAIT)?;
+    req.accept(&s.qp, &[])?;
+    for q in [&c.qp, &s.qp] {
+        match q.next_event(WAIT)? {
+            CmEvent::Established { .. } => {}
+            e => return Err(err(format!("connect: {e:?}"))),
+        }
+    }
+    Ok((c, s))
+}
+
+/// Every `SIGNAL_EVERY`-th request of the bandwidth tests is signaled (a send queue
+/// completes in order, so one completion retires the unsignaled requests before it), as
+/// perftest's `ib_write_bw` moderates its completions: a CQE per 64 KiB message costs a CQ
+/// push (and, with the client asleep, a wakeup) per message on the sending engine's core.
+/// (Against one CQE per message the difference was within this machine's noise.) `DEPTH`
+/// is a multiple, so a full window always holds a signaled request.
+const SIGNAL_EVERY: u64 = 4;
+
+/// The fill pattern of bandwidth source buffers: byte `i` of `side`'s buffer.
+fn bw_pattern(side: u8, i: usize) -> u8 {
+    (i % 251) as u8 ^ side.wrapping_mul(0x5b)
+}
+
+/// Write or Read bandwidth, `BULK`-byte messages, `DEPTH` outstanding, Gbit/s; and the
+/// process CPU seconds spent per GB moved (both engines, the client and the kernel's
+/// work done on their behalf). The data source is filled with a pattern first, and every
+/// message slot is compared with it afterwards.
+fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)> {
+    let slots = DEPTH * 2;
+    let (src, dst, side) = if read { (s, c, 2) } else { (c, s, 1) };
+    let pattern: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(side, i)).collect();
+    src.buf.write(0, &pattern)?;
+    dst.buf.fill(0, BULK * slots, 0)?;
+    let (mut posted, mut done) = (0u64, 0u64);
+    // `--pin apart`: the client runs on the core of the engine that receives the data (see
+    // the module docs); this thread goes back to side A's core afterwards.
+    let apart = APART.load(Ordering::Relaxed);
+    let _side_b = (!read && apart).then(OnSideB::enter);
+    // The client sleeps on the CQ's notification while there is no completion (as the
+    // applications of `xwarp bench tcp` sleep on their sockets, and perftest's `-e`); off
+    // the sending engine's core (`--pin apart`) it polls for `BULK_POLL` first. With
+    // `--pin sides` it shares that core and sleeps at once: measured at MTU 9000, 3
+    // interleaved runs, 7.5-8.1 Gbit/s sleeping vs 5.4-6.2 yielding, at the same CPU per GB.
+    let poll_for = if apart { BULK_POLL } else { Duration::ZERO };
+    let cpu0 = process_cpu();
+    let t0 = Instant::now();
+    loop {
+        // Past the deadline, post up to the next signaled request only.
+        while posted - done < DEPTH as u64 && (t0.elapsed() < dur || posted % SIGNAL_EVERY != 0) {
+            let off = (posted as usize % slots) * BULK;
+            let sge = c.buf.sge(off, BULK).ok_or_else(|| err("sge"))?;
+            let (rkey, raddr) = (s.buf.rkey(), s.buf.addr() + off as u64);
+            let mut wr = if read {
+                SendRequest::read(posted, sge, rkey, raddr)
+            } else {
+                SendRequest::write(posted, vec![sge], rkey, raddr)
+            };
+            wr.signaled = posted % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+            c.qp.post_send(wr)
+                .map_err(|e| err(format!("post: {e:?}")))?;
+            posted += 1;
+        }
+        if done == posted {
+            break;
+        }
+        let wc = ok(c.scq.next_polling(WAIT, poll_for)?)?;
+        if wc.wr_id < done || wc.wr_id >= posted {
+            return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
+        }
+        done = wc.wr_id + 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = process_cpu().saturating_sub(cpu0);
+    let bytes = done as f64 * BULK as f64;
+    let mut got = vec![0u8; BULK * slots];
+    dst.buf.read(0, &mut got)?;
+    // Slots never written (a run shorter than `slots` messages) stay zero.
+    let used = (done as usize).min(slots) * BULK;
+    if got[..used] != pattern[..used] {
+        return Err(err("bandwidth: placed data differs from the source"));
+    }
+    Ok((bytes * 8.0 / secs / 1e9, cpu.as_secs_f64() / (bytes / 1e9)))
+}
+
+/// How long the bandwidth client polls its CQ (yielding the core on every empty poll)
+/// before it sleeps on the CQ's notification, when it does not share the sending engine's
+/// core (`--pin apart`; perftest's `ib_write_bw` polls without `-e`). A sleeping client is
+/// woken by the sending engine with an eventfd write, an IPI to the other core, on the
+/// bottleneck core. Measured at MTU 60000 with the engines' 2 ms yield budget, 3
+/// interleaved pairs of write_bw runs: 24.7 / 24.4 / 25.0 Gbit/s polling against
+/// 22.7 / 22.7 (and one slow 13.2) with the client sleeping and engines yielding 50 µs,
+/// at the same CPU per GB (0.62-0.64 s).
+const BULK_POLL: Duration = Duration::from_millis(2);
+
+fn p50_half_us(mut v: Vec<Duration>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    v[v.len() / 2].as_secs_f64() * 1e6 / 2.0
+}
+
+/// Set by [`run`]: threads are pinned or not.
+static PINNED: AtomicBool = AtomicBool::new(false);
+/// Set by [`run`]: `--pin apart` (the write_bw client runs on side B's core).
+static APART: AtomicBool = AtomicBool::new(false);
+
+/// Pin the calling thread to side `side`'s core (0: A, 1: B) when there are two or more
+/// cores: side A (client, engine A) on the first core, side B (server, engine B) on the
+/// second, as `xwarp bench tcp --pin sides`.
+fn pin(side: usize) {
+    if !PINNED.load(Ordering::Relaxed) {
+        return;
+    }
+    let ids = process_cores();
+    if ids.len() >= 2 {
+        core_affinity::set_for_current(ids[side]);
+    }
+}
+
+/// The calling thread on side B's core until dropped, then back on side A's.
+struct OnSideB;
+
+impl OnSideB {
+    fn enter() -> OnSideB {
+        pin(1);
+        OnSideB
+    }
+}
+
+impl Drop for OnSideB {
+    fn drop(&mut self) {
+        pin(0);
+    }
+}
+
+/// The core id of side `side` (see [`pin`]).
+fn core_of(side: usize) -> Option<usize> {
+    if !PINNED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let ids = process_cores();
+    (ids.len() >= 2).then(|| ids[side].id)
+}
+
+/// Spin until `f` is true, `stop` is set (Ok(false)) or `WAIT` passes.
+fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Ok(true);
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        if t.elapsed() > WAIT {
+            return Err(err("ping-pong peer did not answer"));
+        }
+        // An engine may share the core (always with --pin sides; with --pin none
+        // whenever the scheduler puts it there): let it run. A waiter that busy-spins
+        // without yielding keeps a woken engine off the core until the scheduler slice
+        // ends: measured with --pin none, p50 half round trips of ~1.1 ms in some runs.
+        std::thread::yield_now();
+    }
+}
+
+/// Write ping-pong: each side Writes `size` bytes into the peer's buffer; the last byte
+/// carries the iteration mark the peer polls for. Half round trip p50, µs.
+fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+    let last = size - 1;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|sc| -> io::Result<f64> {
+        let server = sc.spawn(|| -> io::Result<()> {
+            pin(1);
+            let mut n = 0u64;
+            loop {
+                let mark = (n % 255 + 1) as u8;
+                if !spin(&stop, || s.buf.poll_byte(last) == Some(mark))? {
+                    return Ok(());
+                }
+                s.buf.write(size + last, &[mark])?;
+                n += 1;
+                let sge = s.buf.sge(size, size).ok_or_else(|| err("sge"))?;
+                let mut wr = SendRequest::write(n, vec![sge], c.buf.rkey(), c.buf.addr());
+                wr.signaled = n.is_multiple_of(16);
+                s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                while let Some(w) = s.scq.poll_one() {
+                    ok(w)?;
+                }
+            }
+        });
+        let r = (|| -> io::Result<Vec<Duration>> {
+            let mut lat = Vec::new();
+            let t0 = Instant::now();
+            let mut i = 0u64;
+            while t0.elapsed() < dur {
+                let mark = (i % 255 + 1) as u8;
+                c.buf.write(size + last, &[mark])?;
+                let t = Instant::now();
+                let sge = c.buf.sge(size, size).ok_or_else(|| err("sge"))?;
+                let mut wr = SendRequest::write(i, vec![sge], s.buf.rkey(), s.buf.addr());
+                wr.signaled = (i + 1).is_multiple_of(16);
+                c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                spin(&AtomicBool::new(false), || {
+                    c.buf.poll_byte(last) == Some(mark)
+                })?;
+                lat.push(t.elapsed());
+                while let Some(w) = c.scq.poll_one() {
+                    ok(w)?;
+                }
+                i += 1;
+            }
+            Ok(lat)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let srv = server.join().map_err(|_| err("server panicked"))?;
+        let lat = r?;
+        srv?;
+        Ok(p50_half_us(lat))
+    })
+}
+
+/// Send ping-pong with `size`-byte inline Sends; the echoed payload is verified.
+/// Half round trip p50, µs.
+fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+    let stop = AtomicBool::new(false);
+    let rsge = |e: &End| e.buf.sge(0, size).ok_or_else(|| err("sge"));
+    s.qp.post_recv(0, &[rsge(s)?])
+        .map_err(|e| err(format!("{e:?}")))?;
+    // Wait until the server's engine applied that receive before the client may send: a
+    // synchronous registration queues behind it. Received bytes reach the verbs host after
+    // every ingress packet, queued commands only at the start of an engine iteration, so
+    // a receive posted just before the peer's Send arrives can otherwise miss it (DDP
+    // Terminate, untagged buffer, no buffer available).
+    drop(s.pd.alloc_mr(64, Access::LOCAL_WRITE, false)?);
+    std::thread::scope(|sc| -> io::Result<f64> {
+        let server = sc.spawn(|| -> io::Result<()> {
+            pin(1);
+            let mut n = 0u64;
+            let mut payload = vec![0u8; size];
+            loop {
+                let mut got = None;
+                if !spin(&stop, || {
+                    got = s.rcq.poll_one();
+                    got.is_some()
+                })? {
+                    return Ok(());
+                }
+                got.map(ok).transpose()?;
+                s.buf.read(0, &mut payload)?;
+                s.qp.post_recv(0, &[rsge(s)?])
+                    .map_err(|e| err(format!("{e:?}")))?;
+                n += 1;
+                let mut wr = SendRequest {
+                    inline: Some(payload.clone()),
+                    ..SendRequest::send(n, vec![])
+                };
+                wr.signaled = n.is_multiple_of(16);
+                s.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                while let Some(w) = s.scq.poll_one() {
+                    ok(w)?;
+                }
+            }
+        });
+        let r = (|| -> io::Result<Vec<Duration>> {
+            let mut lat = Vec::new();
+            let t0 = Instant::now();
+            let mut i = 0u64;
+            let mut echo = vec![0u8; size];
+            while t0.elapsed() < dur {
+                let data = vec![(i % 251) as u8; size];
+                c.qp.post_recv(0, &[rsge(c)?])
+                    .map_err(|e| err(format!("{e:?}")))?;
+                let t = Instant::now();
+                let mut wr = SendRequest {
+                    inline: Some(data.clone()),
+                    ..SendRequest::send(i, vec![])
+                };
+                wr.signaled = (i + 1).is_multiple_of(16);
+                c.qp.post_send(wr).map_err(|e| err(format!("{e:?}")))?;
+                let mut got = None;
+                spin(&AtomicBool::new(false), || {
+                    got = c.rcq.poll_one();
+                    got.is_some()
+                })?;
+                lat.push(t.elapsed());
+                got.map(ok).transpose()?;
+                c.buf.read(0, &mut echo)?;
+                if echo != data {
+                    return Err(err(format!("send_lat: echo {i} differs")));
+                }
+                while let Some(w) = c.scq.poll_one() {
+                    ok(w)?;
+                }
+                i += 1;
+            }
+            Ok(lat)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let srv = server.join().map_err(|_| err("server panicked"))?;
+        let lat = r?;
+        srv?;
+        Ok(p50_half_us(lat))
+    })
+}
+
+/// Kernel TCP bulk from namespace A to B: `BULK`-byte writes for `dur`, Gbit/s at the
+/// receiver (which checks the byte count), and process CPU seconds per GB.
+fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> {
+    let addr = SocketAddr::from((net.addr_b, port));
+    let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
+    let slots = DEPTH * 2;
+    let rx = std::thread::spawn(move || -> io::Result<(u64, Duration)> {
+        pin(1);
+        let (mut s, _) = l.accept()?;
+        // Reads land in `slots` rotating 64 KiB slots, as the RDMA Writes do (written
+        // once first, as `rdma_bw` clears its sink: no page faults inside the measurement).
+        let mut buf = vec![0xffu8; BULK * slots];
+        let mut n = 0u64;
+        let t0 = Instant::now();
+        loop {
+            let off = (n / BULK as u64 % slots as u64) as usize * BULK;
+            let at = (n % BULK as u64) as usize;
+            let k = s.read(&mut buf[off + at..off + BULK])?;
+            if k == 0 {
+                return Ok((n, t0.elapsed()));
+            }
+            // Spot-check the stream: the first and last byte of each read.
+            for i in [0, k - 1] {
+                let pos = (n + i as u64) % (BULK * slots) as u64;
+                if buf[off + at + i] != bw_pattern(1, pos as usize) {
+                    return Err(err(format!("kernel bulk: byte {} differs", n + i as u64)));
+                }
+            }
+            n += k as u64;
+        }
+    });
+    let mut c = net
+        .a
+        .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
+    c.set_nodelay(true)?;
+    // The same source as write_bw: `slots` 64 KiB messages of the same pattern, in turn.
+    let buf: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(1, i)).collect();
+    let mut sent = 0u64;
+    let cpu0 = process_cpu();
+    let t0 = Instant::now();
+    while t0.elapsed() < dur {
+        let off = (sent / BULK as u64 % slots as u64) as usize * BULK;
+        c.write_all(&buf[off..off + BULK])?;
+        sent += BULK as u64;
+    }
+    c.shutdown(std::net::Shutdown::Write)?;
+    let (n, el) = rx.join().map_err(|_| err("receiver panicked"))??;
+    let cpu = process_cpu().saturating_sub(cpu0);
+    if n != sent {
+        return Err(err(format!("kernel bulk: sent {sent}, received {n}")));
+    }
+    Ok((
+        n as f64 * 8.0 / el.as_secs_f64() / 1e9,
+        cpu.as_secs_f64() / (n as f64 / 1e9).max(1e-9),
+    ))
+}
+
+/// `read_exact` that, with `poll`, spins on a non-blocking socket (yielding on every empty
+/// read) instead of sleeping in the kernel.
+fn read_full(s: &mut std::net::TcpStream, buf: &mut [u8], poll: bool) -> io::Result<()> {
+    if !poll {
+        return s.read_exact(buf);
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                std::thread::yield_now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Kernel TCP ping-pong of `size`-byte messages (echo verified). Half round trip p50, µs.
+/// `poll`: both ends poll non-blocking sockets instead of sleeping in `read`.
+fn tcp_pingpong(
+    net: &VethPair,
+    port: u16,
+    size: usize,
+    dur: Duration,
+    poll: bool,
+) -> io::Result<f64> {
+    let addr = SocketAddr::from((net.addr_b, port));
+    let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
+    let echo = std::thread::spawn(move || -> io::Result<()> {
+        pin(1);
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(poll)?;
+        let mut buf = vec![0u8; size];
+        loop {
+            match read_full(&mut s, &mut buf, poll) {
+                Ok(()) => s.write_all(&buf)?,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut c = net
+        .a
+        .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(WAIT))?;
+    c.set_nonblocking(poll)?;
+    let mut lat = Vec::new();
+    let mut back = vec![0u8; size];
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    while t0.elapsed() < dur {
+        let data = vec![(i % 251) as u8; size];
+        let t = Instant::now();
+        c.write_all(&data)?;
+        read_full(&mut c, &mut back, poll)?;
+        lat.push(t.elapsed());
+        if back != data {
+            return Err(err(format!("kernel ping-pong: echo {i} differs")));
+        }
+        i += 1;
+    }
+    c.shutdown(std::net::Shutdown::Write)?;
+    echo.join().map_err(|_| err("echo panicked"))??;
+    Ok(p50_half_us(lat))
+}
+
+/// Run every measurement on a fresh veth pair (root needed).
+pub fn run(o: &Options) -> io::Result<Results> {
+    PINNED.store(o.pin != Pin::None, Ordering::Relaxed);
+    APART.store(o.pin == Pin::Apart, Ordering::Relaxed);
+    let _ = process_cores();
+    // This thread is the client of every test.
+    pin(0);
+    let net = VethPair::new(o.net)?;
+    let mtu = o.mtu.to_string();
+    net.a.ip(&["link", "set", &net.if_a, "mtu", &mtu])?;
+    net.b.ip(&["link", "set", &net.if_b, "mtu", &mtu])?;
+    let mut rounds = Vec::new();
+    for round in 0..o.repeat {
+        if o.repeat > 1 {
+            eprintln!("xwarp bench rdma: round {}/{}", round + 1, o.repeat);
+        }
+        let r = run_round(o, &net)?;
+        if o.repeat > 1 {
+            // Each round's bandwidths, so the spread behind the medians is on record.
+            eprintln!(
+                "xwarp bench rdma: round {}: write_bw {:.2} read_bw {:.2} kernel bulk {:.2} \
+                 ceiling {:.2} Gbit/s",
+                round + 1,
+                r.write_bw_gbps,
+                r.read_bw_gbps,
+                r.tcp_bulk_gbps,
+                r.ceiling_gbps
+            );
+        }
+        rounds.push(r);
+    }
+    Ok(median(&rounds))
+}
+
+/// The median of every value over the rounds (a noisy shared machine: one slow round of
+/// the kernel or of the engines must not decide a ratio).
+fn median(rounds: &[Results]) -> Results {
+    let m = |f: fn(&Results) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    };
+    Results {
+        write_bw_gbps: m(|r| r.write_bw_gbps),
+        read_bw_gbps: m(|r| r.read_bw_gbps),
+        write_lat_us: m(|r| r.write_lat_us),
+        send_lat_us: m(|r| r.send_lat_us),
+        tcp_bulk_gbps: m(|r| r.tcp_bulk_gbps),
+        ceiling_gbps: m(|r| r.ceiling_gbps),
+        write_bw_cpu_s_per_gb: m(|r| r.write_bw_cpu_s_per_gb),
+        read_bw_cpu_s_per_gb: m(|r| r.read_bw_cpu_s_per_gb),
+        tcp_bulk_cpu_s_per_gb: m(|r| r.tcp_bulk_cpu_s_per_gb),
+        tcp_lat_us: m(|r| r.tcp_lat_us),
+        tcp_lat_poll_us: m(|r| r.tcp_lat_poll_us),
+    }
+}
+
+/// One round of every selected test on the pair: kernel TCP first (no XDP program attached
+/// yet), the AF_XDP ceiling, then two engines for the RDMA tests (stopped at the end).
+fn run_round(o: &Options, net: &VethPair) -> io::Result<Results> {
+    let a_ip = Ipv4Addr::new(10, 88, o.net, 10);
+    let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
+    let mut r = Results::default();
+    if o.runs("tcp") {
+        (r.tcp_bulk_gbps, r.tcp_bulk_cpu_s_per_gb) = tcp_bulk(net, 5201, o.duration)?;
+        r.tcp_lat_us = tcp_pingpong(net, 5202, o.small, o.duration, false)?;
+        r.tcp_lat_poll_us = tcp_pingpong(net, 5203, o.small, o.duration, true)?;
+    }
+    if o.runs("ceiling") {
+        r.ceiling_gbps = ceiling(net, o, a_ip, b_ip)?;
+    }
+    let cfg = |ifname: &str, ip, name: &str, core| {
+        let mut c = XdpEngineConfig::new(ifname, ip, 24);
+        // Both ends are xwarp engines and send full checksums; by default the TCP
+        // checksum is trusted on receive as in `xwarp bench tcp` (a veth cannot corrupt a
+        // frame, and the kernel pair does not verify it either); the MPA CRC is checked.
+        c.rx_checksum = o.rx_checksum;
+        c.engine.name = name.into();
+        c.engine.core = core;
+        c.engine.spin = engine_spin(o);
+        c.mode = o.xdp_mode;
+        // Frames larger than a chunk: multi-buffer (descriptor chains).
+        (c.chunk, c.multi_buffer) = common::umem_for_mtu(o.mtu);
+        // Socket buffers as `xwarp bench tcp` sizes them for the MTU.
+        c.stack.rx_buffer = common::socket_buffer(o.mtu);
+        c.stack.tx_buffer = common::socket_buffer(o.mtu);
+        // RX chunks for that window (see `rx_frames_for`).
+        c.rx_frames = common::rx_frames_for(o.mtu, c.stack.rx_buffer);
+        c.stack.tcp.nodelay = true;
+        c
+    };
+    let a = Context::start_xdp(Some(&net.a), cfg(&net.if_a, a_ip, "rdma-a", core_of(0)))?;
+    let b = Context::start_xdp(Some(&net.b), cfg(&net.if_b, b_ip, "rdma-b", core_of(1)))?;
+    let stage = |what: &str, c: &End, s: &End, e: io::Error| {
+        // The CM events say why a connection failed (Terminate, disconnect).
+        let ev = |q: &QueuePair| {
+            std::iter::from_fn(|| q.next_event(Duration::from_millis(100)).ok())
+                .take(8)
+                .collect::<Vec<_>>()
+        };
+        err(format!(
+            "{what}: {e}; client events {:?}, server events {:?}",
+            ev(&c.qp),
+            ev(&s.qp)
+        ))
+    };
+    if o.runs("write_bw") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
+        (r.write_bw_gbps, r.write_bw_cpu_s_per_gb) =
+            rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
+    }
+    if o.runs("read_bw") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
+        (r.read_bw_gbps, r.read_bw_cpu_s_per_gb) =
+            rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
+    }
+    if o.runs("write_lat") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)))?;
+        r.write_lat_us =
+            write_lat(&c, &s, o.small, o.duration).map_err(|e| stage("write_lat", &c, &s, e))?;
+    }
+    if o.runs("send_lat") {
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)))?;
+        r.send_lat_us =
+            send_lat(&c, &s, o.small, o.duration).map_err(|e| stage("send_lat", &c, &s, e))?;
+    }
+    // Per-engine counters on stderr: frames dropped anywhere on the AF_XDP path mean
+    // TCP recovery (and stalls) inside the measurements.
+    for (name, ctx) in [("A", a), ("B", b)] {
+        let eng = ctx.engine_stats();
+        let nic = ctx.stop()?.stats();
+        eprintln!(
+            "engine {name}: {} iterations ({} busy), {} sleeps, wakeups doorbell {} nic {} \
+             timeout {}; nic rx {} tx {} frames, {} dropped",
+            eng.iterations,
+            eng.busy_iterations,
+            eng.sleeps,
+            eng.wakeups_doorbell,
+            eng.wakeups_backend,
+            eng.wakeups_timeout,
+            nic.rx_frames,
+            nic.tx_frames,
+            nic.dropped
+        );
+    }
+    Ok(r)
+}
+
+/// The `afxdp-ceiling` of `xwarp bench tcp` on this run's veth pair (its own AF_XDP sockets,
+/// detached again before the engines start): received Gbit/s.
+fn ceiling(net: &VethPair, o: &Options, a_ip: Ipv4Addr, b_ip: Ipv4Addr) -> io::Result<f64> {
+    use super::ceiling::{run, Settings, Side};
+    let side = |ns, ifname, ip, n| Side {
+        ns,
+        ifname,
+        ip,
+        core: core_of(n),
+    };
+    let out = run(
+        &side(&net.a, &net.if_a, a_ip, 0),
+        &side(&net.b, &net.if_b, b_ip, 1),
+        &Settings {
+            mtu: o.mtu,
+            mode: o.xdp_mode,
+            duration: o.duration,
+        },
+    )?;
+    let r = out.received;
+    Ok(r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9)
+}
+
+/// The engines' idle policy. Each engine shares a core with application threads (two
+/// engines and two ping-pong threads on two cores), so an engine that busy-spins while
+/// idle keeps the thread it serves off the core: with the default 50 µs busy spin every
+/// hand-over (application -> engine -> wire -> engine -> application) waited out a spin
+/// budget, ~125-140 µs half round trip. An engine that yields while idle (as the
+/// waiters do) hands over with a context switch instead: ~15-20 µs. (With waiters that
+/// busy-spin, a yielding engine would lose a whole scheduler slice per yield; sleeping at
+/// once, `--spin-us 0`, is the better choice there.)
+///
+/// The budget is 2 ms rather than `SpinBudget::SHARED_CORES`' 50 µs: the receiving engine
+/// of a bulk test idles in gaps of tens of µs while the sender refills its send buffer,
+/// and each time it fell asleep the sender's next frame had to wake it (an IPI from inside
+/// the sender's `sendto`, on the bottleneck core): ~2.5% of that core went to
+/// `sock_def_readable` at MTU 60000. Yielding costs the core's other thread nothing.
+fn engine_spin(o: &Options) -> SpinBudget {
+    o.spin.unwrap_or(ENGINE_SPIN)
+}
+
+/// Default engine idle policy of `xwarp bench rdma` (see [`engine_spin`]).
+const ENGINE_SPIN: SpinBudget = SpinBudget::Yield(Duration::from_millis(2));
+
+fn spin_name(o: &Options) -> String {
+    match engine_spin(o) {
+        SpinBudget::Iterations(n) => format!("{n} iterations"),
+        SpinBudget::Duration(d) => format!("{} us", d.as_micros()),
+        SpinBudget::Forever => "forever".into(),
+        SpinBudget::Yield(d) => format!("yield {} us", d.as_micros()),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn csum_name(o: &Options) -> &'static str {
+    match o.rx_checksum {
+        RxChecksum::TrustL4 => "trust-l4",
+        RxChecksum::Verify => "verify",
+    }
+}
+
+fn pin_name(o: &Options) -> &'static str {
+    o.pin.name()
+}
+
+/// The human-readable table.
+pub fn table(o: &Options, r: &Results) -> String {
+    format!(
+        "xwarp bench rdma: veth pair, MTU {}, {:.1} s per test, medians of {} rounds, MPA CRC on, rx checksum {}, \
+         XDP {}, small = {} B, pin {}, engine spin {}\n\
+         test                     xwarp RDMA     kernel TCP     ratio   target\n\
+         write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
+         read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
+         write_lat p50 (µs, 1/2)  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
+         send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n\
+         write_bw CPU (s/GB)      {:>10.3}     {:>10.3}     {:>5.2}\n\
+         write_lat vs polled TCP  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
+         afxdp ceiling (Gb/s)     {:>10.2}     {:>10.2}     {:>5.2}\n\
+         (kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
+         \x20as the xwarp waiters poll; afxdp ceiling: raw UDP frames between two AF_XDP sockets\n\
+         \x20on this veth with one copy at each end and no TCP or RDMA, the most any engine on\n\
+         \x20this path could move: write_bw can reach at most this ratio to kernel TCP)\n",
+        o.mtu,
+        o.duration.as_secs_f64(),
+        o.repeat,
+        csum_name(o),
+        o.xdp_mode.name(),
+        o.small,
+        pin_name(o),
+        spin_name(o),
+        r.write_bw_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
+        r.read_bw_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.read_bw_gbps, r.tcp_bulk_gbps),
+        r.write_lat_us,
+        r.tcp_lat_us,
+        ratio(r.write_lat_us, r.tcp_lat_us),
+        r.send_lat_us,
+        r.tcp_lat_us,
+        ratio(r.send_lat_us, r.tcp_lat_us),
+        r.write_bw_cpu_s_per_gb,
+        r.tcp_bulk_cpu_s_per_gb,
+        ratio(r.write_bw_cpu_s_per_gb, r.tcp_bulk_cpu_s_per_gb),
+        r.write_lat_us,
+        r.tcp_lat_poll_us,
+        ratio(r.write_lat_us, r.tcp_lat_poll_us),
+        r.ceiling_gbps,
+        r.tcp_bulk_gbps,
+        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
+    )
+}
+
+/// One JSON object with every number and the ratios.
+pub fn json(o: &Options, r: &Results) -> String {
+    format!(
+        "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"xdp_mode\":\"{}\",\"duration_s\":{:.3},\"repeat\":{},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
+         \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
+         \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"ceiling_gbps\":{:.3},\"ceiling_ratio\":{:.3},\"tcp_lat_us\":{:.3},\
+         \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
+         \"write_lat_poll_ratio\":{:.3},\"write_bw_cpu_s_per_gb\":{:.4},\
+         \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
+        o.mtu,
+        csum_name(o),
+        o.xdp_mode.name(),
+        o.duration.as_secs_f64(),
+        o.repeat,
+        o.small,
+        pin_name(o),
+        spin_name(o),
+        r.write_bw_gbps,
+        r.read_bw_gbps,
+        r.write_lat_us,
+        r.send_lat_us,
+        r.tcp_bulk_gbps,
+        r.ceiling_gbps,
+        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
+        r.tcp_lat_us,
+        r.tcp_lat_poll_us,
+        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
+        ratio(r.write_lat_us, r.tcp_lat_us),
+        ratio(r.write_lat_us, r.tcp_lat_poll_us),
+        r.write_bw_cpu_s_per_gb,
+        r.read_bw_cpu_s_per_gb,
+        r.tcp_bulk_cpu_s_per_gb,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xwarp::poll_driver::afxdp::XdpMode;
+
+    #[test]
+    fn process_cpu_counts_this_process() {
+        let t0 = process_cpu();
+        let start = Instant::now();
+        let mut x = 0u64;
+        while process_cpu() < t0 + Duration::from_millis(30) && start.elapsed() < WAIT {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert!(process_cpu() >= t0 + Duration::from_millis(30), "{x}");
+    }
+
+    #[test]
+    fn bw_pattern_differs_between_slots_and_sides() {
+        // A message placed in the wrong slot, or a Read answered from the wrong side's
+        // buffer, must not compare equal.
+        let slot = |side, k: usize| {
+            (0..BULK)
+                .map(|i| bw_pattern(side, k * BULK + i))
+                .collect::<Vec<_>>()
+        };
+        let first = slot(1, 0);
+        for k in 1..DEPTH * 2 {
+            assert_ne!(slot(1, k), first, "slot {k}");
+        }
+        assert_ne!(slot(2, 0), first);
+    }
+
+    #[test]
+    fn parse_rejects_bad_values_and_accepts_good_ones() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(parse(&a(&["--duration", "0"])).is_err());
+        assert!(parse(&a(&["--small", "0"])).is_err());
+        assert!(parse(&a(&["--bogus", "1"])).is_err());
+        assert!(parse(&a(&["--small"])).is_err());
+        assert!(parse(&a(&["--pin", "split"])).is_err());
+        assert!(parse(&a(&["--help"])).unwrap().is_none());
+        let o = parse(&a(&[
+            "--duration",
+            "0.5",
+            "--small",
+            "8",
+            "--net",
+            "91",
+            "--pin",
+            "none",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (o.duration, o.small, o.net, o.pin),
+            (Duration::from_millis(500), 8, 91, Pin::None)
+        );
+        assert_eq!(Options::default().pin, Pin::Apart);
+        let o = parse(&a(&["--pin", "sides"])).unwrap().unwrap();
+        assert_eq!(o.pin, Pin::Sides);
+        assert!(parse(&a(&["--pin", "everywhere"])).is_err());
+        assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
+        let o = parse(&a(&["--spin-us", "0"])).unwrap().unwrap();
+        assert_eq!(engine_spin(&o), SpinBudget::Duration(Duration::ZERO));
+        assert!(parse(&a(&["--spin-us", "yieldx"])).is_err());
+        assert!(parse(&a(&["--only", "write_bw,bogus"])).is_err());
+        let o = parse(&a(&["--spin-us", "yield20", "--only", "write_bw,tcp"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            engine_spin(&o),
+            SpinBudget::Yield(Duration::from_micros(20))
+        );
+        assert!(o.runs("write_bw") && o.runs("tcp") && !o.runs("read_bw"));
+        assert!(parse(&a(&["--xdp-mode", "zerocopy"])).is_err());
+        assert!(parse(&a(&["--rx-checksum", "maybe"])).is_err());
+        let o = parse(&a(&["--xdp-mode", "native", "--rx-checksum", "verify"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (o.xdp_mode, o.rx_checksum),
+            (XdpMode::Native, RxChecksum::Verify)
+        );
+        let d = Options::default();
+        assert_eq!(
+            (d.xdp_mode, d.rx_checksum),
+            (XdpMode::Generic, RxChecksum::TrustL4)
+        );
+        let o = parse(&a(&[])).unwrap().unwrap();
+        assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
+        assert!(TESTS.iter().all(|t| o.runs(t)));
+    }
+}

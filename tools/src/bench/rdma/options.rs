@@ -1,0 +1,299 @@
+//! `xwarp bench rdma` options: the command line, its defaults and the results of a run.
+
+use std::ffi::OsString;
+use std::time::Duration;
+use xwarp::toe::RxChecksum;
+
+use xwarp::poll_driver::afxdp::XdpMode;
+use xwarp::poll_driver::engine::SpinBudget;
+
+/// Bulk message size (bandwidth tests and kernel bulk).
+pub(super) const BULK: usize = 64 << 10;
+/// Outstanding RDMA requests in the bandwidth tests.
+pub(super) const DEPTH: usize = 16;
+/// Time limit for any single wait.
+pub(super) const WAIT: Duration = Duration::from_secs(10);
+
+/// Options of `xwarp bench rdma`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Length of each measurement.
+    pub duration: Duration,
+    /// Message size of the latency tests.
+    pub small: usize,
+    /// The veth pair's /24 (`10.88.<net>.0/24`).
+    pub net: u8,
+    /// Thread placement (`--pin`).
+    pub pin: Pin,
+    /// Engine idle spin budget (`None`: the engine default).
+    pub spin: Option<SpinBudget>,
+    /// Tests to run (`None`: all): names of `TESTS`.
+    pub only: Option<Vec<String>>,
+    /// IP MTU of the veth pair.
+    pub mtu: usize,
+    /// Receive checksum policy of the engines.
+    pub rx_checksum: RxChecksum,
+    /// How the engines' XDP programs attach.
+    pub xdp_mode: XdpMode,
+    /// Rounds; every reported value is the median over them.
+    pub repeat: u32,
+}
+
+/// Thread placement of `xwarp bench rdma` (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// Engine A on the first core, engine B and the server on the second; the client on
+    /// the core of the engine that receives the bulk data (`--pin apart`).
+    Apart,
+    /// Client and engine A on the first core, server and engine B on the second
+    /// (`--pin sides`).
+    Sides,
+    /// No pinning (`--pin none`).
+    None,
+}
+
+impl Pin {
+    /// The `--pin` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pin::Apart => "apart",
+            Pin::Sides => "sides",
+            Pin::None => "none",
+        }
+    }
+}
+
+/// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
+pub(super) const MAX_MTU: usize = 60000;
+
+/// Test names for `--only`.
+pub(super) const TESTS: [&str; 6] = [
+    "write_bw",
+    "read_bw",
+    "write_lat",
+    "send_lat",
+    "tcp",
+    "ceiling",
+];
+
+impl Options {
+    pub(super) fn runs(&self, test: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|t| t == test))
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration: Duration::from_secs(2),
+            small: 64,
+            net: 90,
+            pin: Pin::Apart,
+            spin: None,
+            only: None,
+            mtu: 1500,
+            repeat: 1,
+            rx_checksum: RxChecksum::TrustL4,
+            xdp_mode: XdpMode::Generic,
+        }
+    }
+}
+
+/// Results of one run (bandwidth in Gbit/s, latency one-way p50 in µs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Results {
+    /// RDMA Write bandwidth, 64 KiB messages.
+    pub write_bw_gbps: f64,
+    /// RDMA Read bandwidth, 64 KiB messages.
+    pub read_bw_gbps: f64,
+    /// RDMA Write ping-pong, half round trip p50.
+    pub write_lat_us: f64,
+    /// Send ping-pong, half round trip p50.
+    pub send_lat_us: f64,
+    /// Kernel TCP bulk, 64 KiB writes.
+    pub tcp_bulk_gbps: f64,
+    /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
+    /// TCP, no RDMA ([`crate::bench::ceiling`]): the most any engine on this path could move.
+    pub ceiling_gbps: f64,
+    /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
+    pub write_bw_cpu_s_per_gb: f64,
+    /// Process CPU seconds per GB moved by read_bw.
+    pub read_bw_cpu_s_per_gb: f64,
+    /// Process CPU seconds per GB moved by the kernel bulk transfer (both sockets).
+    pub tcp_bulk_cpu_s_per_gb: f64,
+    /// Kernel TCP ping-pong, half round trip p50 (blocking reads: threads sleep).
+    pub tcp_lat_us: f64,
+    /// Kernel TCP ping-pong with non-blocking reads polled (yielding) like the xwarp
+    /// waiters poll their memory and CQs: the like-for-like baseline for the latency ratio.
+    pub tcp_lat_poll_us: f64,
+}
+
+/// The command line of `xwarp bench rdma` as clap sees it; every value is checked by
+/// [`check`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench rdma",
+    version,
+    about = "RDMA over one veth pair: xwarp verbs vs kernel TCP (root)"
+)]
+pub(super) struct Cli {
+    /// Seconds per measurement (default 2).
+    #[arg(long = "duration", value_name = "SECS")]
+    duration: Option<String>,
+    /// Rounds of every test (kernel first in each round, then the ceiling, then the
+    /// engines); every value is the median of the rounds (default 1).
+    #[arg(long = "repeat", value_name = "N")]
+    repeat: Option<String>,
+    /// Message size of the latency tests (default 64).
+    #[arg(long = "small", value_name = "BYTES")]
+    small: Option<String>,
+    /// Veth /24 to use: 10.88.N.0/24 (default 90).
+    #[arg(long = "net", value_name = "N")]
+    net: Option<String>,
+    /// apart: engine A on the first core, engine B and the server on the second, the
+    /// client on the core of the engine that receives the bulk data (B's for write_bw, else
+    /// A's); sides: client + engine A on the first core, server + engine B on the second;
+    /// none: no pinning (default apart). Waiters yield while they poll.
+    #[arg(long = "pin", value_name = "MODE")]
+    pin: Option<String>,
+    /// Engine idle policy: US (busy-spin that long, then sleep), yieldUS (yield the core
+    /// that long, then sleep) or forever (default: yield2000).
+    #[arg(long = "spin-us", value_name = "SPIN")]
+    spin_us: Option<String>,
+    /// Run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
+    /// separated; the others report 0).
+    #[arg(long = "only", value_name = "TESTS")]
+    only: Option<String>,
+    /// IP MTU of the veth pair, for both the kernel and the engines (default 1500, at
+    /// most 60000; above 1778 the engines use 4096-byte UMEM chunks, above 3826 multi-buffer
+    /// AF_XDP chains of up to 16 chunks).
+    #[arg(long = "mtu", value_name = "BYTES")]
+    mtu: Option<String>,
+    /// TCP/IP checksums the engines verify on receive: trust-l4 (IPv4 header only, as
+    /// `xwarp bench tcp` and the kernel on a veth; MPA CRC still covers every FPDU) or verify
+    /// (every checksum) (default trust-l4).
+    #[arg(long = "rx-checksum", value_name = "C")]
+    rx_checksum: Option<String>,
+    /// How the engines' XDP programs attach to the veth: generic (skb mode), native (veth
+    /// driver mode) or auto (native, else generic) (default generic: less CPU per GB on a
+    /// veth, see the module docs).
+    #[arg(long = "xdp-mode", value_name = "M")]
+    xdp_mode: Option<String>,
+}
+
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--duration", self.duration),
+            ("--repeat", self.repeat),
+            ("--small", self.small),
+            ("--net", self.net),
+            ("--pin", self.pin),
+            ("--spin-us", self.spin_us),
+            ("--only", self.only),
+            ("--mtu", self.mtu),
+            ("--rx-checksum", self.rx_checksum),
+            ("--xdp-mode", self.xdp_mode),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// clap's view of the command line (without `xwarp bench rdma`; help and version requests are
+/// errors of their kind).
+pub(super) fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench rdma")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// Parse the command line (without `xwarp bench rdma`). `Ok(None)`: help was asked for.
+pub fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c).map(Some),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(None)
+        }
+        Err(e) => Err(crate::cli::clap_message(&e)),
+    }
+}
+
+/// Check every given value and build the options.
+pub(super) fn check(c: Cli) -> Result<Options, String> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
+        match a {
+            "--duration" => {
+                let s: f64 = v.parse().map_err(|_| format!("bad --duration {v}"))?;
+                if !(0.05..=600.0).contains(&s) {
+                    return Err(format!("--duration {v} out of range"));
+                }
+                o.duration = Duration::from_secs_f64(s);
+            }
+            "--small" => {
+                o.small = v.parse().map_err(|_| format!("bad --small {v}"))?;
+                if !(1..=65536).contains(&o.small) {
+                    return Err(format!("--small {v} out of range (1..=65536)"));
+                }
+            }
+            "--net" => o.net = v.parse().map_err(|_| format!("bad --net {v}"))?,
+            "--pin" => {
+                o.pin = match v {
+                    "apart" => Pin::Apart,
+                    "sides" => Pin::Sides,
+                    "none" => Pin::None,
+                    _ => return Err(format!("--pin: unknown mode {v:?}")),
+                }
+            }
+            "--spin-us" => {
+                o.spin = Some(if v == "forever" {
+                    SpinBudget::Forever
+                } else if let Some(y) = v.strip_prefix("yield") {
+                    let us: u64 = y.parse().map_err(|_| format!("bad --spin-us {v}"))?;
+                    SpinBudget::Yield(Duration::from_micros(us.min(10_000_000)))
+                } else {
+                    let us: u64 = v.parse().map_err(|_| format!("bad --spin-us {v}"))?;
+                    SpinBudget::Duration(Duration::from_micros(us.min(10_000_000)))
+                })
+            }
+            "--mtu" => {
+                o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
+                if !(576..=MAX_MTU).contains(&o.mtu) {
+                    return Err(format!("--mtu {v} out of range (576..={MAX_MTU})"));
+                }
+            }
+            "--rx-checksum" => {
+                o.rx_checksum = match v {
+                    "trust-l4" => RxChecksum::TrustL4,
+                    "verify" => RxChecksum::Verify,
+                    _ => return Err(format!("--rx-checksum: unknown policy {v:?}")),
+                }
+            }
+            "--xdp-mode" => {
+                o.xdp_mode = XdpMode::from_name(v)
+                    .ok_or_else(|| format!("--xdp-mode: unknown mode {v:?}"))?
+            }
+            "--repeat" => {
+                o.repeat = v.parse().map_err(|_| format!("bad --repeat {v}"))?;
+                if !(1..=50).contains(&o.repeat) {
+                    return Err(format!("--repeat {v} out of range (1..=50)"));
+                }
+            }
+            "--only" => {
+                let list: Vec<String> = v.split(',').map(str::to_string).collect();
+                if let Some(bad) = list.iter().find(|t| !TESTS.contains(&t.as_str())) {
+                    return Err(format!("--only: unknown test {bad:?}"));
+                }
+                o.only = Some(list);
+            }
+            _ => return Err(format!("unknown option {a}")),
+        }
+    }
+    Ok(o)
+}

@@ -1,0 +1,803 @@
+//! `xwarp bench shim`: unmodified servers on the LD_PRELOAD shim against the same servers
+//! on the kernel, over one veth pair.
+//!
+//! Setup (root): namespaces A and B joined by a veth pair; the kernel owns `10.88.<net>.1`
+//! (A) and `.2` (B); the shim's engine owns `10.88.<net>.10` on `veth-a` (AF_XDP), an
+//! address A's kernel does not have. Servers run in A, clients in B on B's kernel:
+//!
+//! * redis-server (kernel on `.1`, then under the shim on `.10`) against redis-benchmark
+//!   SET/GET with `-c 50 -n N` (throughput) and `-c 1` (latency: requests per second of
+//!   one client are the inverse of its round trip; p50 as redis-benchmark reports it);
+//! * `sockperf server --tcp` (kernel, then shim) against `sockperf ping-pong --tcp -t T
+//!   --msg-size 64` (sockperf reports half round trips).
+//!
+//! Missing tools are installed with apt (idempotent). One server at a time: the shim's
+//! engine binds the interface's AF_XDP queue, so the shimmed servers run one after the
+//! other. Prints a table with shim/kernel ratios and, with `--json`, writes the results.
+
+use std::ffi::OsString;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use xwarp::poll_driver::netns::{self, VethPair};
+
+/// Options of `xwarp bench shim`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Third octet of the veth /24.
+    pub net: u8,
+    /// redis-benchmark `-n` with 50 clients.
+    pub requests: u32,
+    /// redis-benchmark `-n` with one client.
+    pub latency_requests: u32,
+    /// sockperf ping-pong duration.
+    pub duration: Duration,
+    /// The shim library.
+    pub preload: Option<PathBuf>,
+    /// Where to write JSON results.
+    pub json: Option<PathBuf>,
+    /// Run redis-benchmark.
+    pub redis: bool,
+    /// Run sockperf ping-pong.
+    pub sockperf: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            net: 92,
+            requests: 100_000,
+            latency_requests: 20_000,
+            duration: Duration::from_secs(5),
+            preload: None,
+            json: None,
+            redis: true,
+            sockperf: true,
+        }
+    }
+}
+
+/// The command line of `xwarp bench shim` as clap sees it; every value is checked by
+/// [`check`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench shim",
+    version,
+    after_help = "The servers inherit the environment, so XWARP_SPIN_US, XWARP_ENGINE_SPIN_US and \
+                  XWARP_YIELD reach the shimmed ones. With XWARP_LOG set, each server's stderr \
+                  is printed.",
+    about = "redis-server and sockperf server under the LD_PRELOAD shim vs the kernel (root: creates namespaces and a veth pair; installs redis-server, redis-tools and sockperf with apt if missing)"
+)]
+struct Cli {
+    /// Veth /24 to use: 10.88.N.0/24 (default 92).
+    #[arg(long = "net", value_name = "N")]
+    net: Option<String>,
+    /// redis-benchmark requests per test with -c 50 (default 100000).
+    #[arg(long = "requests", value_name = "N")]
+    requests: Option<String>,
+    /// redis-benchmark requests per test with -c 1 (default 20000).
+    #[arg(long = "latency-requests", value_name = "N")]
+    latency_requests: Option<String>,
+    /// sockperf ping-pong seconds (default 5).
+    #[arg(long = "duration", value_name = "SECS")]
+    duration: Option<String>,
+    /// The shim library (default: $XWARP_PRELOAD, else libxwarp_preload.so next to xwarp
+    /// or one directory up).
+    #[arg(long = "preload", value_name = "PATH")]
+    preload: Option<String>,
+    /// Also write the results as JSON.
+    #[arg(long = "json", value_name = "FILE")]
+    json: Option<String>,
+    /// Run only `redis` or only `sockperf` (both stacks); default: both.
+    #[arg(long = "only", value_name = "TEST")]
+    only: Option<String>,
+}
+
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--net", self.net),
+            ("--requests", self.requests),
+            ("--latency-requests", self.latency_requests),
+            ("--duration", self.duration),
+            ("--preload", self.preload),
+            ("--json", self.json),
+            ("--only", self.only),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// clap's view of the command line (without `xwarp bench shim`; help and version requests are
+/// errors of their kind).
+fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench shim")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// Parse `args` (after `xwarp bench shim`).
+pub fn parse_args(args: &[OsString]) -> Result<Options, String> {
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Err(String::new())
+        }
+        Err(e) => Err(crate::cli::clap_message(&e)),
+    }
+}
+
+/// Check every given value and build the options.
+fn check(c: Cli) -> Result<Options, String> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
+        let int = |max: u64| -> Result<u64, String> {
+            match v.parse::<u64>() {
+                Ok(n) if n >= 1 && n <= max => Ok(n),
+                _ => Err(format!("{a}: expected an integer in 1..={max}, got {v:?}")),
+            }
+        };
+        match a {
+            "--net" => o.net = int(254)? as u8,
+            "--requests" => o.requests = int(100_000_000)? as u32,
+            "--latency-requests" => o.latency_requests = int(100_000_000)? as u32,
+            "--duration" => o.duration = Duration::from_secs(int(3600)?),
+            "--preload" => o.preload = Some(v.into()),
+            "--json" => o.json = Some(v.into()),
+            "--only" => match v {
+                "redis" => (o.redis, o.sockperf) = (true, false),
+                "sockperf" => (o.redis, o.sockperf) = (false, true),
+                _ => return Err(format!("--only: expected redis or sockperf, got {v:?}")),
+            },
+            _ => return Err(format!("unknown option {a}")),
+        }
+    }
+    Ok(o)
+}
+
+/// One redis-benchmark test (SET or GET) on one stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisResult {
+    /// `SET` or `GET`.
+    pub test: String,
+    /// redis-benchmark clients.
+    pub clients: u32,
+    /// Requests per second.
+    pub rps: f64,
+    /// Median latency in ms as redis-benchmark reports it (`None` if absent).
+    pub p50_ms: Option<f64>,
+}
+
+/// sockperf ping-pong results on one stack (half round trips, µs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PingResult {
+    /// Average.
+    pub avg_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Round trips in the measured interval.
+    pub observations: u64,
+}
+
+/// Everything measured on one stack.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StackResults {
+    /// redis-benchmark tests.
+    pub redis: Vec<RedisResult>,
+    /// sockperf ping-pong.
+    pub ping: Option<PingResult>,
+}
+
+/// Entry point of `xwarp bench shim ARGS...`.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    // --help / --version: on stdout, status 0; a bad command line: status 2 with the usage.
+    let cli = parse_cli(&args).unwrap_or_else(|e| e.exit());
+    let o = match check(cli) {
+        Ok(o) => o,
+        Err(e) => {
+            let usage = <Cli as clap::CommandFactory>::command().render_usage();
+            eprintln!("xwarp bench shim: {e}\n\n{usage}\n\nFor more information, try '--help'.");
+            return ExitCode::from(2);
+        }
+    }; // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("xwarp bench shim: needs root (network namespaces, veth, AF_XDP)");
+        return ExitCode::from(1);
+    }
+    match run(&o) {
+        Ok((kernel, shim)) => {
+            print!("{}", table(&o, &kernel, &shim));
+            if let Some(path) = &o.json {
+                if let Err(e) = std::fs::write(path, json(&o, &kernel, &shim)) {
+                    eprintln!("xwarp bench shim: writing {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xwarp bench shim: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Install `pkg` with apt unless `bin` is already there.
+fn ensure_tool(bin: &str, pkg: &str) -> io::Result<()> {
+    if have(bin) {
+        return Ok(());
+    }
+    eprintln!("xwarp bench shim: installing {pkg} for {bin}");
+    let script = format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {pkg} \
+         || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {pkg})"
+    );
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .status()?;
+    if have(bin) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{bin} missing and `apt-get install {pkg}` failed"
+        )))
+    }
+}
+
+fn find_preload(o: &Options) -> io::Result<PathBuf> {
+    if let Some(p) = o
+        .preload
+        .clone()
+        .or_else(|| std::env::var_os("XWARP_PRELOAD").map(PathBuf::from))
+    {
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(io::Error::other(format!("{}: no such file", p.display())))
+        };
+    }
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let name = "libxwarp_preload.so";
+    let mut cands = vec![dir.join(name)];
+    if let Some(up) = dir.parent() {
+        cands.push(up.join(name));
+    }
+    cands.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        io::Error::other(format!(
+            "{name} not found next to {} (cargo build --release -p xwarp-preload, or --preload)",
+            dir.display()
+        ))
+    })
+}
+
+/// A server process in its own process group, killed (group and all) when dropped.
+struct Server(Option<Child>, &'static str);
+
+impl Server {
+    fn spawn(mut c: Command, name: &'static str) -> io::Result<Server> {
+        c.process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        Ok(Server(Some(c.spawn()?), name))
+    }
+
+    /// Stop it and wait until it is gone (the engine's AF_XDP socket with it).
+    fn stop(mut self) -> io::Result<()> {
+        self.kill()
+    }
+
+    fn kill(&mut self) -> io::Result<()> {
+        if let Some(mut c) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-9", "--", &format!("-{}", c.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = c.kill();
+            let status = c.wait()?;
+            if let Some(mut err) = c.stderr.take() {
+                let mut s = String::new();
+                let _ = io::Read::read_to_string(&mut err, &mut s);
+                if s.contains("warning")
+                    || s.contains("error")
+                    || std::env::var_os("XWARP_LOG").is_some()
+                {
+                    eprintln!(
+                        "xwarp bench shim: {} stderr ({status}):\n{}",
+                        self.1,
+                        s.trim()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+struct Net {
+    pair: VethPair,
+    engine: Ipv4Addr,
+    preload: PathBuf,
+}
+
+impl Net {
+    /// `prog args...` in namespace A, under the shim if `shim`.
+    fn server(&self, shim: bool, prog: &str, args: &[&str]) -> io::Result<Command> {
+        let mut c = self.pair.a.command("timeout")?;
+        c.arg("600").arg(prog).args(args);
+        if shim {
+            c.env("LD_PRELOAD", &self.preload)
+                .env("XWARP_IFACE", &self.pair.if_a)
+                .env(
+                    "XWARP_ADDR",
+                    format!("{}/{}", self.engine, self.pair.prefix),
+                )
+                .env("XWARP_STRICT", "1");
+        }
+        Ok(c)
+    }
+
+    /// `prog args...` in namespace B on the kernel, waited for.
+    fn client(&self, limit: Duration, prog: &str, args: &[&str]) -> io::Result<Output> {
+        let mut c = self.pair.b.command("timeout")?;
+        c.arg(limit.as_secs().max(1).to_string())
+            .arg(prog)
+            .args(args)
+            .stdin(Stdio::null());
+        let out = c.output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "{prog} {}: {}\n{}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Wait until `ip:port` accepts connections from namespace B.
+    fn wait_port(&self, ip: Ipv4Addr, port: u16) -> io::Result<()> {
+        let addr = SocketAddr::from((ip, port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = self.pair.b.run(move || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+            })?;
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::other(format!(
+                    "{addr} never accepted a connection"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Set up the network and run everything: (kernel, shim) results.
+pub fn run(o: &Options) -> io::Result<(StackResults, StackResults)> {
+    ensure_tool("redis-server", "redis-server")?;
+    ensure_tool("redis-benchmark", "redis-tools")?;
+    ensure_tool("sockperf", "sockperf")?;
+    let preload = find_preload(o)?;
+    let pair = VethPair::new(o.net)?;
+    // The engine verifies L4 checksums; a veth hands over partial ones (afxdp-notes.md).
+    let if_b = pair.if_b.clone();
+    pair.b
+        .run(move || netns::set_tx_checksum_offload(&if_b, false))??;
+    let net = Net {
+        engine: Ipv4Addr::new(10, 88, o.net, 10),
+        pair,
+        preload,
+    };
+    let mut kernel = StackResults::default();
+    let mut shim = StackResults::default();
+    for (is_shim, res) in [(false, &mut kernel), (true, &mut shim)] {
+        let ip = if is_shim { net.engine } else { net.pair.addr_a };
+        let label = if is_shim { "shim" } else { "kernel" };
+        if o.redis {
+            eprintln!("xwarp bench shim: redis on {label} ({ip})");
+            res.redis = bench_redis(&net, o, is_shim, ip)?;
+        }
+        if o.sockperf {
+            eprintln!("xwarp bench shim: sockperf on {label} ({ip})");
+            res.ping = Some(bench_sockperf(&net, o, is_shim, ip)?);
+        }
+    }
+    Ok((kernel, shim))
+}
+
+fn bench_redis(net: &Net, o: &Options, shim: bool, ip: Ipv4Addr) -> io::Result<Vec<RedisResult>> {
+    let port = 6379u16;
+    let port_s = port.to_string();
+    let server = Server::spawn(
+        net.server(
+            shim,
+            "redis-server",
+            &[
+                "--bind",
+                "0.0.0.0",
+                "--port",
+                &port_s,
+                "--protected-mode",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )?,
+        "redis-server",
+    )?;
+    net.wait_port(ip, port)?;
+    let host = ip.to_string();
+    let mut out = Vec::new();
+    for (clients, n) in [(50u32, o.requests), (1, o.latency_requests)] {
+        let r = net.client(
+            Duration::from_secs(600),
+            "redis-benchmark",
+            &[
+                "-h",
+                &host,
+                "-p",
+                &port_s,
+                "-t",
+                "set,get",
+                "-c",
+                &clients.to_string(),
+                "-n",
+                &n.to_string(),
+                "-q",
+            ],
+        )?;
+        let parsed = parse_redis(&String::from_utf8_lossy(&r.stdout), clients);
+        if !parsed.iter().any(|r| r.test == "SET") || !parsed.iter().any(|r| r.test == "GET") {
+            return Err(io::Error::other(format!(
+                "redis-benchmark output without SET/GET results:\n{}",
+                String::from_utf8_lossy(&r.stdout)
+            )));
+        }
+        out.extend(parsed);
+    }
+    server.stop()?;
+    Ok(out)
+}
+
+fn bench_sockperf(net: &Net, o: &Options, shim: bool, ip: Ipv4Addr) -> io::Result<PingResult> {
+    let port = 11111u16;
+    let host = ip.to_string();
+    let port_s = port.to_string();
+    let server = Server::spawn(
+        net.server(
+            shim,
+            "sockperf",
+            &["server", "--tcp", "-i", &host, "-p", &port_s],
+        )?,
+        "sockperf server",
+    )?;
+    net.wait_port(ip, port)?;
+    let secs = o.duration.as_secs().to_string();
+    let r = net.client(
+        o.duration + Duration::from_secs(60),
+        "sockperf",
+        &[
+            "ping-pong",
+            "--tcp",
+            "-i",
+            &host,
+            "-p",
+            &port_s,
+            "-t",
+            &secs,
+            "--msg-size",
+            "64",
+        ],
+    )?;
+    server.stop()?;
+    let text =
+        String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr);
+    parse_sockperf(&text).ok_or_else(|| {
+        io::Error::other(format!("sockperf output without latency results:\n{text}"))
+    })
+}
+
+/// Parse `redis-benchmark -q` lines such as `SET: 84033.61 requests per second, p50=0.303
+/// msec` (carriage-return progress lines included).
+pub fn parse_redis(text: &str, clients: u32) -> Vec<RedisResult> {
+    text.replace('\r', "\n")
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.trim().split_once(": ")?;
+            let (n, tail) = rest.split_once(" requests per second")?;
+            let rps: f64 = n.trim().parse().ok()?;
+            let p50_ms = tail
+                .split_once("p50=")
+                .and_then(|(_, v)| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok());
+            Some(RedisResult {
+                test: name.to_string(),
+                clients,
+                rps,
+                p50_ms,
+            })
+        })
+        .collect()
+}
+
+/// Parse sockperf's summary (`Summary: Latency is X usec`, `percentile 50.000 = X`,
+/// `percentile 99.000 = X`, `[Valid Duration] ... ReceivedMessages=N`).
+pub fn parse_sockperf(text: &str) -> Option<PingResult> {
+    let after = |key: &str| -> Option<f64> {
+        let l = text.lines().find(|l| l.contains(key))?;
+        let (_, v) = l.split_once(key)?;
+        v.trim()
+            .trim_start_matches('=')
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let observations = text
+        .lines()
+        .find(|l| l.contains("[Valid Duration]"))
+        .and_then(|l| l.split_once("ReceivedMessages="))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some(PingResult {
+        avg_us: after("Latency is")?,
+        p50_us: after("percentile 50.000")?,
+        p99_us: after("percentile 99.000")?,
+        observations,
+    })
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0 && a.is_finite()).then(|| a / b)
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+fn find<'a>(rs: &'a [RedisResult], test: &str, clients: u32) -> Option<&'a RedisResult> {
+    rs.iter().find(|r| r.test == test && r.clients == clients)
+}
+
+/// The readable table.
+pub fn table(o: &Options, kernel: &StackResults, shim: &StackResults) -> String {
+    let mut s = format!(
+        "xwarp bench shim: veth pair 10.88.{}.0/24, servers in A (kernel .1 / shim engine .10), clients in B on the kernel\n\n",
+        o.net
+    );
+    s += &format!(
+        "{:<34} {:>12} {:>12} {:>10}\n",
+        "test", "kernel", "shim", "shim/kern"
+    );
+    for (clients, n) in [(50u32, o.requests), (1, o.latency_requests)] {
+        for test in ["SET", "GET"] {
+            let (Some(k), Some(x)) = (
+                find(&kernel.redis, test, clients),
+                find(&shim.redis, test, clients),
+            ) else {
+                continue;
+            };
+            s += &format!(
+                "{:<34} {:>12.0} {:>12.0} {:>10}\n",
+                format!("redis {test} -c {clients} -n {n} (req/s)"),
+                k.rps,
+                x.rps,
+                fmt_ratio(ratio(x.rps, k.rps))
+            );
+            if clients == 1 {
+                if let (Some(kp), Some(xp)) = (k.p50_ms, x.p50_ms) {
+                    s += &format!(
+                        "{:<34} {:>12.3} {:>12.3} {:>10}\n",
+                        format!("redis {test} -c 1 p50 (ms)"),
+                        kp,
+                        xp,
+                        fmt_ratio(ratio(xp, kp))
+                    );
+                }
+            }
+        }
+    }
+    if let (Some(k), Some(x)) = (&kernel.ping, &shim.ping) {
+        for (name, kv, xv) in [
+            ("sockperf 64 B half RTT avg (us)", k.avg_us, x.avg_us),
+            ("sockperf 64 B half RTT p50 (us)", k.p50_us, x.p50_us),
+            ("sockperf 64 B half RTT p99 (us)", k.p99_us, x.p99_us),
+        ] {
+            s += &format!(
+                "{:<34} {:>12.2} {:>12.2} {:>10}\n",
+                name,
+                kv,
+                xv,
+                fmt_ratio(ratio(xv, kv))
+            );
+        }
+        s += &format!(
+            "{:<34} {:>12} {:>12}\n",
+            format!("sockperf round trips in {} s", o.duration.as_secs()),
+            k.observations,
+            x.observations
+        );
+    }
+    s += "\nreq/s: higher is better; latencies: lower is better (shim/kern < 1 means the shim is faster).\n";
+    s
+}
+
+/// The results as JSON.
+pub fn json(o: &Options, kernel: &StackResults, shim: &StackResults) -> String {
+    let num = |v: Option<f64>| match v {
+        Some(v) if v.is_finite() => format!("{v:.4}"),
+        _ => "null".into(),
+    };
+    let mut s = format!(
+        "{{\n  \"config\": {{\"net\": {}, \"requests\": {}, \"latency_requests\": {}, \"sockperf_duration_s\": {}, \"msg_size\": 64}},\n  \"redis\": [\n",
+        o.net,
+        o.requests,
+        o.latency_requests,
+        o.duration.as_secs()
+    );
+    let mut rows = Vec::new();
+    for k in &kernel.redis {
+        let x = find(&shim.redis, &k.test, k.clients);
+        rows.push(format!(
+            "    {{\"test\": \"{}\", \"clients\": {}, \"kernel_rps\": {}, \"shim_rps\": {}, \"rps_ratio\": {}, \"kernel_p50_ms\": {}, \"shim_p50_ms\": {}}}",
+            k.test,
+            k.clients,
+            num(Some(k.rps)),
+            num(x.map(|x| x.rps)),
+            num(x.and_then(|x| ratio(x.rps, k.rps))),
+            num(k.p50_ms),
+            num(x.and_then(|x| x.p50_ms))
+        ));
+    }
+    s += &rows.join(",\n");
+    s += "\n  ],\n  \"sockperf\": ";
+    match (&kernel.ping, &shim.ping) {
+        (Some(k), Some(x)) => {
+            s += &format!(
+                "{{\"kernel_avg_us\": {}, \"shim_avg_us\": {}, \"avg_ratio\": {}, \"kernel_p50_us\": {}, \"shim_p50_us\": {}, \"p50_ratio\": {}, \"kernel_p99_us\": {}, \"shim_p99_us\": {}, \"p99_ratio\": {}, \"kernel_round_trips\": {}, \"shim_round_trips\": {}}}",
+                num(Some(k.avg_us)),
+                num(Some(x.avg_us)),
+                num(ratio(x.avg_us, k.avg_us)),
+                num(Some(k.p50_us)),
+                num(Some(x.p50_us)),
+                num(ratio(x.p50_us, k.p50_us)),
+                num(Some(k.p99_us)),
+                num(Some(x.p99_us)),
+                num(ratio(x.p99_us, k.p99_us)),
+                k.observations,
+                x.observations
+            );
+        }
+        _ => s += "null",
+    }
+    s += "\n}\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_options_and_rejects_bad_ones() {
+        let o = parse_args(&args(&[
+            "--net",
+            "93",
+            "--requests",
+            "5000",
+            "--duration",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!(o.net, 93);
+        assert_eq!(o.requests, 5000);
+        assert_eq!(o.duration, Duration::from_secs(2));
+        assert!(o.redis && o.sockperf);
+        let o = parse_args(&args(&["--only", "sockperf"])).unwrap();
+        assert!(!o.redis && o.sockperf);
+        let o = parse_args(&args(&["--only", "redis"])).unwrap();
+        assert!(o.redis && !o.sockperf);
+        assert!(parse_args(&args(&["--only", "iperf"])).is_err());
+        assert!(parse_args(&args(&["--net", "0"])).is_err());
+        assert!(parse_args(&args(&["--requests"])).is_err());
+        assert!(parse_args(&args(&["--bogus", "1"])).is_err());
+        assert_eq!(parse_args(&args(&["--help"])), Err(String::new()));
+    }
+
+    #[test]
+    fn parses_redis_benchmark_and_sockperf_output() {
+        let r = parse_redis(
+            "SET: rps=0.0 (overall: nan) avg_msec=nan\rSET: 84033.61 requests per second, p50=0.303 msec\nGET: 90000.00 requests per second, p50=0.271 msec\n",
+            50,
+        );
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].test, "SET");
+        assert!((r[0].rps - 84033.61).abs() < 1e-6);
+        assert_eq!(r[0].p50_ms, Some(0.303));
+        assert_eq!(r[1].clients, 50);
+        let p = parse_sockperf(
+            "sockperf: [Valid Duration] RunTime=1.550 sec; SentMessages=95427; ReceivedMessages=95427\n\
+             sockperf: Summary: Latency is 8.107 usec\n\
+             sockperf: ---> percentile 99.000 =   22.633\n\
+             sockperf: ---> percentile 50.000 =    7.090\n",
+        )
+        .unwrap();
+        assert_eq!(p.observations, 95427);
+        assert!((p.avg_us - 8.107).abs() < 1e-9);
+        assert!((p.p50_us - 7.090).abs() < 1e-9);
+        assert!((p.p99_us - 22.633).abs() < 1e-9);
+        assert_eq!(parse_sockperf("nothing"), None);
+    }
+
+    #[test]
+    fn table_and_json_carry_ratios() {
+        let o = Options::default();
+        let mk = |rps: f64, p50: f64| StackResults {
+            redis: vec![
+                RedisResult {
+                    test: "SET".into(),
+                    clients: 50,
+                    rps,
+                    p50_ms: None,
+                },
+                RedisResult {
+                    test: "GET".into(),
+                    clients: 1,
+                    rps: rps / 10.0,
+                    p50_ms: Some(p50),
+                },
+            ],
+            ping: Some(PingResult {
+                avg_us: p50,
+                p50_us: p50,
+                p99_us: p50 * 2.0,
+                observations: 7,
+            }),
+        };
+        let (k, x) = (mk(1000.0, 10.0), mk(500.0, 5.0));
+        let t = table(&o, &k, &x);
+        assert!(t.contains("0.50x"), "{t}");
+        let j = json(&o, &k, &x);
+        assert!(j.contains("\"rps_ratio\": 0.5000"), "{j}");
+        assert!(j.contains("\"p50_ratio\": 0.5000"), "{j}");
+    }
+}

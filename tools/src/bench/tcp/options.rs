@@ -1,0 +1,359 @@
+//! `xwarp bench tcp` options: the command line, its defaults and the result of one pair.
+
+use std::ffi::OsString;
+use std::io;
+use std::time::Duration;
+
+use xwarp::poll_driver::afxdp::XdpMode;
+use xwarp::poll_driver::engine::SpinBudget;
+
+/// Ping-pong message size (bytes each way).
+pub(super) const PING_SIZE: usize = 64;
+/// Largest `--mtu` (veth jumbo frames; above 3826 the engines use multi-buffer AF_XDP).
+pub(super) const MAX_MTU: usize = 60000;
+/// Ping-pong iterations before measuring.
+pub(super) const WARMUP: u32 = 2000;
+/// Port numbers on the servers.
+pub(super) const BULK_PORT: u16 = 5201;
+pub(super) const PING_PORT: u16 = 5202;
+
+/// How threads are placed on cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// Side A on the first core, side B on the second.
+    Sides,
+    /// Engines on the first core, applications on the second.
+    Split,
+    /// No pinning.
+    None,
+}
+
+/// Benchmark options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Length of each bulk run and each ping-pong run.
+    pub duration: Duration,
+    /// Bulk write size.
+    pub msg_size: usize,
+    /// Engine idle spin.
+    pub spin: SpinBudget,
+    /// Application spin before sleeping.
+    pub app_spin: Duration,
+    /// Core placement.
+    pub pin: Pin,
+    /// IP MTU of the veth pair.
+    pub mtu: usize,
+    /// Pairs to run.
+    pub pairs: Vec<PairKind>,
+    /// JSON output file.
+    pub json: Option<std::path::PathBuf>,
+    /// Third octet of the test /24.
+    pub net: u8,
+    /// Rounds over all pairs; the results are medians.
+    pub repeat: u32,
+    /// Which pairs run with RPS masks (under `Pin::Sides`).
+    pub rps: Rps,
+    /// How the engines' XDP programs attach.
+    pub xdp_mode: XdpMode,
+}
+
+/// Which pairs run with receive packet steering to their side's core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rps {
+    /// No pair.
+    None,
+    /// Only `xwarp-kernel` (the kernel receiver behind an xwarp sender).
+    XwarpKernel,
+    /// Every pair, the kernel baseline included.
+    All,
+}
+
+impl Rps {
+    pub(super) fn applies(self, kind: PairKind) -> bool {
+        match self {
+            Rps::None => false,
+            Rps::XwarpKernel => kind == PairKind::XwarpKernel,
+            Rps::All => true,
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Rps::None => "none",
+            Rps::XwarpKernel => "xwarp-kernel",
+            Rps::All => "all",
+        }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration: Duration::from_secs(3),
+            msg_size: 64 << 10,
+            spin: SpinBudget::Duration(Duration::from_micros(1000)),
+            app_spin: Duration::ZERO,
+            pin: Pin::Sides,
+            mtu: 1500,
+            pairs: vec![
+                PairKind::KernelKernel,
+                PairKind::XwarpKernel,
+                PairKind::XwarpXwarp,
+                PairKind::AfxdpCeiling,
+            ],
+            json: None,
+            net: 90,
+            repeat: 3,
+            rps: Rps::XwarpKernel,
+            xdp_mode: XdpMode::Generic,
+        }
+    }
+}
+
+/// Which ends a measurement uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairKind {
+    /// Kernel client, kernel server.
+    KernelKernel,
+    /// xwarp client, kernel server.
+    XwarpKernel,
+    /// xwarp client, xwarp server.
+    XwarpXwarp,
+    /// No TCP: raw frames from one AF_XDP socket to the other with one copy at each end,
+    /// the upper bound of the xwarp rows on this path ([`crate::bench::ceiling`]).
+    AfxdpCeiling,
+}
+
+impl PairKind {
+    /// Name used in the table and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PairKind::KernelKernel => "kernel-kernel",
+            PairKind::XwarpKernel => "xwarp-kernel",
+            PairKind::XwarpXwarp => "xwarp-xwarp",
+            PairKind::AfxdpCeiling => "afxdp-ceiling",
+        }
+    }
+
+    fn parse(s: &str) -> Option<PairKind> {
+        [
+            PairKind::KernelKernel,
+            PairKind::XwarpKernel,
+            PairKind::XwarpXwarp,
+            PairKind::AfxdpCeiling,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+}
+
+pub(super) fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// The command line of `xwarp bench tcp` as clap sees it; every value is checked by
+/// [`parse_args`].
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "xwarp bench tcp",
+    version,
+    about = "TCP over one veth pair: kernel vs xwarp (root: creates namespaces, a veth pair \
+             and XDP programs)"
+)]
+pub(super) struct Cli {
+    /// Seconds per bulk and per ping-pong run (default 3).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<String>,
+    /// Bulk write size (default 65536).
+    #[arg(long = "msg-size", value_name = "BYTES")]
+    msg_size: Option<String>,
+    /// Engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000).
+    #[arg(long = "spin-us", value_name = "US")]
+    spin_us: Option<String>,
+    /// Application spin before sleeping on a socket, µs (default 0).
+    #[arg(long = "app-spin-us", value_name = "US")]
+    app_spin_us: Option<String>,
+    /// sides | split | none (default sides; see the docs of xwarp_tools::bench::tcp).
+    #[arg(long, value_name = "MODE")]
+    pin: Option<String>,
+    /// IP MTU of the veth pair (default 1500; above 1778 uses 4096-byte UMEM chunks, above
+    /// 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000).
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<String>,
+    /// Comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
+    /// (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each end, no
+    /// TCP: the upper bound of the xwarp rows on this path; no ping-pong).
+    #[arg(long, value_name = "LIST")]
+    only: Option<String>,
+    /// Rounds over all pairs, interleaved; medians are reported (default 3).
+    #[arg(long, value_name = "N")]
+    repeat: Option<String>,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// The /24 used: 10.88.N.0 (default 90).
+    #[arg(long, value_name = "N")]
+    net: Option<String>,
+    /// generic | native | auto: how the engines' XDP programs attach to the veth (default
+    /// generic, as xwarp bench rdma).
+    #[arg(long = "xdp-mode", value_name = "MODE")]
+    xdp_mode: Option<String>,
+    /// xwarp-kernel | all | none: pairs that run with RPS masks for their side's core under
+    /// --pin sides (default xwarp-kernel; see the docs of xwarp_tools::bench::tcp).
+    #[arg(long, value_name = "MODE")]
+    rps: Option<String>,
+}
+
+impl Cli {
+    /// The options given, as (flag, value) pairs.
+    fn given(self) -> Vec<(&'static str, String)> {
+        [
+            ("--duration", self.duration),
+            ("--msg-size", self.msg_size),
+            ("--spin-us", self.spin_us),
+            ("--app-spin-us", self.app_spin_us),
+            ("--pin", self.pin),
+            ("--mtu", self.mtu),
+            ("--only", self.only),
+            ("--repeat", self.repeat),
+            ("--json", self.json),
+            ("--net", self.net),
+            ("--xdp-mode", self.xdp_mode),
+            ("--rps", self.rps),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// Parse the command line (without `xwarp bench tcp`). `Ok(None)`: help was asked for.
+pub fn parse_args(args: &[OsString]) -> io::Result<Option<Options>> {
+    use clap::error::ErrorKind;
+    match parse_cli(args) {
+        Ok(c) => check(c).map(Some),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(None)
+        }
+        Err(e) => Err(bad(crate::cli::clap_message(&e))),
+    }
+}
+
+/// clap's view of the command line (help and version requests are errors of their kind).
+pub(super) fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let argv = std::iter::once(OsString::from("xwarp bench tcp")).chain(args.iter().cloned());
+    <Cli as clap::Parser>::try_parse_from(argv)
+}
+
+/// Check every given value and build the options.
+pub(super) fn check(c: Cli) -> io::Result<Options> {
+    let mut o = Options::default();
+    for (a, v) in c.given() {
+        let v = v.as_str();
+        let num = |v: &str| -> io::Result<u64> {
+            v.parse()
+                .map_err(|_| bad(format!("{a}: {v:?} is not a number")))
+        };
+        match a {
+            "--duration" => {
+                let s: f64 = v
+                    .parse()
+                    .map_err(|_| bad(format!("--duration: {v:?} is not a number")))?;
+                if !(0.1..=3600.0).contains(&s) {
+                    return Err(bad("--duration must be within 0.1..=3600 s".into()));
+                }
+                o.duration = Duration::from_secs_f64(s);
+            }
+            "--msg-size" => {
+                let n = num(v)?;
+                if !(1..=(16 << 20)).contains(&n) {
+                    return Err(bad("--msg-size must be within 1..=16 MiB".into()));
+                }
+                o.msg_size = n as usize;
+            }
+            "--spin-us" => {
+                o.spin = if v == "forever" {
+                    SpinBudget::Forever
+                } else {
+                    SpinBudget::Duration(Duration::from_micros(num(v)?.min(10_000_000)))
+                }
+            }
+            "--app-spin-us" => o.app_spin = Duration::from_micros(num(v)?.min(10_000_000)),
+            "--pin" => {
+                o.pin = match v {
+                    "sides" => Pin::Sides,
+                    "split" => Pin::Split,
+                    "none" => Pin::None,
+                    _ => return Err(bad(format!("--pin: unknown mode {v:?}"))),
+                }
+            }
+            "--mtu" => {
+                let n = num(v)?;
+                if !(576..=MAX_MTU as u64).contains(&n) {
+                    return Err(bad(format!("--mtu must be within 576..={MAX_MTU}")));
+                }
+                o.mtu = n as usize;
+            }
+            "--only" => {
+                o.pairs = v
+                    .split(',')
+                    .map(|p| PairKind::parse(p).ok_or_else(|| bad(format!("--only: {p:?}?"))))
+                    .collect::<io::Result<_>>()?;
+            }
+            "--json" => o.json = Some(v.into()),
+            "--repeat" => {
+                let n = num(v)?;
+                if !(1..=100).contains(&n) {
+                    return Err(bad("--repeat must be within 1..=100".into()));
+                }
+                o.repeat = n as u32;
+            }
+            "--net" => {
+                o.net = u8::try_from(num(v)?).map_err(|_| bad("--net must be 0..=255".into()))?
+            }
+            "--xdp-mode" => {
+                o.xdp_mode = XdpMode::from_name(v)
+                    .ok_or_else(|| bad(format!("--xdp-mode: unknown mode {v:?}")))?
+            }
+            "--rps" => {
+                o.rps = match v {
+                    "none" => Rps::None,
+                    "xwarp-kernel" => Rps::XwarpKernel,
+                    "all" => Rps::All,
+                    _ => return Err(bad(format!("--rps: unknown mode {v:?}"))),
+                }
+            }
+            _ => return Err(bad(format!("unknown option {a}"))),
+        }
+    }
+    Ok(o)
+}
+
+/// Results of one pair.
+#[derive(Debug, Clone)]
+pub struct PairResult {
+    /// Which pair.
+    pub kind: PairKind,
+    /// Runs the values are the median of.
+    pub runs: u32,
+    /// Bulk goodput, Gbit/s.
+    pub bulk_gbps: f64,
+    /// Lowest bulk goodput of the runs, Gbit/s.
+    pub bulk_gbps_min: f64,
+    /// Highest bulk goodput of the runs, Gbit/s.
+    pub bulk_gbps_max: f64,
+    /// Bytes moved in the bulk run.
+    pub bulk_bytes: u64,
+    /// Client application CPU seconds per GB (bulk).
+    pub client_cpu_s_per_gb: f64,
+    /// Server application CPU seconds per GB (bulk).
+    pub server_cpu_s_per_gb: f64,
+    /// Engine threads' CPU seconds per GB (bulk; 0 for kernel-only pairs).
+    pub engine_cpu_s_per_gb: f64,
+    /// Ping-pong half round trip p50, µs.
+    pub half_rtt_p50_us: f64,
+    /// Ping-pong half round trip p99, µs.
+    pub half_rtt_p99_us: f64,
+    /// Ping-pong round trips measured.
+    pub pingpongs: u64,
+}

@@ -1,0 +1,99 @@
+//! What every command line of the tools shares: the engine-selection flags
+//! ([`EngineArgs`]: `--iface IF --addr A/P [--gateway G]`), their value parsers, and how a
+//! clap error is turned into a one-line message.
+
+use std::net::Ipv4Addr;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+/// Parse `A.B.C.D/PREFIX` (prefix 0..=32).
+pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, p) = s.split_once('/')?;
+    let p: u8 = p.parse().ok()?;
+    (p <= 32).then_some(())?;
+    Some((a.parse().ok()?, p))
+}
+
+/// clap value parser of `--addr`.
+pub fn cidr_arg(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    parse_cidr(s).ok_or(format!("--addr: expected A.B.C.D/PREFIX, got {s}"))
+}
+
+/// clap value parser of `--gateway`.
+pub fn gateway_arg(s: &str) -> Result<Ipv4Addr, String> {
+    s.parse()
+        .map_err(|_| format!("--gateway: not an IPv4 address: {s}"))
+}
+
+/// The engine-selection flags every tool takes: run on an xwarp engine bound by AF_XDP
+/// to `--iface` and owning `--addr` (an address the kernel does not have; root).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineArgs {
+    /// Run on an xwarp engine bound by AF_XDP to interface IF (root).
+    #[arg(long = "iface", id = "engine_iface", value_name = "IF")]
+    pub iface: Option<String>,
+    /// The engine's own IPv4 address and prefix (not configured in the kernel).
+    #[arg(long = "addr", id = "engine_addr", value_name = "A/P", value_parser = cidr_arg)]
+    pub addr: Option<(Ipv4Addr, u8)>,
+    /// IPv4 default gateway of the engine.
+    #[arg(long = "gateway", id = "engine_gateway", value_name = "G", value_parser = gateway_arg)]
+    pub gateway: Option<Ipv4Addr>,
+}
+
+impl EngineArgs {
+    /// True when no engine flag was given.
+    pub fn is_empty(&self) -> bool {
+        self.iface.is_none() && self.addr.is_none() && self.gateway.is_none()
+    }
+}
+
+/// The message of a clap parse error on one line, without clap's `error: ` prefix and
+/// usage tail (the tools print their own usage after it). A missing option value reads
+/// `OPTION needs a value`.
+pub fn clap_message(e: &clap::Error) -> String {
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => s.split(' ').next().unwrap_or(s).to_owned(),
+        _ => String::new(),
+    };
+    let missing =
+        matches!(e.get(ContextKind::InvalidValue), Some(ContextValue::String(v)) if v.is_empty());
+    if e.kind() == ErrorKind::InvalidValue && missing && !arg.is_empty() {
+        return format!("{arg} needs a value");
+    }
+    let text = e.render().to_string();
+    text.split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .trim_start_matches("error: ")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[arg(short = 's', long = "size")]
+        size: Option<u32>,
+    }
+
+    #[test]
+    fn engine_flags_and_error_messages() {
+        let t = T::try_parse_from(["t", "--iface", "v", "--addr", "10.0.0.1/24"]).unwrap();
+        assert_eq!(t.engine.iface.as_deref(), Some("v"));
+        assert_eq!(t.engine.addr, Some((Ipv4Addr::new(10, 0, 0, 1), 24)));
+        assert!(!t.engine.is_empty() && T::try_parse_from(["t"]).unwrap().engine.is_empty());
+        let e = T::try_parse_from(["t", "--addr", "10.0.0.1/40"]).unwrap_err();
+        assert!(clap_message(&e).contains("expected A.B.C.D/PREFIX"), "{e}");
+        let e = T::try_parse_from(["t", "-s"]).unwrap_err();
+        assert_eq!(clap_message(&e), "--size needs a value");
+        let e = T::try_parse_from(["t", "--bogus"]).unwrap_err();
+        assert!(clap_message(&e).contains("--bogus"), "{e}");
+        assert!(!clap_message(&e).contains('\n'), "{e}");
+    }
+}

@@ -1,0 +1,14 @@
+//! The xwarp programs, built on the public API of the `xwarp` library.
+//!
+//! The `xwarp` binary (`src/main.rs`) dispatches to [`demo`], [`launcher`] (`xwarp run`)
+//! and [`bench`](mod@bench); the perftest-style binaries (`xwarp-write-bw`, ...) call [`perftest`];
+//! the rping family (`xwarp-rping`, `xwarp-rping-interop`, `xwarp-perftest-peer`,
+//! `xwarp-rdma-cm-echo`) share [`support`]. See `tools/README.md`.
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod cli;
+pub mod demo;
+pub mod launcher;
+pub mod perftest;
+pub mod support;

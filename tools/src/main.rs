@@ -1,0 +1,82 @@
+//! The `xwarp` command: `demo`, `run`, `bench {tcp,rdma,shim}`.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use xwarp_tools::demo::DemoArgs;
+
+/// xwarp: a userspace TCP offload engine and iWARP (RDMA over TCP) stack.
+///
+/// Each command takes --help for its own options.
+#[derive(Parser, Debug)]
+#[command(name = "xwarp", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the demo over the in-process virtual wire (no privileges needed).
+    Demo(DemoArgs),
+    /// Run an unmodified program on the xwarp engine (LD_PRELOAD shim): `xwarp run
+    /// [options] -- CMD [ARGS...]`; see `xwarp run --help`.
+    #[command(disable_help_flag = true)]
+    Run(Passthrough),
+    /// Benchmarks against the kernel (root).
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// TCP: kernel vs xwarp over a veth pair (root); see `xwarp bench tcp --help`.
+    #[command(disable_help_flag = true)]
+    Tcp(Passthrough),
+    /// RDMA: xwarp verbs vs kernel TCP over a veth pair (root); see `xwarp bench rdma --help`.
+    #[command(disable_help_flag = true)]
+    Rdma(Passthrough),
+    /// LD_PRELOAD shim: redis and sockperf servers, shim vs kernel (root); see `xwarp bench
+    /// shim --help`.
+    #[command(disable_help_flag = true)]
+    Shim(Passthrough),
+}
+
+/// The arguments of a command with a clap parser of its own (`xwarp run`: `launcher`;
+/// `xwarp bench ...`: `bench::*::options`), which reads everything after its name.
+#[derive(clap::Args, Debug)]
+struct Passthrough {
+    #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+    args: Vec<OsString>,
+}
+
+/// The words of `argv` that name the command (`xwarp run`, `xwarp bench tcp`, ...): only
+/// those go through this parser for a command with a parser of its own, so `--` and the
+/// command's options reach that one unchanged.
+fn command_words(argv: &[OsString]) -> usize {
+    let word = |i: usize| argv.get(i).and_then(|a| a.to_str());
+    match (word(1), word(2)) {
+        (Some("run"), _) => 2,
+        (Some("bench"), Some("tcp" | "rdma" | "shim")) => 3,
+        _ => argv.len(),
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let n = command_words(&argv);
+    let rest = argv[n..].to_vec();
+    let cli = Cli::parse_from(&argv[..n]);
+    match cli.command {
+        Command::Demo(a) => xwarp_tools::demo::main(&a),
+        Command::Run(_) => xwarp_tools::launcher::main(rest),
+        Command::Bench { which } => match which {
+            Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
+            Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
+            Bench::Shim(_) => xwarp_tools::bench::shim::main(rest),
+        },
+    }
+}
