@@ -6,10 +6,10 @@
 #   initramfs.cpio.gz  busybox + rdma-core tools + kernel modules + siw.ko + siw-crc.ko + /init
 #   stamp              what the above was built from; a matching stamp means "reuse"
 #
-# Facts this follows: /work/shared/design/siw-vm-notes.md. No Debian kernel ships siw, so
+# Facts this follows: docs/testing.md §6.4. No Debian kernel ships siw, so
 # siw.ko is built out of tree from linux-source against the matching linux-headers.
 # Two variants: siw.ko (upstream defaults) and siw-crc.ko (mpa_crc_required = true,
-# iwarp-wire.md §4.1) for the CRC-negotiation cases.
+# docs/siw.md §4.1) for the CRC-negotiation cases.
 #
 # Usage: interop/build-guest.sh [--force]     (run as root; apt-get is used)
 set -euo pipefail
@@ -61,7 +61,7 @@ fi
 step "host packages"
 
 # ---------------------------------------------------------------- kernel version
-# Resolve the kernel from the linux-image-amd64 metapackage at run time (siw-vm-notes.md).
+# Resolve the kernel from the linux-image-amd64 metapackage at run time (docs/testing.md §6.4.1).
 KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 [[ -n "$KPKG" ]] || die "cannot resolve linux-image-amd64"
 KVER=${KPKG#linux-image-}                                    # e.g. 6.1.0-57-amd64
@@ -153,7 +153,7 @@ build_siw() { # build_siw DIR
 rm -rf "$BUILD/siw-default" "$BUILD/siw-crc"
 cp -r "$SIWSRC" "$BUILD/siw-default"
 cp -r "$SIWSRC" "$BUILD/siw-crc"
-# Variant: require CRC as MPA initiator and responder (iwarp-wire.md §4.1, mpa_crc_required).
+# Variant: require CRC as MPA initiator and responder (docs/siw.md §4.1, mpa_crc_required).
 # The declaration is `const bool mpa_crc_required;` or `... = false;` depending on version.
 sed -i -E 's/^(const bool mpa_crc_required)( = false)?;/\1 = true;/' "$BUILD/siw-crc/siw_main.c"
 grep -q '^const bool mpa_crc_required = true;' "$BUILD/siw-crc/siw_main.c" ||
@@ -177,7 +177,7 @@ step "extract vmlinux"
 
 # ---------------------------------------------------------------- module list
 # Put siw into the tree so depmod/modprobe compute the load order for us
-# (siw-vm-notes.md lists the expected result).
+# (docs/testing.md §6.4.2 lists the expected result).
 mkdir -p "$MODDIR/extra"
 cp "$BUILD/siw-default/siw.ko" "$MODDIR/extra/siw.ko"
 depmod -b "$KROOT" "$KVER"
@@ -225,7 +225,7 @@ cp "$BUILD/siw-default/siw.ko" "$IRD/lib/modules/siw.ko"
 cp "$BUILD/siw-crc/siw.ko" "$IRD/lib/modules/siw-crc.ko"
 
 # RDMA tools + their libraries (ldd), libgcc_s.so.1 (pthread_exit needs it; ldd does not
-# list it), the siw verbs provider and its .driver file (siw-vm-notes.md).
+# list it), the siw verbs provider and its .driver file (docs/testing.md §6.4.2).
 TOOLS=(rdma ibv_devices ibv_devinfo rping rdma_server rdma_client ucmatose)
 for t in /usr/bin/ib_*_bw /usr/bin/ib_*_lat; do TOOLS+=("$(basename "$t")"); done
 LIBDIR=/usr/lib/x86_64-linux-gnu

@@ -150,7 +150,7 @@ def _terminate(proc: subprocess.Popen, grace: float = 3.0) -> None:
     if proc.poll() is not None:
         return
     try:
-        proc.terminate()  # SIGTERM: background jobs ignore SIGINT (siw-vm-notes.md)
+        proc.terminate()  # SIGTERM: background jobs ignore SIGINT (docs/testing.md §6.4.3)
         proc.wait(grace)
     except subprocess.TimeoutExpired:
         proc.kill()
@@ -185,11 +185,11 @@ class Guest:
         self.mem_mb = mem_mb
         # offload=False: the guest's virtio-net offers no checksum/TSO offload, so frames on
         # the tap carry full checksums and are <= MTU (what an AF_XDP engine on tap0 wants;
-        # with offload the guest leaves partial checksums, afxdp-notes.md).
+        # with offload the guest leaves partial checksums, docs/afxdp.md §7.3).
         self.offload = offload
         # xwarp=True: the case runs xwarp peers. In engine mode they get the engine flags
         # (engine_args(): an engine on tap0 owning ENGINE_IP) and XWARP_PCAP (the engine's own capture: tcpdump
-        # on tap0 does not see AF_XDP-redirected RX nor copy-mode TX, afxdp-notes.md), the
+        # on tap0 does not see AF_XDP-redirected RX nor copy-mode TX, docs/afxdp.md §7.4), the
         # guest runs without offload (full checksums, frames <= MTU), and on close the
         # engine captures are merged into `pcap` (tcpdump's view stays in <stem>.tap.pcap).
         self.engine = xwarp and NET_MODE == "engine"

@@ -5,7 +5,7 @@
 //! Terminate codes (RFC 5040 §7.2 / RFC 5041 §7.2): layer 1 = DDP, 0 = RDMAP; DDP
 //! EType 1 = tagged buffer error (code 0 invalid STag, 1 base or bounds), EType 2 =
 //! untagged buffer error (code 2 invalid MSN, no buffer available); RDMAP EType 2 = remote operation
-//! error (code 7 catastrophic: IRD exceeded, iwarp-wire.md §3.6).
+//! error (code 7 catastrophic: IRD exceeded, docs/ddp-rdmap.md §3.6).
 
 mod verbs_common;
 

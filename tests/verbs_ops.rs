@@ -252,7 +252,7 @@ fn mpa_variants_crc_markers_revision_and_rtr_types() {
         (true, false, 1, None),
     ];
     for (k, (crc, markers, rev, rtr)) in variants.into_iter().enumerate() {
-        // A zero-length Send RTR consumes one receive at the responder (iwarp-wire.md
+        // A zero-length Send RTR consumes one receive at the responder (docs/mpa.md
         // §1.5): post it before accepting.
         let pre = |e: &End| {
             if rtr == Some(RtrType::Send) {

@@ -129,7 +129,7 @@ fn verbs_qp_is_idle_after_create_and_rts_after_connect() {
 
 /// RFC 6581 §3 IRD/ORD negotiation as siw does it: the Responder's ORD is lowered to
 /// the Initiator's IRD, the Responder's IRD is raised to the Initiator's ORD when that
-/// is at most 128 (siw's relaxed negotiation, iwarp-wire.md §4.3), and the Initiator
+/// is at most 128 (siw's relaxed negotiation, docs/siw.md §4.3), and the Initiator
 /// lowers its ORD to the Responder's IRD. Query reports the negotiated depths and the
 /// peer's advertised ones.
 #[test]

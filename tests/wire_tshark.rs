@@ -1,5 +1,5 @@
 //! A back-to-back exchange of two sans-IO Connections (MPA Request/Reply, every RDMAP
-//! opcode 0–7) is synthesized into a pcap and dissected by tshark (iwarp-wire.md §6.3):
+//! opcode 0–7) is synthesized into a pcap and dissected by tshark (docs/testing.md §6.3):
 //! no malformed packets, no expert errors, "Good" CRCs when CRC is on, and the
 //! `iwarp_rdma.opcode` sequence of each direction equals what was sent. Runs with CRC
 //! on and off, and with markers on.
@@ -195,7 +195,7 @@ fn dissect(name: &str, crc: bool, markers: bool) {
         assert!(f.len() >= 7, "unexpected tshark line {line:?}");
         assert!(f[3].is_empty(), "malformed packet: {line}");
         // Expert severities (epan/proto.h): 0x200000 chat, 0x400000 note, 0x600000
-        // warning (the harmless MPA v2 Rev/Res notes of §6.3), 0x800000 error.
+        // warning (the harmless MPA v2 Rev/Res notes of docs/testing.md §6.3), 0x800000 error.
         for sev in f[4].split(',').filter(|s| !s.is_empty()) {
             let v: u64 = sev.parse().unwrap_or(0);
             assert!(v < 8_388_608, "expert error: {line}");

@@ -738,7 +738,7 @@ fn blocked_read_and_write_return_when_engine_stops() {
 }
 
 /// Why [`RxChecksum::TrustL4`] is the default: a kernel veth peer sends partial TCP
-/// checksums (afxdp-notes.md), so an engine verifying L4 checksums drops even its SYN.
+/// checksums (docs/afxdp.md §7.3), so an engine verifying L4 checksums drops even its SYN.
 #[test]
 fn rx_checksum_verify_drops_partial_checksums_from_a_veth_peer() {
     require_root_and_afxdp!();

@@ -10,7 +10,7 @@
 //!   `xwarp-rdmap`.
 //!
 //! Nothing here touches a socket, a clock or a thread: bytes and timestamps in, bytes and
-//! events out. See `../shared/design/iwarp-wire.md` for the wire reference.
+//! events out. See `docs/` for the wire reference.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -3,7 +3,7 @@
 //!
 //! A DDP segment is a DDP header followed by payload; over MPA each segment is one
 //! ULPDU. The tagged header is 14 bytes, the untagged header 18 bytes
-//! (iwarp-wire.md §2.2, §2.3). All fields are big-endian.
+//! (docs/ddp-rdmap.md §2.2, §2.3). All fields are big-endian.
 //!
 //! The convention of [`crate::wire`]: [`Packet`] is the zero-copy view (one getter and
 //! setter per field), [`TaggedHeader`], [`UntaggedHeader`] and [`SegmentHeader`] are the
@@ -568,7 +568,7 @@ mod tests {
 
     #[test]
     fn rfc5041_tagged_header_roundtrip_wire_bytes() {
-        // Zero-length Write RTR as siw sends it (iwarp-wire.md §6.2), without the MPA length.
+        // Zero-length Write RTR as siw sends it (docs/testing.md §6.2), without the MPA length.
         let bytes = [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
         let h = SegmentHeader::parse(&bytes).unwrap();
         assert_eq!(
@@ -587,7 +587,7 @@ mod tests {
 
     #[test]
     fn rfc5041_untagged_header_roundtrip_wire_bytes() {
-        // Send, QN 0, MSN 1 (iwarp-wire.md §6.2).
+        // Send, QN 0, MSN 1 (docs/testing.md §6.2).
         let bytes = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
         let h = UntaggedHeader::parse(&bytes).unwrap();
         assert_eq!(

@@ -1,5 +1,5 @@
 //! One test per MPA negotiation rule (RFC 5044 §7, RFC 6581, siw behaviour of
-//! iwarp-wire.md §4.2/§4.3), driving the sans-IO Negotiator with bytes and timestamps.
+//! docs/siw.md §4.2/§4.3), driving the sans-IO Negotiator with bytes and timestamps.
 
 use std::time::{Duration, Instant};
 
@@ -93,14 +93,14 @@ fn accept11() -> AcceptParams {
 
 #[test]
 fn siw_rping_request_is_enhanced_rev2_ird1_ord1() {
-    // iwarp-wire.md §5.3: what a siw rping client sends; our defaults produce the same.
+    // docs/protocols.md §5.3: what a siw rping client sends; our defaults produce the same.
     let (_, req) = initiator(InitiatorConfig::default());
     assert_eq!(req, frame(&KEY_REQUEST, 0x10, 2, &[0, 1, 0, 1]));
 }
 
 #[test]
 fn siw_rping_server_reply_bytes() {
-    // iwarp-wire.md §5.3: Reply to `10 02 00 04 00 01 00 01` is "MPA ID Rep Frame" 10 02 00 04 00 01 00 01.
+    // docs/protocols.md §5.3: Reply to `10 02 00 04 00 01 00 01` is "MPA ID Rep Frame" 10 02 00 04 00 01 00 01.
     let req = frame(&KEY_REQUEST, 0x10, 2, &[0, 1, 0, 1]);
     let (mut r, c) = responder(ResponderConfig::default(), &req);
     assert_eq!((c.peer_ird, c.peer_ord, c.p2p), (Some(1), Some(1), None));
@@ -138,7 +138,7 @@ fn rfc5044_initiator_sends_nothing_until_reply_fully_received() {
 
 #[test]
 fn rfc5044_fpdu_bytes_behind_reply_are_returned_unconsumed() {
-    // Be liberal: FPDU bytes arriving in the same read as the Reply (iwarp-wire.md §7).
+    // Be liberal: FPDU bytes arriving in the same read as the Reply (docs/mpa.md §1.9).
     let (mut i, _) = initiator(InitiatorConfig::default());
     let mut input = frame(&KEY_REPLY, 0x10, 2, &[0, 1, 0, 1]);
     let mut enc = xwarp_ddp::mpa::FpduEncoder::new(false, false);
@@ -240,7 +240,7 @@ fn rfc5044_markers_in_reply_mean_initiator_inserts_toward_responder() {
 
 #[test]
 fn siw_refuses_markers_with_reject_reply() {
-    // siw answers M=1 with R=1 (iwarp-wire.md §4.3); we do the same when markers are off.
+    // siw answers M=1 with R=1 (docs/siw.md §4.3); we do the same when markers are off.
     let req = frame(&KEY_REQUEST, 0x90, 2, &[0, 1, 0, 1]);
     let mut r = Negotiator::responder(
         ResponderConfig {
@@ -315,7 +315,7 @@ fn rfc5044_ulp_private_data_carried_both_ways() {
 
 #[test]
 fn siw_private_data_limit_256_on_emit() {
-    // PD_Length (incl. the v2 block) ≤ 256 (iwarp-wire.md §4.3, §4.8 item 1).
+    // PD_Length (incl. the v2 block) ≤ 256 (docs/siw.md §4.3, §4.8.1).
     let ok = InitiatorConfig {
         private_data: vec![7; 252],
         ..Default::default()
@@ -421,7 +421,7 @@ fn rfc5044_rev1_request_gets_rev1_reply() {
 
 #[test]
 fn rfc5044_unsupported_revision_closes_without_reply() {
-    // siw drops a Rev > 2 Request silently (iwarp-wire.md §4.8 item 5).
+    // siw drops a Rev > 2 Request silently (docs/siw.md §4.8.5).
     for rev in [0u8, 3, 255] {
         let mut r = Negotiator::responder(ResponderConfig::default(), Instant::now()).unwrap();
         let err = r
@@ -453,7 +453,7 @@ fn rfc6581_reply_rev_higher_than_request_is_invalid() {
 
 #[test]
 fn siw_reply_echoing_reserved_flag_bits_is_accepted() {
-    // A siw Responder reuses the Request's flag word (iwarp-wire.md §4.3, §4.8 item 4),
+    // A siw Responder reuses the Request's flag word (docs/siw.md §4.3, §4.8.4),
     // e.g. its private GSO bit 0x08: reserved bits are ignored on receive.
     let (mut i, _) = initiator(InitiatorConfig::default());
     i.handle_input(Instant::now(), &frame(&KEY_REPLY, 0x18, 2, &[0, 1, 0, 1]))
@@ -482,7 +482,7 @@ fn siw_echo_reserved_flags_option() {
 
 #[test]
 fn rfc6581_missing_enhanced_block_gets_reject_reply() {
-    // siw: Rev 2 + enhanced with PD_Length < 4 → Reply R=1 (iwarp-wire.md §4.3).
+    // siw: Rev 2 + enhanced with PD_Length < 4 → Reply R=1 (docs/siw.md §4.3).
     let mut r = Negotiator::responder(ResponderConfig::default(), Instant::now()).unwrap();
     let err = r
         .handle_input(Instant::now(), &frame(&KEY_REQUEST, 0x10, 2, &[0, 1]))
@@ -554,7 +554,7 @@ fn rfc6581_p2p_responder_picks_send_last() {
 
 #[test]
 fn siw_p2p_read_rtr_forces_initiator_ord_at_least_one() {
-    // iwarp-wire.md §4.2: with P2P "ORD is forced ≥ 1" for a Read RTR.
+    // docs/siw.md §4.2: with P2P "ORD is forced ≥ 1" for a Read RTR.
     let icfg = InitiatorConfig {
         p2p: Some(RtrSet::only(RtrType::Read)),
         ord: 0,
@@ -612,7 +612,7 @@ fn rfc6581_no_matching_rtr_is_llp_0x07() {
 
 #[test]
 fn siw_old_reply_without_a_means_no_p2p() {
-    // Historical siw did not echo A (iwarp-wire.md §4.8 item 12): P2P simply not in use.
+    // Historical siw did not echo A (docs/siw.md §4.8.12): P2P simply not in use.
     let (mut i, _) = initiator(InitiatorConfig {
         p2p: Some(RtrSet::ALL),
         ..Default::default()
@@ -644,7 +644,7 @@ fn rfc6581_responder_ord_never_exceeds_initiator_ird() {
 
 #[test]
 fn siw_relaxed_ird_responder_raises_ird_to_initiator_ord() {
-    // iwarp-wire.md §4.3: Reply IRD = max(ULP ird, peer ORD) if ≤ 128.
+    // docs/siw.md §4.3: Reply IRD = max(ULP ird, peer ORD) if ≤ 128.
     let icfg = InitiatorConfig {
         ird: 1,
         ord: 16,
@@ -720,7 +720,7 @@ fn rfc6581_insufficient_ird_is_llp_0x06() {
 
 #[test]
 fn siw_relaxed_ird_initiator_adjusts() {
-    // iwarp-wire.md §4.2: own IRD := Reply ORD, own ORD := Reply IRD (within limits).
+    // docs/siw.md §4.2: own IRD := Reply ORD, own ORD := Reply IRD (within limits).
     let (mut i, _) = initiator(InitiatorConfig {
         ird: 1,
         ord: 8,
@@ -741,7 +741,7 @@ fn siw_relaxed_ird_initiator_adjusts() {
 
 #[test]
 fn siw_ird_ord_at_least_one_by_default() {
-    // iwarp-wire.md §4.8 item 11: IRD/ORD 0 toward siw breaks RDMA Read.
+    // docs/siw.md §4.8.11: IRD/ORD 0 toward siw breaks RDMA Read.
     let (_, req) = initiator(InitiatorConfig {
         ird: 0,
         ord: 0,
@@ -825,7 +825,7 @@ fn configured_timeouts_are_used() {
 #[test]
 fn responder_does_not_consume_bytes_behind_request() {
     // An Initiator must not pipeline data behind its Request (siw fails such a connection,
-    // iwarp-wire.md §4.5); we consume only the frame and leave the rest to the caller.
+    // docs/siw.md §4.5); we consume only the frame and leave the rest to the caller.
     let mut input = frame(&KEY_REQUEST, 0x10, 2, &[0, 1, 0, 1]);
     input.extend_from_slice(&[0, 14, 0xC1]);
     let mut r = Negotiator::responder(ResponderConfig::default(), Instant::now()).unwrap();

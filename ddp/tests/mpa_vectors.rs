@@ -1,4 +1,4 @@
-//! Known-answer tests from iwarp-wire.md §5.3 (Request/Reply bytes), §6.1 (CRC32c) and
+//! Known-answer tests from docs/protocols.md §5.3 (Request/Reply bytes), docs/testing.md §6.1 (CRC32c) and
 //! §6.2 (example FPDUs), byte for byte.
 
 use xwarp_ddp::mpa::crc::{crc32c, crc32c_append, crc_to_trailer};
@@ -151,7 +151,7 @@ fn iwarp_wire_6_2_example_fpdus_byte_for_byte() {
         assert_eq!(n, out.len());
         assert_eq!(&out[..body.len()], &body[..], "{}", ex.name);
         assert_eq!(&out[body.len()..], &ex.crc, "{}", ex.name);
-        // CRC off: four zero bytes (siw, iwarp-wire.md §1.6).
+        // CRC off: four zero bytes (siw, docs/mpa.md §1.6).
         let mut enc = FpduEncoder::new(false, false);
         let v = enc.encode_to_vec(&[&ex.ulpdu]).unwrap();
         assert_eq!(&v[..body.len()], &body[..]);

@@ -49,7 +49,7 @@ pub static ALL: &[Target] = &[
 
 fn frame_corpus() -> Vec<Vec<u8>> {
     let mut v = Vec::new();
-    // siw rping Request and Reply (iwarp-wire.md §5.3), a CRC request, a Rev 1 request
+    // siw rping Request and Reply (docs/protocols.md §5.3), a CRC request, a Rev 1 request
     // with private data, a reject, and a P2P Read-RTR request.
     let hdr = |key: &[u8; 16], rest: &[u8]| {
         let mut f = key.to_vec();

@@ -1,8 +1,8 @@
 """Shared helpers for the interop cases: MPA bytes, a check recorder, tshark checks.
 
-Byte layouts follow /work/shared/design/iwarp-wire.md (§1.2 Request/Reply frame, §1.4 v2
-block, §1.6 FPDU, §2.3 untagged DDP header, §5.2 rping_rdma_info, §5.3 exact rping bytes,
-§6.3 tshark). Python 3.11 stdlib only.
+Byte layouts follow docs/ (docs/mpa.md §1.2 Request/Reply frame, §1.4 v2
+block, docs/mpa.md §1.6 FPDU, docs/ddp-rdmap.md §2.3 untagged DDP header, docs/protocols.md §5.2 rping_rdma_info, §5.3 exact rping bytes,
+docs/testing.md §6.3 tshark). Python 3.11 stdlib only.
 """
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import vm  # noqa: E402  (interop/vm.py)
 
-RPING_PORT = 7174  # rping default port (iwarp-wire.md §5.2)
+RPING_PORT = 7174  # rping default port (docs/protocols.md §5.2)
 
 KEY_REQ = b"MPA ID Req Frame"
 KEY_REP = b"MPA ID Rep Frame"
 FLAG_M = 0x80
 FLAG_C = 0x40
 FLAG_R = 0x20
-FLAG_ENHANCED = 0x10  # RFC 6581 enhanced connection setup (iwarp-wire.md §1.2)
+FLAG_ENHANCED = 0x10  # RFC 6581 enhanced connection setup (docs/mpa.md §1.2)
 MPA_REV2 = 2
 MAX_PD = 512  # RFC 5044 private data limit
 
-#: siw rping client's Request, byte for byte (iwarp-wire.md §5.3): enhanced, Rev 2,
+#: siw rping client's Request, byte for byte (docs/protocols.md §5.3): enhanced, Rev 2,
 #: PD_Length 4, IRD 1, ORD 1.
 RPING_CLIENT_REQUEST = KEY_REQ + bytes([0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01])
-#: The valid Reply a compliant responder sends to it (iwarp-wire.md §5.3).
+#: The valid Reply a compliant responder sends to it (docs/protocols.md §5.3).
 RPING_VALID_REPLY = KEY_REP + bytes([0x10, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01])
 
 
@@ -202,7 +202,7 @@ _CRC32C = _crc32c_table()
 
 
 def crc32c(data: bytes) -> int:
-    """CRC32c (Castagnoli, reflected 0x82F63B78, init/xorout 0xFFFFFFFF) (iwarp-wire.md §1.6)."""
+    """CRC32c (Castagnoli, reflected 0x82F63B78, init/xorout 0xFFFFFFFF) (docs/mpa.md §1.6)."""
     v = 0xFFFFFFFF
     for b in data:
         v = _CRC32C[(v ^ b) & 0xFF] ^ (v >> 8)
@@ -210,11 +210,11 @@ def crc32c(data: bytes) -> int:
 
 
 def mpa_crc_trailer(fpdu_without_crc: bytes) -> bytes:
-    """The 4 CRC bytes as they go on the wire: CRC32c value little-endian (iwarp-wire.md §1.6)."""
+    """The 4 CRC bytes as they go on the wire: CRC32c value little-endian (docs/mpa.md §1.6)."""
     return crc32c(fpdu_without_crc).to_bytes(4, "little")
 
 
-# Known answers (iwarp-wire.md §6.1), checked at import so a broken CRC cannot pass silently.
+# Known answers (docs/testing.md §6.1), checked at import so a broken CRC cannot pass silently.
 assert crc32c(b"123456789") == 0xE3069283
 assert crc32c(bytes(32)) == 0x8A9136AA
 assert mpa_crc_trailer(bytes.fromhex("0022414300000000000000000000000100000000"
@@ -288,7 +288,7 @@ def tshark_streams(pcap: Path, max_frames: int | None = None,
 
 
 def v2_block(pd_hex: str) -> dict | None:
-    """Decode the MPA v2 IRD/ORD block (iwarp-wire.md §1.4) from private data hex."""
+    """Decode the MPA v2 IRD/ORD block (docs/mpa.md §1.4) from private data hex."""
     if len(pd_hex) < 8:
         return None
     a, b = int(pd_hex[0:4], 16), int(pd_hex[4:8], 16)
@@ -341,7 +341,7 @@ def run_host(g, argv: list[str], deadline: float, env: dict | None = None) -> tu
 
 def check_stream_clean(c: Checks, label: str, st: dict, allow_errors: bool = False) -> None:
     """One connection of tshark_streams(): Request and Reply seen, every later payload frame
-    dissected as iWARP, nothing malformed, no error-level expert item (iwarp-wire.md §6.3;
+    dissected as iWARP, nothing malformed, no error-level expert item (docs/testing.md §6.3;
     the Rev-2 / Res-bit notes are warnings, not errors)."""
     c.check(f"{label} tshark: MPA Request and Reply", st["req"] is not None and st["rep"] is not None)
     gaps = st.get("capture_gaps", [])

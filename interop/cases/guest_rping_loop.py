@@ -2,8 +2,8 @@
 """Case: siw <-> siw inside the guest (sanity of the guest itself, no host peer).
 
 Guest: `rping -s` and `rping -c -V -C 3` on the eth0 address (siw on lo misbehaves when siw0
-exists, siw-vm-notes.md). Three full rping iterations (Send, RDMA Read, Read Response,
-Write, Sends; iwarp-wire.md §5.2) with data verification (-V) prove the guest's siw.ko, the
+exists, docs/testing.md §6.4.3). Three full rping iterations (Send, RDMA Read, Read Response,
+Write, Sends; docs/protocols.md §5.2) with data verification (-V) prove the guest's siw.ko, the
 rdma-core tools, their libraries (incl. libgcc_s) and the provider all work. If this case
 fails, the host-peer cases' failures are the guest's fault, not the peer's.
 

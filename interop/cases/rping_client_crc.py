@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Case (c): siw rping CLIENT built with mpa_crc_required = true -> hand-written MPA responder.
 
-Guest: siw-crc.ko (iwarp-wire.md §4.1 `mpa_crc_required` flipped at build time),
+Guest: siw-crc.ko (docs/siw.md §4.1 `mpa_crc_required` flipped at build time),
 `rping -c -a 10.77.0.1 -C 1 -S 64 -v`.
 Host (netns, kernel TCP socket on 10.77.0.1:7174):
-  1. the Request must carry C=1: `"MPA ID Req Frame" 50 02 00 04 00 01 00 01` (§4.2);
-  2. answers the Reply with C=1 (a CRC-requiring initiator fails a C=0 Reply, §4.2);
+  1. the Request must carry C=1: `"MPA ID Req Frame" 50 02 00 04 00 01 00 01` (docs/siw.md §4.2);
+  2. answers the Reply with C=1 (a CRC-requiring initiator fails a C=0 Reply, docs/siw.md §4.2);
   3. the first FPDU (rping's 40-byte Send) must end with CRC32c over bytes 0..35 stored
-     little-endian (§1.6) — the wire byte order the xwarp engine must produce and check;
+     little-endian (docs/mpa.md §1.6) — the wire byte order the xwarp engine must produce and check;
   4. sends siw a Send FPDU with a corrupted CRC: siw must answer with a Terminate
-     (QN 2, MSN 1, MO 0, opcode 7) carrying LLP/MPA/CRC error (0x02) and close (§4.5, §4.6).
+     (QN 2, MSN 1, MO 0, opcode 7) carrying LLP/MPA/CRC error (0x02) and close (docs/siw.md §4.5, §4.6).
      The Terminate Control bytes are checked against the documented siw bitfield layout
-     (`02 02 00 00`, §4.6) and reported either way.
-Then the tap capture is checked with tshark: C in both frames, siw's CRCs good (§6.3).
+     (`02 02 00 00`, docs/siw.md §4.6) and reported either way.
+Then the tap capture is checked with tshark: C in both frames, siw's CRCs good (docs/testing.md §6.3).
 
 Usage: rping_client_crc.py [--out DIR]       (the --peer role is internal)
 """
@@ -35,7 +35,7 @@ NAME = "rping_client_crc"
 RPING_SIZE = 64
 SEND_FPDU_LEN = 40
 #: siw's Terminate Control for LLP/MPA/CRC error as its bitfield lays it out on x86
-#: (iwarp-wire.md §4.6: layer/etype nibbles swapped vs RFC 5040's `20 02 00 00`).
+#: (docs/siw.md §4.6: layer/etype nibbles swapped vs RFC 5040's `20 02 00 00`).
 SIW_TERM_CTRL_LLP_CRC = bytes([0x02, 0x02, 0x00, 0x00])
 RFC_TERM_CTRL_LLP_CRC = bytes([0x20, 0x02, 0x00, 0x00])
 #: Peer exit code: every check passed up to the corrupted Send, then siw closed the
@@ -83,7 +83,7 @@ def peer(accept_timeout: float) -> int:
              struct.unpack(">HBB", fpdu[0:4]) + struct.unpack(">III", fpdu[8:20]),
              (0x22, 0x41, 0x43, 0, 1, 0))
         c.eq("rping_rdma_info.size", struct.unpack(">I", fpdu[32:36])[0], RPING_SIZE)
-        c.eq("CRC trailer = CRC32c(bytes 0..35) little-endian (§1.6)", fpdu[36:40],
+        c.eq("CRC trailer = CRC32c(bytes 0..35) little-endian (docs/mpa.md §1.6)", fpdu[36:40],
              mpa_crc_trailer(fpdu[:36]))
 
         # A Send with a corrupted CRC (payload 16 bytes: rping would accept a good one).
@@ -108,7 +108,7 @@ def peer(accept_timeout: float) -> int:
         c.eq("Terminate: QN 2, MSN 1, MO 0", (qn, msn, mo), (2, 1, 0))
         c.eq("Terminate: ULPDU_Length 22 (no attached headers)", ulpdu_len, 22)
         ctrl = term[20:24]
-        c.check("Terminate Control is LLP/MPA/CRC error in siw's bitfield layout (§4.6)",
+        c.check("Terminate Control is LLP/MPA/CRC error in siw's bitfield layout (docs/siw.md §4.6)",
                 ctrl == SIW_TERM_CTRL_LLP_CRC,
                 f"got {ctrl.hex(' ')}; siw layout {SIW_TERM_CTRL_LLP_CRC.hex(' ')}, "
                 f"RFC 5040 layout {RFC_TERM_CTRL_LLP_CRC.hex(' ')}")
@@ -132,7 +132,7 @@ def peer(accept_timeout: float) -> int:
 
 
 def capture_checks(c: Checks, pcap: Path) -> None:
-    """tshark: C=1 negotiated, siw's FPDUs have good CRCs, ours is the only bad one (§6.3)."""
+    """tshark: C=1 negotiated, siw's FPDUs have good CRCs, ours is the only bad one (docs/testing.md §6.3)."""
     reqs = tshark_rows(pcap, "iwarp_mpa.key.req", ["iwarp_mpa.crc_flag"])
     reps = tshark_rows(pcap, "iwarp_mpa.key.rep", ["iwarp_mpa.crc_flag", "iwarp_mpa.rej_flag"])
     c.eq("tshark: Request C=1", [flag(r[0]) for r in reqs], [1])

@@ -3,13 +3,13 @@
 
 Guest: `rping -c -a 10.77.0.1 -C 1 -S 64 -v` (siw, MPA Initiator).
 Host (netns, kernel TCP socket on 10.77.0.1:7174):
-  1. reads the 24-byte MPA Request and checks it byte for byte (iwarp-wire.md §5.3, §4.2);
-  2. answers the valid Reply "MPA ID Rep Frame" 10 02 00 04 00 01 00 01 (§5.3);
+  1. reads the 24-byte MPA Request and checks it byte for byte (docs/protocols.md §5.3, docs/siw.md §4.2);
+  2. answers the valid Reply "MPA ID Rep Frame" 10 02 00 04 00 01 00 01 (docs/protocols.md §5.3);
   3. reads the first FPDU: a 40-byte Send (ULPDU_Length 0x22, DDP/RDMAP ctrl 41 43, QN 0,
-     MSN 1, MO 0, CRC field 0 since CRC is off, §1.6, §2.3, §3.1) carrying a 16-byte
-     rping_rdma_info {buf, rkey, size=64} (§5.2);
+     MSN 1, MO 0, CRC field 0 since CRC is off, docs/mpa.md §1.6, docs/ddp-rdmap.md §2.3, §3.1) carrying a 16-byte
+     rping_rdma_info {buf, rkey, size=64} (docs/protocols.md §5.2);
   4. closes the connection (no xwarp engine yet: this proves the harness and the wire facts).
-Then the tap capture is checked with tshark (§6.3).
+Then the tap capture is checked with tshark (docs/testing.md §6.3).
 
 Usage: rping_client_mpa.py [--out DIR]       (the --peer role is internal)
 """
@@ -29,7 +29,7 @@ from common import case_start, case_verdict, check_guest_ran
 
 NAME = "rping_client_mpa"
 RPING_SIZE = 64
-SEND_FPDU_LEN = 40  # 2 + 18 + 16 + pad 0 + CRC 4 (iwarp-wire.md §5.2 "SEND 40 B (ULPDU 34)")
+SEND_FPDU_LEN = 40  # 2 + 18 + 16 + pad 0 + CRC 4 (docs/protocols.md §5.2 "SEND 40 B (ULPDU 34)")
 
 
 def peer(accept_timeout: float) -> int:
@@ -50,22 +50,22 @@ def peer(accept_timeout: float) -> int:
     conn.settimeout(15)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        # 1. MPA Request, byte for byte (iwarp-wire.md §5.3)
+        # 1. MPA Request, byte for byte (docs/protocols.md §5.3)
         req = recv_exact(conn, len(RPING_CLIENT_REQUEST))
-        c.eq("MPA Request bytes (§5.3)", req, RPING_CLIENT_REQUEST)
+        c.eq("MPA Request bytes (docs/protocols.md §5.3)", req, RPING_CLIENT_REQUEST)
         c.eq("Request key", req[:16], b"MPA ID Req Frame")
         c.eq("Request flags: enhanced only (M=0 C=0)", req[16], 0x10, hexint=True)
         c.eq("Request Rev", req[17], 2)
         c.eq("Request PD_Length", struct.unpack(">H", req[18:20])[0], 4)
         c.eq("Request v2 IRD/ORD", struct.unpack(">HH", req[20:24]), (1, 1))
-        # iwarp-wire.md §4.5/§4.8.3: never pipeline bytes behind a Request/Reply. Nothing else
-        # may have arrived yet either: the Initiator waits for the Reply (§1.5).
+        # docs/siw.md §4.5/§4.8.3: never pipeline bytes behind a Request/Reply. Nothing else
+        # may have arrived yet either: the Initiator waits for the Reply (docs/mpa.md §1.5).
         conn.settimeout(0.5)
         try:
             extra = conn.recv(64)
         except socket.timeout:
             extra = b""
-        c.eq("Initiator sends nothing before the Reply (§1.5)", extra, b"")
+        c.eq("Initiator sends nothing before the Reply (docs/mpa.md §1.5)", extra, b"")
         conn.settimeout(15)
         if not c.ok():
             return 1
@@ -87,7 +87,7 @@ def peer(accept_timeout: float) -> int:
         c.eq("rping_rdma_info.size", size, RPING_SIZE)
         c.check("rping_rdma_info.buf non-zero (client start_buf VA)", buf != 0, f"0x{buf:x}")
         c.check("rping_rdma_info.rkey non-zero", rkey != 0, f"0x{rkey:08x}")
-        # CRC not negotiated: siw writes zeros in the CRC field (iwarp-wire.md §1.6)
+        # CRC not negotiated: siw writes zeros in the CRC field (docs/mpa.md §1.6)
         c.eq("CRC field zero (CRC off)", fpdu[36:40], b"\x00\x00\x00\x00")
     except (EOFError, socket.timeout, OSError, ValueError) as e:
         c.check("protocol exchange completed", False, f"{type(e).__name__}: {e}")
@@ -98,7 +98,7 @@ def peer(accept_timeout: float) -> int:
 
 
 def capture_checks(c: Checks, pcap: Path) -> None:
-    """tshark dissects the exchange as iwarp_mpa / iwarp_ddp_rdmap (iwarp-wire.md §6.3)."""
+    """tshark dissects the exchange as iwarp_mpa / iwarp_ddp_rdmap (docs/testing.md §6.3)."""
     reqs = tshark_rows(pcap, "iwarp_mpa.key.req", ["iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag",
                                                    "iwarp_mpa.rev", "iwarp_mpa.pdlength"])
     c.eq("tshark: one MPA Request", len(reqs), 1)

@@ -5,12 +5,12 @@ Guest: `rping -s -a 10.77.0.2 -C 1 -S 64 -P -v` (siw, MPA Responder, persistent)
 `nc -l -p 7999` so the host can tell it when to stop.
 Host (netns, kernel TCP sockets to 10.77.0.2:7174):
   1. connection 1: Request with C=1 (`50 02 00 04 00 01 00 01`): the Reply must echo the
-     request's flag word, so C=1 (siw quirk, iwarp-wire.md §4.3, §4.8.4), Rev 2, PD_Length 4,
-     IRD/ORD 1/1 (rping server mirrors the client's values, §5.1); siw must then send nothing
-     before the Initiator's first FPDU (§1.5); close.
+     request's flag word, so C=1 (siw quirk, docs/siw.md §4.3, §4.8.4), Rev 2, PD_Length 4,
+     IRD/ORD 1/1 (rping server mirrors the client's values, docs/protocols.md §5.1); siw must then send nothing
+     before the Initiator's first FPDU (docs/mpa.md §1.5); close.
   2. connection 2: Request with M=1: siw does not support markers and answers R=1
-     (§1.7, §4.3), then closes the TCP connection.
-Then the tap capture is checked with tshark (§6.3).
+     (docs/mpa.md §1.7, docs/siw.md §4.3), then closes the TCP connection.
+Then the tap capture is checked with tshark (docs/testing.md §6.3).
 
 Usage: rping_server_mpa.py [--out DIR]       (the --peer role is internal)
 """
@@ -35,7 +35,7 @@ RPING_SIZE = 64
 
 
 def crc_request_connection(c: Checks, deadline: float) -> None:
-    """Connection 1: C=1 Request; the Reply must echo C=1 (iwarp-wire.md §4.3)."""
+    """Connection 1: C=1 Request; the Reply must echo C=1 (docs/siw.md §4.3)."""
     s = connect_retry((vm.GUEST_IP, RPING_PORT), deadline)
     c.check("conn 1: connected to siw rping server", True)
     s.settimeout(15)
@@ -47,7 +47,7 @@ def crc_request_connection(c: Checks, deadline: float) -> None:
         hdr, pd = recv_mpa_frame(s)
         print(f"  [host] conn 1 Reply: {(hdr + pd).hex(' ')}", flush=True)
         c.eq("conn 1: Reply key", hdr[:16], KEY_REP)
-        # siw quirk, iwarp-wire.md §4.3: the Reply reuses the Request's flag/rev word
+        # siw quirk, docs/siw.md §4.3: the Reply reuses the Request's flag/rev word
         c.eq("conn 1: Reply flags echo the Request (C=1, enhanced)", hdr[16],
              FLAG_C | FLAG_ENHANCED, hexint=True)
         c.check("conn 1: Reply C=1 (rfc5044 responder must answer C=1)", bool(hdr[16] & FLAG_C))
@@ -56,14 +56,14 @@ def crc_request_connection(c: Checks, deadline: float) -> None:
         c.eq("conn 1: Reply PD_Length", struct.unpack(">H", hdr[18:20])[0], 4)
         c.eq("conn 1: Reply v2 IRD/ORD", struct.unpack(">HH", pd[:4]) if len(pd) >= 4 else None,
              (1, 1))
-        # The Responder must not send FPDUs before the Initiator's first FPDU (§1.5).
+        # The Responder must not send FPDUs before the Initiator's first FPDU (docs/mpa.md §1.5).
         s.settimeout(1.0)
         try:
             extra = s.recv(64)
             extra_desc = extra.hex(" ") if extra else "EOF"
         except socket.timeout:
             extra, extra_desc = b"", "nothing in 1 s"
-        c.check("conn 1: Responder sends nothing before our first FPDU (§1.5)",
+        c.check("conn 1: Responder sends nothing before our first FPDU (docs/mpa.md §1.5)",
                 extra_desc == "nothing in 1 s", extra_desc)
     except (EOFError, socket.timeout, OSError, ValueError) as e:
         c.check("conn 1: exchange completed", False, f"{type(e).__name__}: {e}")
@@ -72,7 +72,7 @@ def crc_request_connection(c: Checks, deadline: float) -> None:
 
 
 def marker_request_connection(c: Checks, deadline: float) -> None:
-    """Connection 2: M=1 Request; siw rejects markers with R=1 (iwarp-wire.md §1.7, §4.3)."""
+    """Connection 2: M=1 Request; siw rejects markers with R=1 (docs/mpa.md §1.7, docs/siw.md §4.3)."""
     s = connect_retry((vm.GUEST_IP, RPING_PORT), deadline)
     c.check("conn 2: connected to siw rping server", True)
     s.settimeout(15)
@@ -85,7 +85,7 @@ def marker_request_connection(c: Checks, deadline: float) -> None:
                 f"flags 0x{hdr[16]:02x}")
         # siw clears M in its reject (siw_cm.c reject path); informative, RFC does not require it
         c.check("conn 2: Reply M=0", not hdr[16] & FLAG_M, f"flags 0x{hdr[16]:02x}")
-        # After a reject the Responder closes the TCP connection (§1.5).
+        # After a reject the Responder closes the TCP connection (docs/mpa.md §1.5).
         s.settimeout(5.0)
         try:
             rest = s.recv(64)
@@ -115,7 +115,7 @@ def peer(connect_timeout: float) -> int:
 
 
 def capture_checks(c: Checks, pcap: Path) -> None:
-    """tshark view of both connections (iwarp-wire.md §6.3)."""
+    """tshark view of both connections (docs/testing.md §6.3)."""
     reqs = tshark_rows(pcap, "iwarp_mpa.key.req", ["iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag"])
     c.eq("tshark: two MPA Requests (M,C)", [(flag(r[0]), flag(r[1])) for r in reqs],
          [(0, 1), (1, 0)])

@@ -5,7 +5,7 @@ default siw (mpa_crc_required off).
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 20`, twice in a row.
 Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) (sans-IO Connection over kernel TCP) as the rping client,
   run 1 with `--crc` (Request C=1), run 2 without.
-Checks: run 1: siw echoes C=1 in its Reply (iwarp-wire.md §4.3), we report crc=true, and
+Checks: run 1: siw echoes C=1 in its Reply (docs/siw.md §4.3), we report crc=true, and
 every FPDU in both directions carries a Good CRC32 (tshark) — none bad; run 2: C=0 both
 ways and tshark checks no CRC. Both: 20 verified iterations (our client compares the
 server's RDMA Write with the buffer the server RDMA-Read), both guest servers exit 0,

@@ -4,7 +4,7 @@
 One guest (siw default), two runs:
   A. invalid STag: guest `rping -s -S 64 -C 1`; host tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) `--bad-stag`
      connects and RDMA-Writes 64 bytes to an STag siw never registered (0xbad0005a). siw must
-     send a Terminate and close (iwarp-wire.md §4.5/§4.6). Checks: the Terminate's bytes in
+     send a Terminate and close (docs/siw.md §4.5/§4.6). Checks: the Terminate's bytes in
      the capture — QN 2, MSN 1, MO 0, control `11 00 03 00` = DDP layer / tagged-buffer
      EType / Invalid STag under siw's swapped layout, Hdrct M+D in the low bits, DDP
      Segment Length = our payload length (64), the terminated DDP header = our Write's
@@ -45,7 +45,7 @@ def terminate_fpdus(pcap: Path, stream: int) -> list[bytes]:
     out = []
     for line in p.stdout.split():
         data = bytes.fromhex(line.replace(":", ""))
-        # untagged+last, RDMAP v1 Terminate, QN 2 (iwarp-wire.md §3.4)
+        # untagged+last, RDMAP v1 Terminate, QN 2 (docs/ddp-rdmap.md §3.4)
         i = data.find(bytes.fromhex("4147"))
         while i >= 2:
             if data[i + 6:i + 10] == (2).to_bytes(4, "big"):

@@ -5,12 +5,12 @@ siw rping server as the responder.
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 10` per run (the last one under
 `timeout`, it may never see a usable connection).
 Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) `--p2p TYPES`:
-  1. `write,read`: siw must answer A=1 with exactly the Write RTR (iwarp-wire.md §4.3:
+  1. `write,read`: siw must answer A=1 with exactly the Write RTR (docs/siw.md §4.3:
      Write if offered); our first FPDU is the zero-length RDMA Write (opcode 0); then 10
      verified rping iterations.
   2. `read`: siw must pick the Read RTR; our first FPDU is a zero-length Read Request
      (opcode 1) and siw's first FPDU its zero-length Read Response (opcode 2); 10 iterations.
-  3. (only with `--send-only`) `send` only: siw never chooses the Send RTR (§4.3); it
+  3. (only with `--send-only`) `send` only: siw never chooses the Send RTR (docs/siw.md §4.3); it
      picks Write, which is not in our offer, so our Initiator refuses the Reply with an LLP
      Terminate "no matching RTR" (0x07, RFC 6581 §5) and reports the failure. Not in the
      default run: on the Debian 6.1 guest kernel that Terminate, arriving while siw still

@@ -3,7 +3,7 @@
 (`ib_write_bw -R`, `ib_read_bw -R`, `ib_send_bw -R`; Debian perftest 4.5+0.17 = perftest
 6.06), xwarp runs
 the client (tools/src/bin/perftest_peer.rs (`xwarp-perftest-peer`)), speaking perftest's control protocol over a "comm"
-rdma_cm connection and running the test on a second connection (iwarp-wire.md §5.4; the
+rdma_cm connection and running the test on a second connection (docs/protocols.md §5.4; the
 exact 6.06 sequence is in the example's module docs).
 
 Guest (siw-crc: CRC on both connections, so every test byte is CRC-checked by siw and by

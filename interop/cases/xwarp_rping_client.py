@@ -7,11 +7,11 @@ once with siw-crc.ko (`mpa_crc_required`).
 Host (netns): `rping -c -a 10.77.0.2 -S <size> -C <count> -V` built from tools/src/bin/rping.rs (`xwarp-rping`)
 (the sans-IO Connection over a kernel TCP socket); with siw-crc it also requests CRC
 (XWARP_MPA_CRC=1). Each iteration is Send / Read / Send / Send / Write / Send
-(iwarp-wire.md §5.2); -V compares the buffers after every iteration.
+(docs/protocols.md §5.2); -V compares the buffers after every iteration.
 Checks: every client run exits 0 with all iterations verified (64-byte runs print each one),
 every guest server exits 0, and tshark on the capture (first frames): MPA Request/Reply
 recognized with the expected C flag, nothing malformed, no error-level expert items, the
-RDMAP opcodes each side must send (§6.3), and with CRC every FPDU "Good CRC32".
+RDMAP opcodes each side must send (docs/testing.md §6.3), and with CRC every FPDU "Good CRC32".
 
 Usage: xwarp_rping_client.py [--out DIR] [--count N]     (the --peer role is internal)
 """
@@ -96,7 +96,7 @@ def capture_checks(c: Checks, pcap: Path, label: str, crc: bool, runs: int) -> N
         if RPING_PORT in s["opcodes"] else set()
     client = set().union(*[v for k, v in s["opcodes"].items() if k != RPING_PORT]) \
         if s["opcodes"] else set()
-    # rping client: Send + Read Response; rping server: Read Request, Send, Write (§5.2).
+    # rping client: Send + Read Response; rping server: Read Request, Send, Write (docs/protocols.md §5.2).
     c.eq(f"{label} tshark: client opcodes (Send, Read Response)", sorted(client), [2, 3])
     c.eq(f"{label} tshark: server opcodes (Write, Read Request, Send)", sorted(server), [0, 1, 3])
     if crc:

@@ -5,8 +5,8 @@ Host (netns): `rping -s -a 10.77.0.3 -S <size>` (vm.XWARP_IP) built from tools/s
 size (64, 4096, 65535; rping's -S maximum is 65535), each serving one connection.
 Guest: `rping -c -a 10.77.0.3 -S <size> -C <count> -V` (+ `-v` for 64 bytes), once with
 the default siw (CRC off) and once with siw-crc.ko, whose Request carries C=1 so our
-Responder answers C=1 (RFC 5044; iwarp-wire.md §1.3).
-Our server Reads the client's buffer, Sends, Writes it back and Sends (iwarp-wire.md §5.2);
+Responder answers C=1 (RFC 5044; docs/mpa.md §1.3).
+Our server Reads the client's buffer, Sends, Writes it back and Sends (docs/protocols.md §5.2);
 siw's rping -V checks the data after every iteration.
 Checks: every guest client exits 0 (and prints all 64-byte iterations), every server run
 exits 0 when the client disconnects, and tshark on the capture as in xwarp_rping_client.

@@ -146,7 +146,7 @@ pub struct WireConfig {
     /// Faults on frames sent by NIC `b` to NIC `a`.
     pub b_to_a: LinkConfig,
     /// Advertise checksum offload to smoltcp (no IPv4/TCP/UDP/ICMP checksums computed or
-    /// verified). Only for a trusted in-process peer (both ends xwarp, perf-notes.md);
+    /// verified). Only for a trusted in-process peer (both ends xwarp, docs/performance.md §8.2);
     /// refused together with the `corrupt` fault, which checksums exist to catch.
     pub checksum_offload: bool,
 }

@@ -10,7 +10,7 @@
 //!
 //! The layer ends at DDP segments (DDP header + payload); MPA framing wraps them
 //! elsewhere. Nothing here touches a socket, a clock or a thread. See
-//! `shared/design/iwarp-wire.md` §2–§4 for the wire rules implemented here.
+//! `docs/ddp-rdmap.md` §2–§3, `docs/siw.md` §4 for the wire rules implemented here.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

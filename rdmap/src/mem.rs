@@ -2,7 +2,7 @@
 //! STags, invalidation, and the STag table the receiver consults for lookup, bounds,
 //! access and PD (stream) association before placing payload.
 //!
-//! STags follow the verbs convention (iwarp-wire.md §3.6): upper 24 bits index, low
+//! STags follow the verbs convention (docs/ddp-rdmap.md §3.6): upper 24 bits index, low
 //! 8 bits key; the full 32-bit value must match. STag 0 is never handed out (index 0 is
 //! reserved). Tagged offsets are virtual addresses: a region registered at `base` covers
 //! TOs `[base, base + len)`.

@@ -1,7 +1,7 @@
 //! RDMAP wire formats (RFC 5040 §4): control byte, opcodes, the RDMA Read Request body,
 //! the Terminate message and the error codes of all three Terminate layers.
 //!
-//! See iwarp-wire.md §3 for the layouts and §4.6 for siw's Terminate quirks.
+//! See docs/ddp-rdmap.md §3 for the layouts and docs/siw.md §4.6 for siw's Terminate quirks.
 
 use xwarp_ddp::segment::{DdpError, MAX_HEADER_LEN};
 use xwarp_ddp::wire::be;
@@ -15,7 +15,7 @@ pub const TERMINATE_CONTROL_LEN: usize = 4;
 /// Longest Terminate body: control + DDP Segment Length + untagged header + Read Request.
 pub const MAX_TERMINATE_LEN: usize = TERMINATE_CONTROL_LEN + 2 + MAX_HEADER_LEN + READ_REQUEST_LEN;
 
-/// Untagged queue numbers used by RDMAP (iwarp-wire.md §2.4).
+/// Untagged queue numbers used by RDMAP (docs/ddp-rdmap.md §2.4).
 pub mod qn {
     /// Send, Send with Invalidate, Send with SE, Send with SE and Invalidate.
     pub const SEND: u32 = 0;
@@ -89,7 +89,7 @@ pub enum CtrlError {
 }
 
 /// Parse an RDMAP control byte (RFC 5040 §4.2). Reserved bits are not checked (siw does
-/// not either, iwarp-wire.md §4.5).
+/// not either, docs/siw.md §4.5).
 pub fn parse_ctrl(byte: u8) -> Result<Opcode, CtrlError> {
     let rv = byte >> 6;
     if rv != RDMAP_VERSION {
@@ -269,7 +269,7 @@ xwarp_ddp::code_enum! {
 }
 
 xwarp_ddp::code_enum! {
-    /// RDMAP (layer 0) error codes (RFC 5040 §7, iwarp-wire.md §3.5).
+    /// RDMAP (layer 0) error codes (RFC 5040 §7, docs/ddp-rdmap.md §3.5).
     pub enum RdmapErrorCode {
         /// Invalid STag.
         InvalidStag = 0x00,
@@ -297,7 +297,7 @@ xwarp_ddp::code_enum! {
 }
 
 xwarp_ddp::code_enum! {
-    /// LLP (MPA, layer 2, EType 0) error codes (RFC 5044 §8, RFC 6581; iwarp-wire.md §1.8).
+    /// LLP (MPA, layer 2, EType 0) error codes (RFC 5044 §8, RFC 6581; docs/mpa.md §1.8).
     pub enum LlpErrorCode {
         /// TCP connection closed, terminated or lost.
         ConnectionLost = 0x01,
@@ -579,7 +579,7 @@ pub enum TerminateLayout {
     /// RFC 5040 layout: `layer<<4|etype`, Hdrct M=0x80 D=0x40 R=0x20.
     Rfc,
     /// siw's GCC-bitfield layout: `etype<<4|layer`, Hdrct M=0x01 D=0x02 R=0x04
-    /// (siw quirk, iwarp-wire.md §4.6).
+    /// (siw quirk, docs/siw.md §4.6).
     Siw,
 }
 
@@ -642,7 +642,7 @@ impl Terminate {
 
     /// Emit the RFC 5040 layout into `buf`; returns the length or `None` if `buf` is short.
     /// The DDP Segment Length field follows the RFC (whole terminated DDP segment), not
-    /// siw's payload-length reading (iwarp-wire.md §4.6).
+    /// siw's payload-length reading (docs/siw.md §4.6).
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
         let n = self.wire_len();
         let mut h = TerminateHeader::new_unchecked(buf.get_mut(..n)?);
@@ -689,7 +689,7 @@ impl Terminate {
                 bits & hdrct::D != 0,
                 bits & hdrct::R != 0,
             ),
-            // siw quirk, iwarp-wire.md §4.6: GCC little-endian bitfield layout.
+            // siw quirk, docs/siw.md §4.6: GCC little-endian bitfield layout.
             TerminateLayout::Siw => (
                 h.etype(),
                 h.layer(),
@@ -728,7 +728,7 @@ impl Terminate {
     }
 
     /// Parse an inbound Terminate body (the bytes after the untagged DDP header) under both
-    /// the RFC layout and siw's swapped layout (siw quirk, iwarp-wire.md §4.6) and pick the
+    /// the RFC layout and siw's swapped layout (siw quirk, docs/siw.md §4.6) and pick the
     /// plausible one (see [`ParsedTerminate::best`]). Errors only if the body is shorter than
     /// the 4-byte control field.
     pub fn parse(body: &[u8]) -> Result<ParsedTerminate, TerminateParseError> {
@@ -775,7 +775,7 @@ mod tests {
 
     #[test]
     fn rfc5040_read_request_body_wire_bytes() {
-        // iwarp-wire.md §6.2 Read Request example.
+        // docs/testing.md §6.2 Read Request example.
         let r = ReadRequest {
             sink_stag: 0x101,
             sink_to: 0x0000_55d0_e0a0_b000,
@@ -811,7 +811,7 @@ mod tests {
 
     #[test]
     fn siw_swapped_terminate_nibbles_are_recognised() {
-        // siw quirk, iwarp-wire.md §4.6: LLP/MPA/CRC sent as 02 02 00 00. The RFC reading
+        // siw quirk, docs/siw.md §4.6: LLP/MPA/CRC sent as 02 02 00 00. The RFC reading
         // would be RDMAP / remote operation / access rights, which is also "defined", so
         // both readings are reported and the RFC one is preferred.
         let p = Terminate::parse(&[0x02, 0x02, 0x00, 0x00]).unwrap();

@@ -1,4 +1,4 @@
-//! The rping exchange of iwarp-wire.md §5.2 between two Connections wired back to back
+//! The rping exchange of docs/protocols.md §5.2 between two Connections wired back to back
 //! through randomly re-segmenting byte pipes, in every framing variant: CRC on/off,
 //! markers on/off, MPA Rev 1 and Rev 2, and P2P with each RTR type.
 

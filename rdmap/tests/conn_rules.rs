@@ -1,5 +1,5 @@
 //! Connection rules: startup ordering, Terminates on MPA and QP errors, rejection,
-//! timeouts and close (iwarp-wire.md §1.5, §1.8, §4.5, §7).
+//! timeouts and close (docs/mpa.md §1.5, §1.8, docs/siw.md §4.5, docs/mpa.md §1.9).
 
 #[path = "conn_util.rs"]
 mod util;
@@ -95,7 +95,7 @@ fn rfc5044_responder_sends_no_fpdu_before_first_inbound_fpdu() {
 
 #[test]
 fn siw_extra_data_behind_request_fails_the_responder() {
-    // iwarp-wire.md §4.5: bytes behind the Request before the Reply are a protocol error.
+    // docs/siw.md §4.5: bytes behind the Request before the Reply are a protocol error.
     let now = Instant::now();
     let mut r = Peer::new(false, now, |_| {});
     let mut req = b"MPA ID Req Frame".to_vec();
@@ -136,7 +136,7 @@ fn rfc5044_crc_error_sends_llp_terminate_and_closes() {
         Err(ConnError::Mpa(MpaError::CrcMismatch { .. }))
     ));
     let term = r.transmit();
-    // RFC layout LLP / MPA / CRC error: the §6.2 vector, MSN 1 on QN 2.
+    // RFC layout LLP / MPA / CRC error: the docs/testing.md §6.2 vector, MSN 1 on QN 2.
     let mut expect = vec![
         0x00, 0x16, 0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0x20, 0x02, 0, 0,
     ];
@@ -350,7 +350,7 @@ fn config_with_tiny_emss_is_rejected() {
 
 #[test]
 fn siw_quirk_first_fpdu_delay_holds_the_initiators_first_fpdu() {
-    // iwarp-wire.md §4.3: siw_accept sends the Reply before the QP owns the socket's
+    // docs/siw.md §4.3: siw_accept sends the Reply before the QP owns the socket's
     // data-ready upcall, so an FPDU right behind the Reply can sit unread.
     let now = Instant::now();
     let mut rng = Rng(8);

@@ -252,7 +252,7 @@ pub fn established(p: &Peer) -> bool {
         .any(|e| matches!(e, ConnEvent::Established(_)))
 }
 
-// ------------------------------------------------------------------ rping (§5.2)
+// ------------------------------------------------------------------ rping (docs/protocols.md §5.2)
 
 pub fn info(buf: u64, rkey: Stag, size: u32) -> Vec<u8> {
     let mut b = Vec::with_capacity(16);
@@ -270,7 +270,7 @@ pub fn parse_info(b: &[u8]) -> (u64, Stag, u32) {
     )
 }
 
-/// rping's start buffer pattern for iteration `i` (iwarp-wire.md §5.2).
+/// rping's start buffer pattern for iteration `i` (docs/protocols.md §5.2).
 pub fn rping_pattern(i: usize, size: usize) -> Vec<u8> {
     let mut v = format!("rdma-ping-{i}: ").into_bytes();
     let mut c = 65 + (i % 58) as u8;

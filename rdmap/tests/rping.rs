@@ -1,4 +1,4 @@
-//! An rping-style exchange (iwarp-wire.md §5.2) between two QueuePairs wired back to
+//! An rping-style exchange (docs/protocols.md §5.2) between two QueuePairs wired back to
 //! back at the DDP-segment level, with data verified.
 
 mod common;
@@ -80,7 +80,7 @@ fn rping_send_read_send_write_send_exchange() {
         hdr.extend_from_slice(&(2 * i as u32 + 1).to_be_bytes());
         hdr.extend_from_slice(&[0, 0, 0, 0]);
         assert_eq!(&seg[..18], &hdr[..]);
-        assert_eq!(seg.len(), 34, "ULPDU 34 as in iwarp-wire.md §5.2");
+        assert_eq!(seg.len(), 34, "ULPDU 34 as in docs/protocols.md §5.2");
         s.deliver(&seg);
         assert_eq!(c.completions(), vec![ok(1, WcOpcode::Send, 16)]);
         assert_eq!(s.completions(), vec![ok(200 + i, WcOpcode::Recv, 16)]);

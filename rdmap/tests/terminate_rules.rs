@@ -1,5 +1,5 @@
-//! One test per receive validation rule of RFC 5041 §7.2 / RFC 5040 §7 (iwarp-wire.md
-//! §2.6, §3, §4.5), each asserting the full DDP segment of the Terminate we emit.
+//! One test per receive validation rule of RFC 5041 §7.2 / RFC 5040 §7 (docs/ddp-rdmap.md
+//! §2.6, §3, docs/siw.md §4.5), each asserting the full DDP segment of the Terminate we emit.
 //!
 //! Receiver setup (STags are deterministic: index<<8 | key, key 1 on first use):
 //! * 0x101: 64 bytes at TO 0x1000, LOCAL_WRITE | REMOTE_WRITE (write sink)
@@ -224,7 +224,7 @@ fn rfc5041_stag_not_associated_with_stream() {
 
 #[test]
 fn rfc5040_write_needs_remote_write_access() {
-    // Reported as invalid STag like siw (iwarp-wire.md §4.5).
+    // Reported as invalid STag like siw (docs/siw.md §4.5).
     let mut b = setup(1);
     let seg = tagged(0xc1, 0x40, 0x201, 0x2000, &[1]);
     expect_term(&mut b, &seg, &md([0x11, 0x00], &seg));
@@ -262,7 +262,7 @@ fn rfc5041_tagged_continuation_same_stag_and_contiguous_to() {
 
 #[test]
 fn rfc5040_zero_length_write_needs_no_stag_check() {
-    // The RTR form siw sends (STag 1, TO 0), iwarp-wire.md §1.5.
+    // The RTR form siw sends (STag 1, TO 0), docs/mpa.md §1.5.
     let mut b = setup(1);
     b.deliver(&[0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(b.qp.state(), QpState::Rts);
@@ -493,7 +493,7 @@ fn rfc5040_stag_cannot_be_invalidated() {
 fn rfc5040_inbound_terminate_reported_and_flushes() {
     let mut b = setup(1);
     b.recv(2, Stag(0x301), 0x3000, 16);
-    // RFC layout, LLP / MPA / CRC error (iwarp-wire.md §6.2).
+    // RFC layout, LLP / MPA / CRC error (docs/testing.md §6.2).
     b.deliver(&term_segment(&[0x20, 0x02, 0x00, 0x00]));
     assert_eq!(b.qp.state(), QpState::Error);
     let ev = b.events();
@@ -527,7 +527,7 @@ fn rfc5040_inbound_terminate_reported_and_flushes() {
 #[test]
 fn siw_layout_inbound_terminate_with_header() {
     let mut b = setup(1);
-    // siw quirk (iwarp-wire.md §4.6): etype<<4|layer, hdrct M|D in the low bits,
+    // siw quirk (docs/siw.md §4.6): etype<<4|layer, hdrct M|D in the low bits,
     // DDP segment length = payload length.
     let mut body = vec![0x21, 0x05, 0x03, 0x00, 0x00, 0x10];
     body.extend_from_slice(&untagged(0x41, 0x43, 0, 0, 1, 0, &[]));
@@ -560,7 +560,7 @@ fn llp_error_terminate_from_outside() {
 
 #[test]
 fn rfc5040_zero_length_read_request_needs_no_source_check() {
-    // Zero-length Read RTR (iwarp-wire.md §1.5): any source STag, one empty Response.
+    // Zero-length Read RTR (docs/mpa.md §1.5): any source STag, one empty Response.
     let mut b = setup(1);
     b.deliver(&read_request(1, 0, 0, 0));
     assert_eq!(b.qp.state(), QpState::Rts);

@@ -34,7 +34,7 @@ impl Default for TcpOptions {
             nodelay: false,
             keepalive: None,
             // smoltcp's default of 10 ms stalls Cubic's small initial window against a
-            // peer that waits for a second segment (perf-notes.md); 1 ms keeps the ACK
+            // peer that waits for a second segment (docs/performance.md §8.2); 1 ms keeps the ACK
             // count halved on bulk transfers without the start-up stall.
             ack_delay: Some(Duration::from_millis(1)),
             user_timeout: None,

@@ -16,7 +16,7 @@
 //! 3. [`EngineBuilder::spawn`] then starts the engine thread (optionally pinned) with the
 //!    TCP stack service.
 //!
-//! ## Checksums (afxdp-notes.md, "Checksums")
+//! ## Checksums (docs/afxdp.md §7.3)
 //! TX: the engine computes the IPv4 and ICMP checksums. TCP and UDP checksums are left to
 //! the kernel through AF_XDP TX metadata when [`XdpEngineConfig::tx_checksum`] allows it
 //! (default `Auto`: with [`RxChecksum::TrustL4`] on a kernel that accepts TX metadata, in

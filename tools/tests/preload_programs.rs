@@ -152,7 +152,7 @@ impl Net {
         // test's 4 s promptness window (reproduced: 31 s run, `secs < 4.0` failed).
         shim();
         let pair = VethPair::new(net).expect("veth pair");
-        // Peers send complete checksums (afxdp-notes.md: veth hands over partial ones).
+        // Peers send complete checksums (docs/afxdp.md §7.3: veth hands over partial ones).
         let if_b = pair.if_b.clone();
         pair.b
             .run(move || netns::set_tx_checksum_offload(&if_b, false))

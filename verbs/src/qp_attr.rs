@@ -179,7 +179,7 @@ impl QpAttr {
 ///   TERMINATE (a Terminate, RDMAP layer, local catastrophic error, code 0xff, then the
 ///   connection closes), RTS → ERROR (abortive: work is flushed, TCP is reset);
 /// * CLOSING → ERROR, TERMINATE → ERROR (abortive);
-/// * teardown on the wire as siw does it (iwarp-wire.md §4.7): CLOSING ends with a TCP
+/// * teardown on the wire as siw does it (docs/siw.md §4.7): CLOSING ends with a TCP
 ///   FIN and no RDMAP message, ERROR releases the connection at once (a TCP reset);
 /// * ERROR → IDLE, and IDLE → IDLE once a graceful close finished: a **reset** (verbs
 ///   `IBV_QPS_RESET`, which siw maps to its IDLE); see [`QueuePair::modify`](crate::QueuePair::modify);

@@ -1,4 +1,4 @@
-//! CRC32c (Castagnoli) for the MPA FPDU trailer (RFC 5044 §6.1, iwarp-wire.md §1.6).
+//! CRC32c (Castagnoli) for the MPA FPDU trailer (RFC 5044 §6.1, docs/mpa.md §1.6).
 //!
 //! Backed by the `crc-fast` crate (CRC-32/ISCSI), which folds with VPCLMULQDQ/AVX-512 or
 //! PCLMULQDQ where the CPU has them (runtime detection) and has a table fallback. Measured
@@ -7,7 +7,7 @@
 //! at 9000, 57 vs 26 GB/s at 64 KiB; the MPA CRC was 6-7% of each engine's samples in
 //! `xwarp bench rdma` write_bw.
 //! The trailer carries the standard CRC32c value stored **little-endian**
-//! (iwarp-wire.md §1.6: siw `siw_crc_final()` and Wireshark agree).
+//! (docs/mpa.md §1.6: siw `siw_crc_final()` and Wireshark agree).
 
 /// CRC32c of `data` (init 0xFFFFFFFF, reflected, final XOR 0xFFFFFFFF).
 #[inline]
@@ -34,7 +34,7 @@ pub fn crc32c_parts(parts: &[&[u8]]) -> u32 {
     parts.iter().fold(0, |crc, p| crc32c_append(crc, p))
 }
 
-/// The 4 trailer bytes for a CRC value (little-endian, iwarp-wire.md §1.6).
+/// The 4 trailer bytes for a CRC value (little-endian, docs/mpa.md §1.6).
 #[inline]
 pub fn crc_to_trailer(crc: u32) -> [u8; 4] {
     crc.to_le_bytes()

@@ -1,10 +1,10 @@
 //! MPA errors as values, each mapping to the Terminate code that reports it
-//! (iwarp-wire.md §1.8; RFC 5044 §8, RFC 6581 §5).
+//! (docs/mpa.md §1.8; RFC 5044 §8, RFC 6581 §5).
 
 use core::fmt;
 
 /// LLP (MPA) error codes carried in a Terminate message, Layer 2 (LLP), EType 0
-/// (iwarp-wire.md §1.8).
+/// (docs/mpa.md §1.8).
 pub mod llp_code {
     /// TCP connection closed, terminated or lost.
     pub const CONNECTION_LOST: u8 = 0x01;
@@ -23,7 +23,7 @@ pub mod llp_code {
 }
 
 /// Layer, error type and code of the Terminate message that reports an error
-/// (RFC 5040 §7.2 / iwarp-wire.md §1.8, §2.6).
+/// (RFC 5040 §7.2 / docs/mpa.md §1.8, docs/ddp-rdmap.md §2.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TerminateCode {
     /// Layer: 0 = RDMAP, 1 = DDP, 2 = LLP (MPA).
@@ -82,7 +82,7 @@ impl fmt::Display for FrameError {
 /// Mistakes by the local caller (not the network); reported as LLP 0x05 if ever sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LocalError {
-    /// Private data would make PD_Length exceed the 256-byte emit limit (iwarp-wire.md §4.3).
+    /// Private data would make PD_Length exceed the 256-byte emit limit (docs/siw.md §4.3).
     PrivateDataTooLong {
         /// PD_Length that would have been emitted (incl. the 4-byte v2 block).
         pd_length: usize,
@@ -130,7 +130,7 @@ impl fmt::Display for LocalError {
 }
 
 /// An MPA error. Errors caused by the peer map to the LLP Terminate codes of
-/// iwarp-wire.md §1.8 ([`MpaError::llp_error_code`]).
+/// docs/mpa.md §1.8 ([`MpaError::llp_error_code`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MpaError {
     /// The peer did not answer in time (Request or Reply timeout); the connection is lost.
@@ -176,7 +176,7 @@ pub enum MpaError {
 }
 
 impl MpaError {
-    /// The LLP (MPA) error code of iwarp-wire.md §1.8 for this error, or `None` for
+    /// The LLP (MPA) error code of docs/mpa.md §1.8 for this error, or `None` for
     /// [`MpaError::UlpduTooShort`], which is a DDP-layer error (see [`Self::terminate_code`]).
     pub fn llp_error_code(&self) -> Option<u8> {
         match self {

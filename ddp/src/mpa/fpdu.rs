@@ -1,5 +1,5 @@
 //! FPDU framing on the transmit side: ULPDU_Length, pad to 4, CRC32c (or zeros) and
-//! optional markers (RFC 5044 §4, §5; iwarp-wire.md §1.6, §1.7), plus MULPDU sizing.
+//! optional markers (RFC 5044 §4, §5; docs/mpa.md §1.6, §1.7), plus MULPDU sizing.
 //!
 //! Marker interpretation used by both [`FpduEncoder`] and
 //! [`FpduParser`](super::FpduParser): a marker sits at every stream position
@@ -11,7 +11,7 @@
 //! splits the CRC field; markers before the CRC field are covered by the CRC.
 //! The OSC iWARP userspace MPA (2007, `mpa_wrt_mrkr_fpdu`/`mpa_rd_mrkr_fpdu`) frames
 //! markers the same way (leading marker with FPDUPTR 0, FPDUPTR = offset from the FPDU
-//! start, markers inside the CRC). siw never uses markers (iwarp-wire.md §1.7), so this has
+//! start, markers inside the CRC). siw never uses markers (docs/mpa.md §1.7), so this has
 //! no siw interop risk.
 
 use super::crc::{crc32c, crc_to_trailer};
@@ -41,7 +41,7 @@ pub const fn fpdu_len_without_markers(ulpdu_len: usize) -> usize {
     ULPDU_LENGTH_LEN + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN
 }
 
-/// MULPDU (RFC 5044 §6, iwarp-wire.md §1.6): the largest ULPDU whose FPDU fits one TCP
+/// MULPDU (RFC 5044 §6, docs/mpa.md §1.6): the largest ULPDU whose FPDU fits one TCP
 /// segment of `emss` bytes. Markers off: `EMSS − (6 + EMSS mod 4)`; markers on additionally
 /// `− 4·⌈EMSS/512⌉`. Saturates at 0 for tiny EMSS and at 65535.
 pub fn mulpdu(emss: usize, markers: bool) -> usize {
@@ -72,7 +72,7 @@ pub struct FpduEncoder {
 
 impl FpduEncoder {
     /// An encoder at S0. `crc`: compute CRC32c (else the field is zero, as siw sends it,
-    /// iwarp-wire.md §1.6); `markers`: insert markers.
+    /// docs/mpa.md §1.6); `markers`: insert markers.
     pub fn new(crc: bool, markers: bool) -> FpduEncoder {
         FpduEncoder {
             crc,

@@ -1,4 +1,4 @@
-//! MPA Request and Reply frames (RFC 5044 §7.1, RFC 6581 §3; iwarp-wire.md §1.2–§1.4).
+//! MPA Request and Reply frames (RFC 5044 §7.1, RFC 6581 §3; docs/mpa.md §1.2–§1.4).
 //!
 //! Two faces, smoltcp style: [`Frame`] is a zero-copy view over a byte buffer with one
 //! getter/setter per field, [`FrameRepr`] is the parsed form with [`FrameRepr::parse`]
@@ -7,9 +7,9 @@
 use super::error::{FrameError, LocalError, MpaError};
 use crate::wire::be;
 
-/// "MPA ID Req Frame" (iwarp-wire.md §1.2).
+/// "MPA ID Req Frame" (docs/mpa.md §1.2).
 pub const KEY_REQUEST: [u8; 16] = *b"MPA ID Req Frame";
-/// "MPA ID Rep Frame" (iwarp-wire.md §1.2).
+/// "MPA ID Rep Frame" (docs/mpa.md §1.2).
 pub const KEY_REPLY: [u8; 16] = *b"MPA ID Rep Frame";
 /// Length of the fixed frame header: key, flags, Rev, PD_Length.
 pub const HEADER_LEN: usize = 20;
@@ -18,12 +18,12 @@ pub const ENHANCED_BLOCK_LEN: usize = 4;
 /// RFC 5044 maximum PD_Length, accepted on receive.
 pub const MAX_PD_LENGTH_RECEIVE: usize = 512;
 /// Largest PD_Length we emit, including the v2 block: siw drops frames above 256
-/// (siw quirk, iwarp-wire.md §4.3, §4.8 item 1).
+/// (siw quirk, docs/siw.md §4.3, §4.8.1).
 pub const MAX_PD_LENGTH_EMIT: usize = 256;
-/// Largest IRD/ORD value (14 bits). irdma uses it as "no limit" (iwarp-wire.md §1.4).
+/// Largest IRD/ORD value (14 bits). irdma uses it as "no limit" (docs/mpa.md §1.4).
 pub const IRD_ORD_MAX: u16 = 0x3FFF;
 
-/// Flag bits of frame byte 16 (iwarp-wire.md §1.2).
+/// Flag bits of frame byte 16 (docs/mpa.md §1.2).
 pub mod flags {
     /// M: the sender of this frame requires markers in the FPDUs it receives.
     pub const MARKERS: u8 = 0x80;
@@ -163,7 +163,7 @@ impl RtrSet {
 }
 
 /// The RFC 6581 enhanced-setup block: first 4 private-data bytes when Rev = 2 and the
-/// enhanced flag is set (iwarp-wire.md §1.4).
+/// enhanced flag is set (docs/mpa.md §1.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct EnhancedBlock {
     /// A: peer-to-peer mode requested (Request) / accepted (Reply).
@@ -385,7 +385,7 @@ pub struct FrameRepr<'a> {
     /// Enhanced-connection flag (RFC 6581).
     pub enhanced: bool,
     /// Reserved flag bits (0x0F), kept so a responder can echo them (siw does,
-    /// iwarp-wire.md §4.3).
+    /// docs/siw.md §4.3).
     pub reserved: u8,
     /// Rev.
     pub revision: u8,
@@ -498,7 +498,7 @@ impl<'a> FrameRepr<'a> {
     }
 
     /// Writes the frame to the start of `out`, returning its length. Refuses PD_Length
-    /// above 256 (siw limit, iwarp-wire.md §4.3, §4.8), an inconsistent v2 block and
+    /// above 256 (siw limit, docs/siw.md §4.3, §4.8), an inconsistent v2 block and
     /// IRD/ORD above 0x3FFF.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, MpaError> {
         let pd_length = self.pd_length();

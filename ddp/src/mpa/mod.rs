@@ -5,7 +5,7 @@
 //! * [`negotiator`]: the sans-IO [`Negotiator`] for Initiator and Responder.
 //! * [`fpdu`]: [`FpduEncoder`], pad and [`mulpdu`] sizing.
 //! * [`parser`]: the streaming [`FpduParser`].
-//! * [`error`]: [`MpaError`] and its LLP Terminate codes (iwarp-wire.md §1.8).
+//! * [`error`]: [`MpaError`] and its LLP Terminate codes (docs/mpa.md §1.8).
 //!
 //! The frame parser, the negotiator and the FPDU parser take arbitrary bytes and never
 //! panic, so a fuzz harness can drive them directly.

@@ -11,17 +11,17 @@
 //! * The Responder never sends an FPDU before the first inbound FPDU:
 //!   [`Negotiated::responder_must_wait_for_first_fpdu`].
 //! * Only frame bytes are consumed: FPDU bytes in the same input as the Reply are
-//!   returned unconsumed (be liberal, iwarp-wire.md §7).
+//!   returned unconsumed (be liberal, docs/mpa.md §1.9).
 //! * CRC: C in either frame ⇒ CRC both ways; a Responder receiving C=1 answers C=1.
 //! * Markers per direction: M in the Request ⇒ the Responder inserts markers toward the
 //!   Initiator; M in the Reply ⇒ the Initiator inserts markers toward the Responder.
 //! * Rev 1 and Rev 2; the Reply's Rev is min(Request Rev, ours); other revisions close
-//!   the connection without a Reply (RFC 5044; siw does the same, iwarp-wire.md §4.8 item 5).
+//!   the connection without a Reply (RFC 5044; siw does the same, docs/siw.md §4.8.5).
 //! * RFC 6581 IRD/ORD: each side's ORD never exceeds the other's IRD; see
 //!   [`InitiatorConfig::relaxed_ird_ord`]; failures are [`MpaError::InsufficientIrd`] (0x06).
 //! * P2P/RTR: the Initiator offers its set; the Responder echoes A and picks exactly one
 //!   type: **Write if offered, else Read, else Send** (siw picks Write, then Read,
-//!   iwarp-wire.md §4.3; Write needs no receive buffer and no IRD, Read needs IRD/ORD ≥ 1,
+//!   docs/siw.md §4.3; Write needs no receive buffer and no IRD, Read needs IRD/ORD ≥ 1,
 //!   Send consumes a receive buffer and MSN 1, so it is the last resort). No usable type ⇒
 //!   [`MpaError::NoMatchingRtr`] (0x07).
 
@@ -36,13 +36,13 @@ use super::frame::{
 };
 use super::parser::FpduParser;
 
-/// siw's initiator timeout waiting for the Reply (`MPAREQ_TIMEOUT`, iwarp-wire.md §1.5).
+/// siw's initiator timeout waiting for the Reply (`MPAREQ_TIMEOUT`, docs/mpa.md §1.5).
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
-/// siw's responder timeout waiting for the Request (`MPAREP_TIMEOUT`, iwarp-wire.md §1.5).
+/// siw's responder timeout waiting for the Request (`MPAREP_TIMEOUT`, docs/mpa.md §1.5).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest frame the negotiator buffers (20 + 512).
 pub const MAX_FRAME_LEN: usize = HEADER_LEN + MAX_PD_LENGTH_RECEIVE;
-/// siw's IRD/ORD cap (`SIW_MAX_IRD_QP`/`SIW_MAX_ORD_QP`, iwarp-wire.md §4.1).
+/// siw's IRD/ORD cap (`SIW_MAX_IRD_QP`/`SIW_MAX_ORD_QP`, docs/siw.md §4.1).
 pub const DEFAULT_MAX_IRD: u16 = 128;
 
 /// Which end of the TCP connection we are.
@@ -60,33 +60,33 @@ pub struct InitiatorConfig {
     /// Rev to request: 1 (RFC 5044) or 2 (RFC 6581). Default 2.
     pub revision: u8,
     /// With Rev 2, use enhanced setup (flag 0x10 + IRD/ORD block). Default true
-    /// (siw requires an enhanced Reply to its enhanced Request, iwarp-wire.md §4.2).
+    /// (siw requires an enhanced Reply to its enhanced Request, docs/siw.md §4.2).
     pub enhanced: bool,
-    /// Set C: require CRC. Default false (siw default, iwarp-wire.md §4.1).
+    /// Set C: require CRC. Default false (siw default, docs/siw.md §4.1).
     pub crc: bool,
     /// Set M: require markers in the FPDUs we receive. Default false (siw refuses markers).
     pub markers: bool,
     /// Accept a Reply with M=1 (we then insert markers). Default true.
     pub accept_peer_markers: bool,
-    /// Our IRD (Reads we serve). Default 1 (rping uses 1/1, iwarp-wire.md §5.2).
+    /// Our IRD (Reads we serve). Default 1 (rping uses 1/1, docs/protocols.md §5.2).
     pub ird: u16,
     /// Our ORD (Reads we issue). Default 1.
     pub ord: u16,
     /// P2P mode: the RTR types we can send. `None` (default): no P2P, as siw.
     pub p2p: Option<RtrSet>,
     /// ULP private data. With the v2 block PD_Length must stay ≤ 256; keep it ≤ 251 bytes
-    /// toward siw (its u8 length wraps, iwarp-wire.md §4.8 item 2).
+    /// toward siw (its u8 length wraps, docs/siw.md §4.8.2).
     pub private_data: Vec<u8>,
     /// How long to wait for the Reply. Default 10 s.
     pub reply_timeout: Duration,
-    /// Adjust instead of failing (siw `relaxed_ird_negotiation`, iwarp-wire.md §4.2):
+    /// Adjust instead of failing (siw `relaxed_ird_negotiation`, docs/siw.md §4.2):
     /// raise our IRD up to `max_ird` to match the Reply's ORD, and lower our ORD to the
     /// Reply's IRD. When false either mismatch fails with 0x06. Default true.
     pub relaxed_ird_ord: bool,
     /// Upper bound for a relaxed IRD increase. Default 128.
     pub max_ird: u16,
     /// Advertise IRD and ORD of at least 1: siw with IRD 0 Terminates every Read and with
-    /// ORD 0 cannot issue one (siw quirk, iwarp-wire.md §4.8 item 11). Default true.
+    /// ORD 0 cannot issue one (siw quirk, docs/siw.md §4.8.11). Default true.
     pub siw_min_ird_ord: bool,
 }
 
@@ -120,21 +120,21 @@ pub struct ResponderConfig {
     /// Set M in the Reply: require markers in the FPDUs we receive. Default false.
     pub markers: bool,
     /// Accept a Request with M=1 (we then insert markers); when false such a Request gets
-    /// a Reply with R=1, as siw does (iwarp-wire.md §4.3). Default true.
+    /// a Reply with R=1, as siw does (docs/siw.md §4.3). Default true.
     pub accept_peer_markers: bool,
     /// RTR types we accept as the first FPDU in P2P mode. Default all three.
     pub rtr: RtrSet,
     /// How long to wait for the Request after TCP accept. Default 5 s.
     pub request_timeout: Duration,
     /// Raise our IRD up to `max_ird` to match the Request's ORD (siw relaxed negotiation,
-    /// iwarp-wire.md §4.3). Default true.
+    /// docs/siw.md §4.3). Default true.
     pub relaxed_ird_ord: bool,
     /// Upper bound for a relaxed IRD increase. Default 128.
     pub max_ird: u16,
-    /// Advertise IRD and ORD of at least 1 (iwarp-wire.md §4.8 item 11). Default true.
+    /// Advertise IRD and ORD of at least 1 (docs/siw.md §4.8.11). Default true.
     pub siw_min_ird_ord: bool,
-    /// Echo the Request's reserved flag bits in the Reply, as siw does (iwarp-wire.md §4.3,
-    /// §4.8 item 4). Default false: RFC 5044 says send 0.
+    /// Echo the Request's reserved flag bits in the Reply, as siw does (docs/siw.md §4.3,
+    /// §4.8.4). Default false: RFC 5044 says send 0.
     pub echo_reserved_flags: bool,
 }
 
@@ -227,7 +227,7 @@ impl Negotiated {
     }
 
     /// For the Initiator in P2P mode: the zero-length RTR message it must send first
-    /// (a Write RTR should use a non-zero STag, iwarp-wire.md §1.5).
+    /// (a Write RTR should use a non-zero STag, docs/mpa.md §1.5).
     pub fn rtr_to_send(&self) -> Option<RtrType> {
         match self.role {
             Role::Initiator => self.rtr,
@@ -330,7 +330,7 @@ impl Negotiator {
             let p2p = config.p2p.is_some();
             let rtr = config.p2p.unwrap_or(RtrSet::NONE);
             if p2p && rtr.read {
-                // A Read RTR needs ORD ≥ 1 (siw forces it too, iwarp-wire.md §4.2).
+                // A Read RTR needs ORD ≥ 1 (siw forces it too, docs/siw.md §4.2).
                 ord = ord.max(1);
             }
             if ird > IRD_ORD_MAX || ord > IRD_ORD_MAX {
@@ -412,7 +412,7 @@ impl Negotiator {
 
     /// The next frame to send (the Request, or the Reply). Send each exactly once and send
     /// nothing behind it before the negotiation completes: siw fails a connection when
-    /// bytes follow a Request/Reply it has not processed yet (iwarp-wire.md §4.5).
+    /// bytes follow a Request/Reply it has not processed yet (docs/siw.md §4.5).
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         self.transmit.pop_front()
     }
@@ -492,7 +492,7 @@ impl Negotiator {
     fn frame_error(&mut self, e: FrameError) -> MpaError {
         if self.role == Role::Responder && e == FrameError::MissingEnhancedBlock {
             // siw answers a Rev 2 enhanced Request with PD_Length < 4 with R=1
-            // (iwarp-wire.md §4.3).
+            // (docs/siw.md §4.3).
             let request = RequestInfo {
                 revision: 2,
                 enhanced: true,
@@ -576,7 +576,7 @@ impl Negotiator {
                     // A without our offer.
                     (None, true) => return Err(MpaError::NoMatchingRtr),
                     // No A in the Reply: P2P not in use. Old siw did not echo A
-                    // (iwarp-wire.md §4.8 item 12), so tolerate it.
+                    // (docs/siw.md §4.8.12), so tolerate it.
                     (_, false) => {}
                 }
                 (Some(b.ird), Some(b.ord))
@@ -607,7 +607,7 @@ impl Negotiator {
             return Err(FrameError::UnexpectedKey.into());
         }
         if req.revision == 0 || req.revision > 2 {
-            // No Reply: close (RFC 5044 §7.1.1; siw drops it too, iwarp-wire.md §4.8 item 5).
+            // No Reply: close (RFC 5044 §7.1.1; siw drops it too, docs/siw.md §4.8.5).
             return Err(FrameError::UnsupportedRevision(req.revision).into());
         }
         let mut info = RequestInfo {
@@ -680,7 +680,7 @@ impl Negotiator {
             crc: request.crc || self.resp.crc,
             reject,
             enhanced,
-            // siw quirk (echoes the Request's flag word), iwarp-wire.md §4.3.
+            // siw quirk (echoes the Request's flag word), docs/siw.md §4.3.
             reserved: if self.resp.echo_reserved_flags {
                 request.reserved
             } else {

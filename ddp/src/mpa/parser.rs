@@ -1,4 +1,4 @@
-//! The streaming FPDU parser (RFC 5044 §4–§6; iwarp-wire.md §1.6, §1.7).
+//! The streaming FPDU parser (RFC 5044 §4–§6; docs/mpa.md §1.6, §1.7).
 //!
 //! Accepts the in-order TCP byte stream of one direction split in any way, and hands out
 //! events that borrow the input: the DDP header (buffered internally, it may be split),
@@ -84,7 +84,7 @@ pub struct FpduParser {
 
 impl FpduParser {
     /// A parser at S0. `crc`: verify CRC32c (when off the field is never checked,
-    /// iwarp-wire.md §1.3); `markers`: the peer inserts markers toward us.
+    /// docs/mpa.md §1.3); `markers`: the peer inserts markers toward us.
     pub fn new(crc: bool, markers: bool) -> FpduParser {
         FpduParser {
             crc,

@@ -1,7 +1,7 @@
 //! AF_XDP backend (Linux, root): UMEM, rings, the XSK socket, the XDP steering program and
 //! [`AfXdpNic`], a smoltcp `Device` + [`crate::backend::Backend`].
 //!
-//! Built on `libc` alone (afxdp-notes.md, first option): our own UMEM and rings, a steering
+//! Built on `libc` alone (docs/afxdp.md §7.1): our own UMEM and rings, a steering
 //! program generated as raw eBPF instructions and loaded with `bpf(BPF_PROG_LOAD)`, attached
 //! with `BPF_LINK_CREATE` so the kernel detaches it when the process dies.
 //!

@@ -393,7 +393,7 @@ impl XdpProgram {
     /// [`XdpProgram::load`] flagged `BPF_F_XDP_HAS_FRAGS`: the program only reads the
     /// first buffer, so frames larger than a page (multi-buffer, jumbo MTU) may reach it.
     /// Native mode refuses a program without the flag on an interface whose MTU exceeds a
-    /// page (afxdp-notes.md).
+    /// page (docs/afxdp.md §7.2).
     pub fn load_with_frags(filter: &SteeringFilter, queues: u32) -> io::Result<Self> {
         Self::load_flags(filter, queues, PROGRAM_NAME, BPF_F_XDP_HAS_FRAGS)
     }

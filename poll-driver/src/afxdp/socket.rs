@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub const XDP_PACKET_HEADROOM: u32 = 256;
 
 /// UMEM chunk (frame) size. Only these two aligned sizes are accepted on this kernel
-/// (afxdp-notes.md: 1024 and 8192 are rejected).
+/// (docs/afxdp.md §7.2: 1024 and 8192 are rejected).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkSize {
     /// 2048-byte chunks: frames up to 1792 bytes.

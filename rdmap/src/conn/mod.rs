@@ -15,17 +15,17 @@
 //! [`QueuePair::poll_segment`] hands out), and *dead* (closed or failed: nothing is read,
 //! only an already queued Terminate is still sent, then [`Connection::wants_close`]).
 //!
-//! Rules (iwarp-wire.md §1.5, §4.5, §7; the tests in `rdmap/tests/conn_*.rs` are named
+//! Rules (docs/mpa.md §1.5, docs/siw.md §4.5, docs/mpa.md §1.9; the tests in `rdmap/tests/conn_*.rs` are named
 //! after them):
 //! * The Initiator sends only its Request until the Reply is received; the Responder
 //!   sends only its Reply until the first inbound FPDU arrived with a good CRC
 //!   (RFC 5044 §7.1.2). Neither pipelines bytes behind its frame (siw "extra data",
-//!   iwarp-wire.md §4.5): the first FPDU only becomes possible once the peer's frame or
+//!   docs/siw.md §4.5): the first FPDU only becomes possible once the peer's frame or
 //!   FPDU has been received, i.e. after the peer consumed ours.
 //! * P2P (RFC 6581): the Initiator's first FPDU is the negotiated RTR — a zero-length
-//!   Write to STag 1, TO 0 (siw's form, iwarp-wire.md §1.5), a zero-length Read, or a
+//!   Write to STag 1, TO 0 (siw's form, docs/mpa.md §1.5), a zero-length Read, or a
 //!   zero-length Send — ahead of any work the ULP posted. A P2P Responder reports
-//!   [`ConnEvent::Established`] only after that first FPDU (as siw does, §4.3).
+//!   [`ConnEvent::Established`] only after that first FPDU (as siw does, docs/siw.md §4.3).
 //! * The QP is created when negotiation succeeds, with the negotiated IRD/ORD; work
 //!   posted earlier through [`Connection::post_send`]/[`Connection::post_recv`] is
 //!   queued and handed to it then (after the RTR).
@@ -43,7 +43,7 @@
 //!   a little after the Reply (a siw race, see [`ConnConfig::new`]).
 //!
 //! RTR side effects: a zero-length Send RTR consumes the Responder's first posted receive
-//! (and MSN 1 on QN 0, iwarp-wire.md §1.5); it completes with `byte_len` 0, so the
+//! (and MSN 1 on QN 0, docs/mpa.md §1.5); it completes with `byte_len` 0, so the
 //! Responder ULP posts one receive for it. A zero-length Read RTR needs a local sink: the
 //! Initiator registers an empty region in its [`Resources`] (one STag per connection).
 
@@ -72,7 +72,7 @@ use crate::wire::{
 };
 
 /// STag of the zero-length RDMA Write RTR (siw sends STag 1, TO 0; a non-zero STag because
-/// Chelsio rejects STag 0, iwarp-wire.md §1.5).
+/// Chelsio rejects STag 0, docs/mpa.md §1.5).
 pub const RTR_WRITE_STAG: Stag = Stag(1);
 
 /// Default EMSS: the TCP MSS of a 1500-byte Ethernet MTU with timestamps.
@@ -109,7 +109,7 @@ impl ConnConfig {
     /// race: `siw_accept` sends the Reply before it hands the socket's data-ready upcall to
     /// the QP (`siw_qp_socket_assoc`); an FPDU arriving in between is left in the socket
     /// unread until more data comes, which stalls a ULP that waits for an answer (seen
-    /// with rping on a slow guest; siw quirk, iwarp-wire.md §4.3).
+    /// with rping on a slow guest; siw quirk, docs/siw.md §4.3).
     pub fn new(qp: QpConfig) -> ConnConfig {
         ConnConfig {
             qp,
@@ -372,7 +372,7 @@ impl Connection {
     }
 
     /// When [`Self::handle_timeout`] must be called (MPA Request/Reply deadlines; none
-    /// while the Responder ULP decides, iwarp-wire.md §1.5).
+    /// while the Responder ULP decides, docs/mpa.md §1.5).
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Handshake(h) => h.neg.poll_timeout(),
@@ -501,7 +501,7 @@ impl Connection {
             rest = &rest[n.min(rest.len())..];
             if matches!(self.phase, Phase::Handshake(_)) && !rest.is_empty() {
                 // Responder waiting for its ULP: the Initiator may not send anything
-                // before our Reply (RFC 5044 §7.1.2; siw fails such a connection, §4.5).
+                // before our Reply (RFC 5044 §7.1.2; siw fails such a connection, docs/siw.md §4.5).
                 self.fail(ConnError::UnexpectedData);
             }
         }

@@ -2,13 +2,13 @@
 //! (IRD), the outstanding-read queue (ORD) and the QP state machine, DDP segments in and
 //! DDP segments out.
 //!
-//! Sender (RFC 5040 §5, RFC 5041 §5; iwarp-wire.md §2.4, §2.5, §4.4): one message is
+//! Sender (RFC 5040 §5, RFC 5041 §5; docs/ddp-rdmap.md §2.4, §2.5, docs/siw.md §4.4): one message is
 //! segmented at a time (so two messages of one class are never interleaved), MSN per
 //! queue from 1, MO and TO contiguous, Read Responses in Read Request order, at most ORD
 //! Read Requests outstanding (later work waits), fences, at most 4 Read Responses in a
-//! row while send work is waiting (like siw, §4.4).
+//! row while send work is waiting (like siw, docs/siw.md §4.4).
 //!
-//! Receiver (RFC 5041 §7.2, RFC 5040 §7; iwarp-wire.md §2.6, §4.5): every segment is
+//! Receiver (RFC 5041 §7.2, RFC 5040 §7; docs/ddp-rdmap.md §2.6, docs/siw.md §4.5): every segment is
 //! validated at its header before any payload byte is placed; payload goes straight into
 //! the target region. Any violation queues an RFC-layout Terminate carrying the offending
 //! segment's length and DDP header (M+D, plus R with the Read Request when the error is

@@ -13,7 +13,7 @@ use crate::wire::{
     READ_REQUEST_LEN,
 };
 
-/// Most Read Responses sent back to back while send work waits (siw, iwarp-wire.md §4.4).
+/// Most Read Responses sent back to back while send work waits (siw, docs/siw.md §4.4).
 pub(super) const IRQ_BURST: u32 = 4;
 
 impl QueuePair {
@@ -24,7 +24,7 @@ impl QueuePair {
     pub(super) fn accept_read(&mut self, res: &Resources, req: ReadRequest, seg: &RxSeg) {
         let rr = Some(req.to_bytes());
         if self.irq_in_use() >= self.cfg.ird as usize {
-            // RFC 5040 §6.4 / siw: beyond IRD → remote operation, 0x07 (iwarp-wire.md §3.6).
+            // RFC 5040 §6.4 / siw: beyond IRD → remote operation, 0x07 (docs/ddp-rdmap.md §3.6).
             self.fail_with(
                 TerminateCause::remote_op(RdmapErrorCode::CatastrophicStream),
                 &seg.raw,
@@ -34,7 +34,7 @@ impl QueuePair {
             return;
         }
         // A zero-length Read moves no data, so its source is not validated (it is one of
-        // the MPA v2 RTR forms, iwarp-wire.md §1.5).
+        // the MPA v2 RTR forms, docs/mpa.md §1.5).
         if let Err(e) = (req.size > 0)
             .then(|| {
                 res.stags.check(

@@ -143,7 +143,7 @@ impl QueuePair {
         let mut t = Terminate::new(cause);
         t.m = true;
         // RFC 5040 §4.8: length of the terminated DDP segment (siw sends the payload
-        // length instead, iwarp-wire.md §4.6).
+        // length instead, docs/siw.md §4.6).
         t.ddp_segment_length = ulpdu_len.min(u16::MAX as usize) as u16;
         t.ddp_header = TerminatedDdpHeader::from_bytes(raw);
         t.rdmap_header = rr;
@@ -172,7 +172,7 @@ impl QueuePair {
         match hdr {
             SegmentHeader::Tagged(t) => {
                 if let Some(m) = self.rx_tagged {
-                    // Same-class interleaving (iwarp-wire.md §4.5): a Write and a Read
+                    // Same-class interleaving (docs/siw.md §4.5): a Write and a Read
                     // Response may not interleave with each other.
                     if m.opcode != op {
                         return Err(TerminateCause::remote_op(RdmapErrorCode::UnexpectedOpcode));
@@ -192,7 +192,7 @@ impl QueuePair {
                     }
                     if payload_len == 0 {
                         // Zero-length Writes are accepted without an STag check (RFC 5040
-                        // §5.1; RTR uses them, iwarp-wire.md §1.5, §4.5).
+                        // §5.1; RTR uses them, docs/mpa.md §1.5, docs/siw.md §4.5).
                         RxKind::Discard
                     } else {
                         let offset = res
@@ -242,7 +242,7 @@ impl QueuePair {
                 }
                 if let Some(s) = &self.rx_send {
                     // Only a Send can be multi-segment; anything else on the untagged
-                    // class before its last segment is interleaving (iwarp-wire.md §4.5).
+                    // class before its last segment is interleaving (docs/siw.md §4.5).
                     if q != qn::SEND || u.msn != s.msn {
                         return Err(untagged(UntaggedErrorCode::MsnRange));
                     }
@@ -263,7 +263,7 @@ impl QueuePair {
                 match op {
                     Opcode::ReadRequest | Opcode::Terminate => {
                         // Both are single-segment messages with a fixed RDMAP body (siw
-                        // rejects anything else, iwarp-wire.md §3.2, §4.5).
+                        // rejects anything else, docs/ddp-rdmap.md §3.2, docs/siw.md §4.5).
                         let ok = u.last
                             && if op == Opcode::ReadRequest {
                                 payload_len == READ_REQUEST_LEN
@@ -333,7 +333,7 @@ impl QueuePair {
                                 solicited: false,
                                 invalidated_stag: None,
                             });
-                            // RFC 5041 §7.2 untagged 0x05 (siw sends 0x02 here, iwarp-wire.md §4.8 item 9).
+                            // RFC 5041 §7.2 untagged 0x05 (siw sends 0x02 here, docs/siw.md §4.8.9).
                             return Err(untagged(UntaggedErrorCode::MessageTooLong));
                         }
                         s.received += payload_len as u32;

@@ -375,7 +375,7 @@ impl QueuePair {
     }
 
     pub(super) fn local_tx_error(&mut self) {
-        // siw: TX failure → RDMAP / local catastrophic / unspecified (iwarp-wire.md §4.6).
+        // siw: TX failure → RDMAP / local catastrophic / unspecified (docs/siw.md §4.6).
         self.fatal(Terminate::new(TerminateCause::Rdmap(
             RdmapEtype::LocalCatastrophic,
             RdmapErrorCode::Unspecified,

@@ -109,7 +109,7 @@ pub(super) fn ddp_tagged(e: MemError) -> TerminateCause {
         MemError::Bounds => TaggedErrorCode::BaseOrBounds,
         MemError::ToWrap => TaggedErrorCode::ToWrap,
         // RFC 5041 has no access-rights code for tagged placement; like siw we report a
-        // region without Remote Write as an invalid STag (iwarp-wire.md §4.5, §4.8 item 9).
+        // region without Remote Write as an invalid STag (docs/siw.md §4.5, §4.8.9).
         MemError::Access | MemError::InvalidStag | MemError::Exhausted => {
             TaggedErrorCode::InvalidStag
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use xwarp::poll_driver::afxdp::{ChunkSize, XDP_PACKET_HEADROOM};
 
 /// The engines' TCP socket buffers for an IP MTU: 64 segments, at least 256 KiB, at most
-/// 2 MiB (the application rings get half of it, at least 256 KiB). Small buffers stay in L2 (perf-notes.md; at MTU 1500 measured ~4.3 Gbit/s with
+/// 2 MiB (the application rings get half of it, at least 256 KiB). Small buffers stay in L2 (docs/performance.md §8.2; at MTU 1500 measured ~4.3 Gbit/s with
 /// 256 KiB vs ~3.9 with 1 MiB and ~1.9 with 4 MiB), but 256 KiB holds only ~4 segments at
 /// MTU 60000 and the sender stalls on every ACK: measured xwarp-xwarp at MTU 60000 17.2
 /// Gbit/s with 256 KiB, 20.2 with 512 KiB, 20.7 with 2 MiB; at 16000 14.7 -> 17.0 with 1 MiB;

@@ -412,7 +412,7 @@ pub fn run(o: &Options) -> io::Result<(StackResults, StackResults)> {
     ensure_tool("sockperf", "sockperf")?;
     let preload = find_preload(o)?;
     let pair = VethPair::new(o.net)?;
-    // The engine verifies L4 checksums; a veth hands over partial ones (afxdp-notes.md).
+    // The engine verifies L4 checksums; a veth hands over partial ones (docs/afxdp.md §7.3).
     let if_b = pair.if_b.clone();
     pair.b
         .run(move || netns::set_tx_checksum_offload(&if_b, false))??;

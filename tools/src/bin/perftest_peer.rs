@@ -8,7 +8,7 @@
 //!               [--rx-depth N] [--crc]
 //! ```
 //!
-//! perftest's control protocol with `-R` (iwarp-wire.md §5.4; perftest_communication.c at
+//! perftest's control protocol with `-R` (docs/protocols.md §5.4; perftest_communication.c at
 //! tag v4.5-0.17): a "comm" rdma_cm connection on the test port carries every control
 //! message as one Send into a 56-byte receive (`sizeof(struct pingpong_dest)` in 6.06 —
 //! no `tail_markers_vaddr`, so 56 bytes, not 64); the client always sends first, then waits
@@ -214,7 +214,7 @@ fn conn_config(pd: xwarp::rdmap::PdId, ird: u32, ord: u32, crc: bool) -> ConnCon
         rq: RqConfig::Own(4),
     });
     cfg.initiator.crc = crc;
-    // siw quirk (iwarp-wire.md §4.3, ConnConfig::new): the perftest server's siw QP may
+    // siw quirk (docs/siw.md §4.3, ConnConfig::new): the perftest server's siw QP may
     // not read an FPDU arriving right behind its Reply; hold our first FPDU back briefly.
     cfg.first_fpdu_delay = Duration::from_millis(100);
     cfg
@@ -338,7 +338,7 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
 /// tears the test QP down first).
 fn teardown(mut comm: Comm, mut test: Endpoint<Stream>) -> Result<(), String> {
     test.disconnect();
-    // siw quirk (iwarp-wire.md §4.7 teardown; not in the doc yet, see interop/README.md
+    // siw quirk (docs/siw.md §4.7 teardown; not in the doc yet, see interop/README.md
     // "siw completes a Send after its TX path returns"): a FIN that arrives before siw
     // completed its Send flushes that WQE with an error although every byte was on the
     // wire (seen: the server's last handshake Send failing with status 2 when we closed
@@ -358,7 +358,7 @@ fn teardown(mut comm: Comm, mut test: Endpoint<Stream>) -> Result<(), String> {
 
 /// `ib_send_bw` client: our `pingpong_dest` advertises the credit buffer (4 bytes the
 /// server RDMA-Writes its receive count into, host byte order, every `rx_depth / 3`
-/// receives — perftest's iWARP replacement for RNR retry, iwarp-wire.md §4.8 item 13);
+/// receives — perftest's iWARP replacement for RNR retry, docs/siw.md §4.8.13);
 /// four handshakes (the last after the server posted its receives), `iters` Sends of
 /// `size` bytes with at most `rx_depth` beyond the last credit, the closing handshake.
 /// No bandwidth report is exchanged in the half-duplex Send test.

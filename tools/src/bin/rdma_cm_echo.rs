@@ -10,7 +10,7 @@
 //! The exchange (default port 7471, RC, SQ/RQ depth 1, one SGE, 16-byte messages, every
 //! send signaled):
 //! * server: post a 16-byte receive, accept (`rdma_accept(id, NULL)`: IRD/ORD mirror the
-//!   client's, iwarp-wire.md §5.1), wait for the client's Send, Send 16 bytes back, wait
+//!   client's, docs/protocols.md §5.1), wait for the client's Send, Send 16 bytes back, wait
 //!   for the send completion, disconnect;
 //! * client: post a 16-byte receive, connect, Send 16 bytes, wait for the send completion,
 //!   then for the server's Send, disconnect.
@@ -127,7 +127,7 @@ fn server(o: &Opts, net: &Net) -> Result<(), String> {
     let (send_sge, recv) = setup(&mut ep, SERVER_MSG)?;
     ep.run_until(|e| e.request.is_some())?;
     let req = ep.request.take().ok_or("no connect request")?;
-    // rdma_accept(id, NULL): our IRD = the client's ORD, our ORD = its IRD (§5.1).
+    // rdma_accept(id, NULL): our IRD = the client's ORD, our ORD = its IRD (docs/protocols.md §5.1).
     ep.conn
         .accept(AcceptParams {
             ird: req.peer_ord.unwrap_or(1),
@@ -151,7 +151,7 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
     let mut cfg = ConnConfig::new(qp(pd, 1, 1));
-    // siw quirk (iwarp-wire.md §4.3, ConnConfig::new): rdma_server's siw QP may not read an
+    // siw quirk (docs/siw.md §4.3, ConnConfig::new): rdma_server's siw QP may not read an
     // FPDU that arrives right behind its Reply; hold our first Send back briefly.
     cfg.first_fpdu_delay = Duration::from_millis(100);
     let conn = Connection::initiator(cfg, Instant::now()).map_err(|e| e.to_string())?;

@@ -1,6 +1,6 @@
 //! rping — rdma-core's `rping` (librdmacm/examples/rping.c) on the xwarp iWARP stack.
 //!
-//! Same command line and the same wire behaviour (iwarp-wire.md §5.2), so it interoperates
+//! Same command line and the same wire behaviour (docs/protocols.md §5.2), so it interoperates
 //! with rdma-core `rping` on a kernel soft-iWARP (siw) peer in either role:
 //!
 //! ```text
@@ -23,7 +23,7 @@
 //! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`](xwarp::rdmap::mem::RegionMemory) is
 //! implemented for `Vec<u8>`). Its tagged offset (TO) is the address of the Vec's heap
 //! buffer, `vec.as_ptr() as u64`, a virtual-address-like value as rping uses with
-//! `ibv_reg_mr` (iwarp-wire.md §3.6). The heap buffer does not move when the Vec is boxed
+//! `ibv_reg_mr` (docs/ddp-rdmap.md §3.6). The heap buffer does not move when the Vec is boxed
 //! into the STag table, so the value stays a real address of the bytes, but the stack never
 //! dereferences it: placement goes through the STag table.
 //!
@@ -168,10 +168,10 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
     let t = net.connect(addr, o.port, Duration::ZERO)?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
-    // rping client: responder_resources = initiator_depth = 1 (iwarp-wire.md §5.2).
+    // rping client: responder_resources = initiator_depth = 1 (docs/protocols.md §5.2).
     let mut cfg = ConnConfig::new(qp_config(pd, 1, 1));
     cfg.initiator.crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
-    // siw quirk (iwarp-wire.md §4.3, see ConnConfig::new): an FPDU right behind siw's Reply
+    // siw quirk (docs/siw.md §4.3, see ConnConfig::new): an FPDU right behind siw's Reply
     // can sit unread in its socket, and rping's server then waits forever for our Send.
     cfg.first_fpdu_delay = Duration::from_millis(
         std::env::var("XWARP_FIRST_FPDU_DELAY_MS")
@@ -271,7 +271,7 @@ fn serve(o: &Opts, t: Stream) -> Result<(), String> {
     ep.run_until(|e| e.request.is_some())?;
     let req = ep.request.take().ok_or("no connect request")?;
     // rdma_accept(id, NULL) mirrors the client: our IRD = its ORD, our ORD = its IRD
-    // (iwarp-wire.md §5.1); -q accepts with 1/1.
+    // (docs/protocols.md §5.1); -q accepts with 1/1.
     let (ird, ord) = if o.explicit_ird_ord {
         (1, 1)
     } else {

@@ -6,16 +6,16 @@
 //!               [--crc] [--p2p write,read,send] [--bad-stag]
 //! ```
 //!
-//! * `--crc`: request MPA CRC (C=1) in the Request (iwarp-wire.md §1.3).
+//! * `--crc`: request MPA CRC (C=1) in the Request (docs/mpa.md §1.3).
 //! * `--p2p TYPES`: request MPA v2 peer-to-peer mode offering these RTR types
-//!   (RFC 6581; the Responder picks one, siw: Write if offered, else Read, §4.3).
+//!   (RFC 6581; the Responder picks one, siw: Write if offered, else Read, docs/siw.md §4.3).
 //! * `--bad-stag`: after the connection is up, RDMA-Write to an STag the peer never
 //!   advertised; the peer must answer with a Terminate and close, our posted receive must be
-//!   flushed (§4.6). Prints the Terminate's control bytes under both layouts.
+//!   flushed (docs/siw.md §4.6). Prints the Terminate's control bytes under both layouts.
 //! * `-C 0` runs until the peer goes away; every iteration that is printed was verified
 //!   (the client compares the server's RDMA Write with its start buffer, like rping -V).
 //!
-//! One rping iteration is the same as rdma-core's (iwarp-wire.md §5.2). Machine-readable
+//! One rping iteration is the same as rdma-core's (docs/protocols.md §5.2). Machine-readable
 //! lines for the cases: `XWARP-NEGOTIATED ...`, `XWARP-TERMINATE ...`, `XWARP-STATS ...`.
 //! Environment: `XWARP_FIRST_FPDU_DELAY_MS` (default 100, the siw Reply/upcall race, see
 //! `ConnConfig::new`).
@@ -105,7 +105,7 @@ fn info(buf: u64, rkey: Stag, size: u32) -> [u8; INFO_LEN] {
     b
 }
 
-/// rping's start buffer (iwarp-wire.md §5.2).
+/// rping's start buffer (docs/protocols.md §5.2).
 fn pattern(i: u64, size: usize) -> Vec<u8> {
     let mut v = format!("rdma-ping-{i}: ").into_bytes();
     let mut c = 65 + (i % 58) as u8;
@@ -130,7 +130,7 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
     let t = net.connect(&o.addr, o.port, Duration::from_secs(60))?;
     let mut res = Resources::new();
     let pd = res.stags.alloc_pd();
-    // rping client: responder_resources = initiator_depth = 1, SQ 16, RQ 2 (§5.2).
+    // rping client: responder_resources = initiator_depth = 1, SQ 16, RQ 2 (docs/protocols.md §5.2).
     let mut cfg = ConnConfig::new(QpConfig {
         pd,
         ird: 1,
@@ -140,7 +140,7 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
     });
     cfg.initiator.crc = o.crc;
     cfg.initiator.p2p = o.p2p.as_deref().map(parse_rtr).transpose()?;
-    // siw quirk (iwarp-wire.md §4.3, ConnConfig::new): hold the first FPDU back briefly.
+    // siw quirk (docs/siw.md §4.3, ConnConfig::new): hold the first FPDU back briefly.
     cfg.first_fpdu_delay = Duration::from_millis(
         std::env::var("XWARP_FIRST_FPDU_DELAY_MS")
             .ok()
@@ -250,7 +250,7 @@ fn iteration<T: endpoint::Transport>(
 }
 
 /// `--bad-stag`: Write `size` bytes to [`BAD_STAG`]; the peer must Terminate (DDP tagged
-/// buffer error, Invalid STag, iwarp-wire.md §4.5/§4.6) and close; the receive we posted
+/// buffer error, Invalid STag, docs/siw.md §4.5/§4.6) and close; the receive we posted
 /// must come back flushed.
 fn bad_stag<T: endpoint::Transport>(
     ep: &mut Endpoint<T>,

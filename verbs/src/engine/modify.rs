@@ -68,7 +68,7 @@ impl VerbsHost {
             }
             Some(Transition::Abort) => {
                 // Abortive, as siw (flush SQ and RQ, release the socket at once,
-                // iwarp-wire.md §4.7): flush here, reset TCP; `on_closed` reports
+                // docs/siw.md §4.7): flush here, reset TCP; `on_closed` reports
                 // Disconnected.
                 slot.errored = true;
                 if let Some(c) = slot.conn.as_mut() {

@@ -24,7 +24,7 @@ impl VerbsHost {
         }
         // After disconnect / modify(CLOSING) the QP is past RTS and takes no new work: it
         // is flushed at once (as siw's post_send/post_recv do for kernel consumers past
-        // RTS; the teardown itself is iwarp-wire.md §4.7). This matters while the close
+        // RTS; the teardown itself is docs/siw.md §4.7). This matters while the close
         // waits for work held behind a Local Invalidate (`disconnect`): the held work
         // still drains, but work posted after the disconnect must not join it and run
         // before the close. Its flush completion may come before the completions of
@@ -70,7 +70,7 @@ impl VerbsHost {
                 // `is_drained` is stricter than the ordering needs: besides our send
                 // side (SQ, the message being sent, our outstanding Reads = ORQ) it also
                 // waits for the IRQ, the Read Responses we owe the peer. RFC 5040 orders
-                // messages within one direction only (~§5.5; iwarp-wire.md §3.6): the
+                // messages within one direction only (~§5.5; docs/ddp-rdmap.md §3.6): the
                 // peer's Read Requests arrive on the peer's stream and are answered from
                 // our IRD queue, not our send queue, so no earlier WR of ours depends on
                 // them and a Local Invalidate need not wait for them (a peer reading an
