@@ -55,7 +55,7 @@ fi
 # first cargo command in this tree. This script installs neither rustup nor Rust.
 if ! command -v cargo >/dev/null; then
     cat >&2 <<'MSG'
-!!! cargo not found. Install rustup (see https://rustup.rs; Debian 12 has no package for it),
+!!! cargo not found. Install rustup, the Rust project's toolchain installer (Debian 12 has no package for it),
 !!! put ~/.cargo/bin on PATH and rerun: the first cargo command in this repository then
 !!! installs the toolchain that rust-toolchain.toml pins, rustfmt and clippy included.
 MSG
