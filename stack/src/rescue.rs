@@ -18,7 +18,6 @@
 //! receiver's RCV.NXT, every retransmission and ACK then ignored as out of range).
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use smoltcp::phy::{ChecksumCapabilities, Device, DeviceCapabilities, RxToken, TxToken};
@@ -29,56 +28,63 @@ use smoltcp::wire::{
 /// (peer address, peer port, local port) of an IPv4 flow.
 pub(crate) type FlowKey = (std::net::Ipv4Addr, u16, u16);
 
-/// A [`FlowKey`] packed into one word: the map key (cheap to hash and compare).
+/// A [`FlowKey`] packed into one word: the map key (cheap to hash and compare). The maps
+/// keep std's keyed SipHash (`RandomState`): the peer picks its address and port, so an
+/// unkeyed hash would let it choose colliding keys.
 fn pack(key: &FlowKey) -> u64 {
     (u64::from(u32::from(key.0)) << 32) | (u64::from(key.1) << 16) | u64::from(key.2)
 }
 
-/// Hasher for packed flow keys: one multiply and a fold instead of SipHash (the watch
-/// runs once per received frame; keys come from our own connections' peers, and a
-/// flooding peer can at worst slow its own lookups).
-#[derive(Debug, Default)]
-pub(crate) struct FlowHasher(u64);
-
-impl Hasher for FlowHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        let h = (self.0.rotate_left(5) ^ x ^ (x >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 32);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// ACK number and window of a flow's template, `None` before its first pure ACK.
+type TemplateAck = Option<(u32, u16)>;
 
 /// What the engine last heard from one flow.
 #[derive(Debug)]
 pub(crate) struct FlowAcks {
     /// The peer's last pure ACK frame, Ethernet header included, refreshed whenever a
     /// pure ACK brings a different ACK number or window (a repeat would only change
-    /// options such as timestamps, which the replay does not need).
+    /// options such as timestamps, which the replay does not need). Empty until the
+    /// first pure ACK of the flow.
     template: Vec<u8>,
-    /// ACK number and window of `template`.
-    template_ack: (u32, u16),
+    /// ACK number and window of `template` (`None` while it is empty).
+    template_ack: TemplateAck,
     ack: u32,
     last_progress: Instant,
     rescued_at: Option<Instant>,
 }
 
-/// Per-flow ACK progress, fed from the receive path.
+/// The last pure ACK (checksums valid) of a flow the watch does not track: its packed
+/// key, ACK number and window, and the frame.
 #[derive(Debug, Default)]
+struct Untracked {
+    key: Option<u64>,
+    seen: (u32, u16),
+    frame: Vec<u8>,
+}
+
+/// Per-flow ACK progress, fed from the receive path.
+///
+/// Only flows of connections the engine has are tracked: the connection table registers
+/// a flow with [`AckWatch::track`] when it opens a connection or promotes an accepted one,
+/// and [`AckWatch::forget`]s it when the connection is removed. A frame of any other flow
+/// (a forged ACK, a stray segment) creates nothing; the one exception is a single reused
+/// slot holding the last such pure ACK, so that the final ACK of a passive handshake, seen
+/// before its connection is promoted, can still become that connection's first template.
+/// The table is bounded by [`AckWatch::max_flows`] anyway.
+#[derive(Debug)]
 pub(crate) struct AckWatch {
-    flows: HashMap<u64, FlowAcks, BuildHasherDefault<FlowHasher>>,
+    flows: HashMap<u64, FlowAcks>,
+    /// Most entries of `flows` (`StackConfig::max_tracked_flows`): tracking one more evicts
+    /// the flow whose ACK number moved least recently.
+    pub(crate) max_flows: usize,
+    /// Flows evicted that way.
+    pub(crate) evicted: u64,
+    /// See [`Untracked`].
+    untracked: Untracked,
     /// The flow of the last observed frame with its ACK number and template state
     /// afterwards: a frame of the same flow that changes neither skips the map (bulk
     /// data from one peer repeats the same ACK number frame after frame).
-    last: Option<(u64, u32, (u32, u16))>,
+    last: Option<(u64, u32, TemplateAck)>,
     /// Local ports whose listeners are full (accept queue at the backlog): a SYN to one of
     /// them is dropped before smoltcp sees it, so the client retransmits it later instead
     /// of getting the RST smoltcp would send for a port without an armed listener. Linux
@@ -90,8 +96,8 @@ pub(crate) struct AckWatch {
     /// default verifies all): a pure ACK becomes a template only if it passes them too.
     pub(crate) checksums: ChecksumCapabilities,
     /// Flows whose connection sent its FIN: the FIN's sequence number, from transmitted
-    /// frames (see [`AckWatch::dup_ack_behind_fin`]).
-    fins: HashMap<u64, u32, BuildHasherDefault<FlowHasher>>,
+    /// frames (see [`AckWatch::dup_ack_behind_fin`]); tracked flows only.
+    fins: HashMap<u64, u32>,
     /// Duplicate ACKs withheld from smoltcp while only a FIN was unacknowledged.
     pub(crate) dup_acks_withheld: u64,
     /// FIN-only segments split off received data+FIN segments, to be fed to smoltcp right
@@ -99,6 +105,25 @@ pub(crate) struct AckWatch {
     pub(crate) split_fins: VecDeque<Vec<u8>>,
     /// Data+FIN segments split that way.
     pub(crate) fins_split: u64,
+}
+
+impl Default for AckWatch {
+    fn default() -> Self {
+        AckWatch {
+            flows: HashMap::new(),
+            max_flows: crate::config::DEFAULT_MAX_SOCKETS,
+            evicted: 0,
+            untracked: Untracked::default(),
+            last: None,
+            full_ports: Vec::new(),
+            syn_drops: 0,
+            checksums: ChecksumCapabilities::default(),
+            fins: HashMap::new(),
+            dup_acks_withheld: 0,
+            split_fins: VecDeque::new(),
+            fins_split: 0,
+        }
+    }
 }
 
 struct Parsed<'a> {
@@ -196,7 +221,7 @@ impl AckWatch {
         let key = pack(&p.key);
         let seen = (p.ack, p.window);
         if let Some((k, ack, template_ack)) = self.last {
-            if k == key && ack == p.ack && (!p.pure_ack || template_ack == seen) {
+            if k == key && ack == p.ack && (!p.pure_ack || template_ack == Some(seen)) {
                 return;
             }
         }
@@ -215,28 +240,67 @@ impl AckWatch {
                     f.last_progress = now;
                     f.rescued_at = None;
                 }
-                if p.pure_ack && f.template_ack != seen {
+                if p.pure_ack && f.template_ack != Some(seen) {
                     f.template.clear();
                     f.template.extend_from_slice(frame);
-                    f.template_ack = seen;
+                    f.template_ack = Some(seen);
                 }
                 self.last = Some((key, f.ack, f.template_ack));
             }
             None if p.pure_ack => {
-                self.flows.insert(
-                    key,
-                    FlowAcks {
-                        template: frame.to_vec(),
-                        template_ack: seen,
-                        ack: p.ack,
-                        last_progress: now,
-                        rescued_at: None,
-                    },
-                );
-                self.last = Some((key, p.ack, seen));
+                // Not a flow of ours (yet): only the one reused slot.
+                let u = &mut self.untracked;
+                u.key = Some(key);
+                u.seen = seen;
+                u.frame.clear();
+                u.frame.extend_from_slice(frame);
             }
             None => {}
         }
+    }
+
+    /// Track the flow of a connection the engine has (opened or just promoted): from now
+    /// on its ACKs are watched. If the last untracked pure ACK was of this flow (the final
+    /// ACK of its handshake) it becomes the first template. At [`AckWatch::max_flows`] the
+    /// flow whose ACK number moved least recently is evicted first. `passive`: a
+    /// connection accepted from a listener (only its flow can have a handshake ACK seen
+    /// before it was tracked; an active open adopts nothing).
+    pub(crate) fn track(&mut self, key: &FlowKey, passive: bool, now: Instant) {
+        let key = pack(key);
+        if self.max_flows == 0 || self.flows.contains_key(&key) {
+            return;
+        }
+        if self.flows.len() >= self.max_flows {
+            let oldest = self
+                .flows
+                .iter()
+                .min_by_key(|(_, f)| f.last_progress)
+                .map(|(&k, _)| k);
+            if let Some(k) = oldest {
+                self.forget_packed(k);
+                self.evicted += 1;
+            }
+        }
+        let mut f = FlowAcks {
+            template: Vec::new(),
+            template_ack: None,
+            ack: 0,
+            last_progress: now,
+            rescued_at: None,
+        };
+        if passive && self.untracked.key == Some(key) {
+            let u = &mut self.untracked;
+            u.key = None;
+            f.template = std::mem::take(&mut u.frame);
+            f.template_ack = Some(u.seen);
+            f.ack = u.seen.0;
+        }
+        self.flows.insert(key, f);
+    }
+
+    /// Number of flows tracked.
+    pub(crate) fn tracked(&self) -> usize {
+        self.flows.len()
     }
 
     /// Record a transmitted frame: a segment carrying our FIN remembers the FIN's sequence
@@ -249,8 +313,10 @@ impl AckWatch {
             return;
         }
         let seq = (tcp.seq_number().0 as u32).wrapping_add(tcp.payload().len() as u32);
-        let key = (ip.dst_addr(), tcp.dst_port(), tcp.src_port());
-        self.fins.insert(pack(&key), seq);
+        let key = pack(&(ip.dst_addr(), tcp.dst_port(), tcp.src_port()));
+        if self.flows.contains_key(&key) {
+            self.fins.insert(key, seq);
+        }
     }
 
     /// [`AckWatch::dup_ack_behind_fin`] of an unparsed frame (tests).
@@ -287,12 +353,15 @@ impl AckWatch {
             && self
                 .flows
                 .get(&key)
-                .is_some_and(|f| f.ack == fin && f.template_ack == (fin, p.window))
+                .is_some_and(|f| f.ack == fin && f.template_ack == Some((fin, p.window)))
     }
 
     /// Forget a flow (its connection is gone).
     pub(crate) fn forget(&mut self, key: &FlowKey) {
-        let key = pack(key);
+        self.forget_packed(pack(key));
+    }
+
+    fn forget_packed(&mut self, key: u64) {
         self.flows.remove(&key);
         self.fins.remove(&key);
         if self.last.is_some_and(|l| l.0 == key) {
@@ -645,6 +714,17 @@ mod tests {
     use std::net::Ipv4Addr;
     use std::time::Duration;
 
+    /// A watch tracking the test flow (10.0.0.2:80 -> 10.0.0.1:5000).
+    fn watched() -> AckWatch {
+        let mut w = AckWatch::default();
+        w.track(
+            &(Ipv4Addr::new(10, 0, 0, 2), 80, 5000),
+            false,
+            Instant::now(),
+        );
+        w
+    }
+
     fn ack_frame(ack: i32, window: u16, payload: &[u8]) -> Vec<u8> {
         segment(true, TcpControl::None, 100, ack, window, payload)
     }
@@ -880,7 +960,7 @@ mod tests {
             let mut bad = newer.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             let t0 = Instant::now();
-            let mut w = AckWatch::default();
+            let mut w = watched();
             w.observe(&genuine, t0);
             w.observe(&bad, t0);
             assert_eq!(w.flows.len(), 1, "bit {bit}: a corrupted frame made a flow");
@@ -896,7 +976,7 @@ mod tests {
         assert_eq!(accepted_changes, 0, "corrupted templates were replayed");
         // The same ACK intact does become the template.
         let t0 = Instant::now();
-        let mut w = AckWatch::default();
+        let mut w = watched();
         w.observe(&genuine, t0);
         w.observe(&newer, t0);
         let mut out = VecDeque::new();
@@ -915,7 +995,7 @@ mod tests {
         let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
         let floor = Duration::from_millis(10);
         let t0 = Instant::now();
-        let mut strict = AckWatch::default();
+        let mut strict = watched();
         strict.observe(&frame, t0);
         let mut out = VecDeque::new();
         assert!(!strict.rescue(&key, t0 + floor, floor, &mut out));
@@ -923,6 +1003,7 @@ mod tests {
             checksums: ChecksumCapabilities::ignored(),
             ..AckWatch::default()
         };
+        w.track(&key, false, t0);
         w.observe(&frame, t0);
         assert!(w.rescue(&key, t0 + floor, floor, &mut out));
         assert_eq!(out.len(), 4);
@@ -952,7 +1033,7 @@ mod tests {
 
     #[test]
     fn stalled_flow_gets_one_window_update_and_three_duplicate_acks() {
-        let mut w = AckWatch::default();
+        let mut w = watched();
         let t0 = Instant::now();
         w.observe(&ack_frame(1000, 500, &[]), t0);
         let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
@@ -985,7 +1066,7 @@ mod tests {
 
     #[test]
     fn template_follows_ack_and_window_changes_of_pure_acks() {
-        let mut w = AckWatch::default();
+        let mut w = watched();
         let t0 = Instant::now();
         let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
         let floor = Duration::from_millis(10);
@@ -1015,6 +1096,7 @@ mod tests {
         let mut other = ack_frame(9000, 100, &[]);
         other[14 + 20 + 1] ^= 1; // another source port
         refill_checksums(&mut other);
+        w.track(&(Ipv4Addr::new(10, 0, 0, 2), 81, 5000), false, t0);
         w.observe(&other, t0 + floor);
         assert_eq!(w.flows.len(), 2);
         w.observe(&ack_frame(1500, 700, &[]), t0 + floor);
@@ -1034,8 +1116,10 @@ mod tests {
         let b = pack(&(Ipv4Addr::new(10, 0, 0, 2), 5000, 80));
         let c = pack(&(Ipv4Addr::new(10, 0, 0, 3), 80, 5000));
         assert!(a != b && a != c && b != c);
+        let state = std::collections::hash_map::RandomState::new();
         let hash = |k: u64| {
-            let mut h = FlowHasher::default();
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = state.build_hasher();
             h.write_u64(k);
             h.finish()
         };
@@ -1051,7 +1135,7 @@ mod tests {
     /// ACK, a window update, an ACK with data and the ACK of the FIN itself all pass.
     #[test]
     fn rfc5681_duplicate_acks_behind_a_lone_fin_are_withheld() {
-        let mut w = AckWatch::default();
+        let mut w = watched();
         let now = Instant::now();
         // Before our FIN nothing is withheld: duplicate ACKs drive fast retransmit.
         let dup = ack_frame(1000, 500, &[]);
@@ -1075,9 +1159,113 @@ mod tests {
         assert!(!w.is_dup_ack_behind_fin(&ack_frame(1000, 500, &[])));
     }
 
+    /// A pure ACK with valid checksums from `src`:`src_port` to 10.0.0.1:`dst_port`.
+    fn spoofed_ack(src: Ipv4Addr, src_port: u16, dst_port: u16, ack: i32) -> Vec<u8> {
+        let mut f = ack_frame(ack, 500, &[]);
+        f[14 + 12..14 + 16].copy_from_slice(&src.octets());
+        f[14 + 20..14 + 22].copy_from_slice(&src_port.to_be_bytes());
+        f[14 + 22..14 + 24].copy_from_slice(&dst_port.to_be_bytes());
+        refill_checksums(&mut f);
+        f
+    }
+
+    /// issue 14 item 1: 100,000 spoofed pure ACKs (valid checksums, random source
+    /// addresses and ports, to any local port) create no flow and store no frame but the
+    /// one reused slot; the tracked connection's rescue still works; our FIN on a flow we
+    /// do not track is not remembered either.
+    #[test]
+    fn hostile_spoofed_ack_flood_creates_no_flow() {
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        let t0 = Instant::now();
+        let mut w = watched();
+        w.observe(&ack_frame(1000, 500, &[]), t0);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let src = Ipv4Addr::from((x >> 32) as u32);
+            let f = spoofed_ack(src, x as u16, (x >> 16) as u16, i);
+            assert!(checksums_valid(
+                &parse(&f).unwrap(),
+                &ChecksumCapabilities::default()
+            ));
+            w.observe(&f, t0);
+            w.observe_tx(&segment(false, TcpControl::Fin, 1, 1, 1, &[]));
+        }
+        assert_eq!(w.tracked(), 1, "only the connection's flow is tracked");
+        assert!(w.fins.len() <= 1);
+        let mut out = VecDeque::new();
+        assert!(w.rescue(&key, t0 + floor, floor, &mut out));
+        assert_eq!(out[0], nudge_window(&ack_frame(1000, 500, &[])).unwrap());
+        // Nothing for an untracked flow.
+        let mut w = AckWatch::default();
+        w.observe(&ack_frame(1000, 500, &[]), t0);
+        w.observe_tx(&segment(false, TcpControl::Fin, 900, 100, 600, &[7; 100]));
+        assert_eq!((w.tracked(), w.fins.len()), (0, 0));
+        assert!(!w.rescue(&key, t0 + floor, floor, &mut out));
+    }
+
+    /// The final ACK of a passive handshake, seen before its connection is promoted,
+    /// becomes that flow's first template; an active open adopts nothing.
+    #[test]
+    fn handshake_ack_seen_before_promotion_becomes_the_template() {
+        let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+        let floor = Duration::from_millis(10);
+        let t0 = Instant::now();
+        let mut out = VecDeque::new();
+        let mut w = AckWatch::default();
+        w.observe(&ack_frame(1000, 500, &[]), t0);
+        w.track(&key, true, t0);
+        assert!(w.rescue(&key, t0 + floor, floor, &mut out));
+        let mut w = AckWatch::default();
+        w.observe(&ack_frame(1000, 500, &[]), t0);
+        w.track(&key, false, t0);
+        assert!(!w.rescue(&key, t0 + floor, floor, &mut out));
+    }
+
+    /// `max_tracked_flows`: the table never exceeds its bound; tracking one more evicts
+    /// the flow whose ACK number moved least recently.
+    #[test]
+    fn hostile_tracked_flows_are_bounded_and_evict_the_stalest() {
+        let t0 = Instant::now();
+        let mut w = AckWatch {
+            max_flows: 4,
+            ..AckWatch::default()
+        };
+        let peer = Ipv4Addr::new(10, 0, 0, 2);
+        for p in 0..4u16 {
+            w.track(
+                &(peer, 1000 + p, 5000),
+                false,
+                t0 + Duration::from_millis(u64::from(p)),
+            );
+        }
+        // Flow 1000 makes progress: flow 1001 is now the stalest.
+        w.observe(
+            &spoofed_ack(peer, 1000, 5000, 77),
+            t0 + Duration::from_secs(1),
+        );
+        for p in 4..7u16 {
+            w.track(&(peer, 1000 + p, 5000), false, t0 + Duration::from_secs(2));
+            assert!(w.tracked() <= 4);
+        }
+        assert_eq!((w.tracked(), w.evicted), (4, 3));
+        let mut out = VecDeque::new();
+        let later = t0 + Duration::from_secs(10);
+        assert!(w.rescue(
+            &(peer, 1000, 5000),
+            later,
+            Duration::from_millis(10),
+            &mut out
+        ));
+        assert!(!w.flows.contains_key(&pack(&(peer, 1001, 5000))));
+    }
+
     #[test]
     fn zero_window_is_not_rescued() {
-        let mut w = AckWatch::default();
+        let mut w = watched();
         let t0 = Instant::now();
         w.observe(&ack_frame(1000, 0, &[]), t0);
         let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
