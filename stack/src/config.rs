@@ -378,5 +378,17 @@ mod tests {
             ..good()
         };
         assert_eq!(c.validate(), Err(ConfigError::BadBacklog));
+        for c in [
+            StackConfig {
+                max_sockets: 0,
+                ..good()
+            },
+            StackConfig {
+                max_backlog: 0,
+                ..good()
+            },
+        ] {
+            assert_eq!(c.validate(), Err(ConfigError::BadBacklog));
+        }
     }
 }

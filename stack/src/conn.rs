@@ -157,6 +157,9 @@ pub(crate) struct ConnTable {
     hosted: usize,
     /// Bytes of receive and send buffer of every socket in `sockets`.
     buffer_bytes: u64,
+    /// Number of sockets in `sockets` (added and removed only through
+    /// [`ConnTable::add_socket`] and [`ConnTable::remove_socket`]).
+    socket_count: usize,
     /// Flows of connections inserted since the last [`ConnTable::sync_watch`], with
     /// whether the connection was accepted (passive).
     new_flows: Vec<(FlowKey, bool)>,
@@ -171,6 +174,7 @@ impl ConnTable {
             conns: HashMap::new(),
             hosted: 0,
             buffer_bytes: 0,
+            socket_count: 0,
             new_flows: Vec::new(),
         }
     }
@@ -178,7 +182,7 @@ impl ConnTable {
     /// Whether one more socket with `bytes` of buffers fits the engine's limits
     /// (`StackConfig::max_sockets`, `StackConfig::socket_buffer_budget`).
     pub(crate) fn room_for(&self, bytes: u64, config: &StackConfig) -> bool {
-        self.sockets.iter().count() < config.max_sockets
+        self.socket_count < config.max_sockets
             && self.buffer_bytes.saturating_add(bytes) <= config.socket_buffer_budget
     }
 
@@ -186,6 +190,7 @@ impl ConnTable {
     /// [`ConnTable::room_for`] first.
     pub(crate) fn add_socket(&mut self, s: tcp::Socket<'static>) -> SocketHandle {
         self.buffer_bytes += buffer_bytes(&s);
+        self.socket_count += 1;
         self.sockets.add(s)
     }
 
@@ -193,7 +198,13 @@ impl ConnTable {
     pub(crate) fn remove_socket(&mut self, h: SocketHandle) {
         let bytes = buffer_bytes(self.socket(h));
         self.buffer_bytes = self.buffer_bytes.saturating_sub(bytes);
+        self.socket_count -= 1;
         self.sockets.remove(h);
+    }
+
+    /// Number of sockets (connections, handshakes, armed listeners).
+    pub(crate) fn socket_count(&self) -> usize {
+        self.socket_count
     }
 
     /// Bytes of socket buffer held by all sockets.

@@ -118,6 +118,8 @@ impl TcpService {
 
     /// What the engine holds right now, against the limits of [`StackConfig`].
     pub fn usage(&self) -> EngineUsage {
+        // The limit checks use the table's running count: it must match the socket set.
+        debug_assert_eq!(self.table.socket_count(), self.socket_count());
         let half_open = self
             .listeners
             .values()
