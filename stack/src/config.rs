@@ -175,6 +175,7 @@ pub struct StackConfig {
     /// Most flows the retransmission-floor ACK watch tracks (one per IPv4 connection,
     /// each holding a copy of one ACK frame). Beyond it the flow whose ACK number moved
     /// least recently is evicted (that connection falls back to smoltcp's own 1 s RTO).
+    /// 0 tracks nothing (the retransmission floor is then off).
     pub max_tracked_flows: usize,
     /// Listening sockets kept armed per port (each holds full-size buffers).
     pub armed_listeners: usize,
