@@ -114,6 +114,9 @@ pub struct SocketOptions {
     pub send_buffer: Option<usize>,
 }
 
+/// Default of [`StackConfig::max_sockets`] and [`StackConfig::max_tracked_flows`].
+pub const DEFAULT_MAX_SOCKETS: usize = 16384;
+
 /// Configuration of one TCP engine (one interface).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackConfig {
@@ -147,8 +150,33 @@ pub struct StackConfig {
     /// How long a socket closed by the application may linger in FIN-WAIT-2 (or wait for
     /// its unsent data to drain) before it is aborted, like Linux `tcp_fin_timeout`.
     pub fin_timeout: Duration,
-    /// Upper bound on handshakes in progress per listening port (the SYN queue).
+    /// Upper bound on handshakes in progress (SYN-RECEIVED) per listening port, the
+    /// application's and the protocol host's alike (the SYN queue). A SYN beyond it is
+    /// dropped before smoltcp sees it, as Linux without SYN cookies does; the client
+    /// retransmits it. Each handshake holds a socket with full-size buffers.
     pub syn_backlog: usize,
+    /// How long a handshake may stay in SYN-RECEIVED in a listener pool before its socket
+    /// is dropped (smoltcp would retransmit the SYN-ACK forever, so spoofed SYNs would hold
+    /// the `syn_backlog` slots for good). Linux gives up after `tcp_synack_retries` (5):
+    /// about 63 s.
+    pub syn_received_timeout: Duration,
+    /// Largest accept queue a listener gets: a larger `backlog` is cut to this (Linux
+    /// `net.core.somaxconn`, default 4096).
+    pub max_backlog: usize,
+    /// Most smoltcp sockets the engine holds at once: connections in any state (connecting,
+    /// open, closing, TIME-WAIT), handshakes in progress and armed listening sockets. A
+    /// connect beyond it fails with [`SocketError::NoBuffers`](crate::SocketError::NoBuffers)
+    /// (`io::ErrorKind::OutOfMemory`); a listener is not re-armed (its SYNs are dropped)
+    /// until a socket is freed.
+    pub max_sockets: usize,
+    /// Budget in bytes for the receive and send buffers of all smoltcp sockets together
+    /// (each socket allocates both up front). Enforced like `max_sockets`.
+    pub socket_buffer_budget: u64,
+    /// Most flows the retransmission-floor ACK watch tracks (one per IPv4 connection,
+    /// each holding a copy of one ACK frame). Beyond it the flow whose ACK number moved
+    /// least recently is evicted (that connection falls back to smoltcp's own 1 s RTO).
+    /// 0 tracks nothing (the retransmission floor is then off).
+    pub max_tracked_flows: usize,
     /// Listening sockets kept armed per port (each holds full-size buffers).
     pub armed_listeners: usize,
     /// Random seed for the interface (initial sequence numbers, ...).
@@ -178,6 +206,11 @@ impl Default for StackConfig {
             ephemeral_ports: 49152..=65535,
             fin_timeout: Duration::from_secs(60),
             syn_backlog: 256,
+            syn_received_timeout: Duration::from_secs(63),
+            max_backlog: 4096,
+            max_sockets: DEFAULT_MAX_SOCKETS,
+            socket_buffer_budget: 4 << 30,
+            max_tracked_flows: DEFAULT_MAX_SOCKETS,
             armed_listeners: 4,
             random_seed: 0x7877_6172_7000_0001,
             rto_floor: Some(Duration::from_millis(200)),
@@ -198,7 +231,7 @@ pub enum ConfigError {
     BadBufferSize,
     /// Empty ephemeral port range or one containing port 0.
     BadPortRange,
-    /// `armed_listeners` or `syn_backlog` is zero.
+    /// `armed_listeners`, `syn_backlog`, `max_backlog` or `max_sockets` is zero.
     BadBacklog,
     /// The MAC address is multicast or all zeros.
     BadMac,
@@ -214,7 +247,9 @@ impl std::fmt::Display for ConfigError {
             ConfigError::BadMtu => "MTU must be within 576..=65535",
             ConfigError::BadBufferSize => "buffer sizes must be within 1..=1 GiB",
             ConfigError::BadPortRange => "ephemeral port range is empty or contains 0",
-            ConfigError::BadBacklog => "armed_listeners and syn_backlog must be at least 1",
+            ConfigError::BadBacklog => {
+                "armed_listeners, syn_backlog, max_backlog and max_sockets must be at least 1"
+            }
             ConfigError::BadMac => "MAC address must be unicast and non-zero",
             ConfigError::BadRtoFloor => "rto_floor must be at least 1 ms",
         };
@@ -245,7 +280,11 @@ impl StackConfig {
         if self.ephemeral_ports.is_empty() || *self.ephemeral_ports.start() == 0 {
             return Err(ConfigError::BadPortRange);
         }
-        if self.armed_listeners == 0 || self.syn_backlog == 0 {
+        if self.armed_listeners == 0
+            || self.syn_backlog == 0
+            || self.max_backlog == 0
+            || self.max_sockets == 0
+        {
             return Err(ConfigError::BadBacklog);
         }
         if self.rto_floor.is_some_and(|d| d < Duration::from_millis(1)) {
@@ -340,5 +379,17 @@ mod tests {
             ..good()
         };
         assert_eq!(c.validate(), Err(ConfigError::BadBacklog));
+        for c in [
+            StackConfig {
+                max_sockets: 0,
+                ..good()
+            },
+            StackConfig {
+                max_backlog: 0,
+                ..good()
+            },
+        ] {
+            assert_eq!(c.validate(), Err(ConfigError::BadBacklog));
+        }
     }
 }

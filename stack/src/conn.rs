@@ -41,6 +41,17 @@ pub(crate) struct ConnTcp {
     pub(crate) finished: bool,
     /// Counters, RTT estimate and option state (`TCP_INFO`, keep-alive).
     pub(crate) extra: ConnExtra,
+    /// Its IPv4 flow, tracked by the [`AckWatch`] while the connection exists (see
+    /// [`flow_of`]).
+    pub(crate) flow: Option<FlowKey>,
+}
+
+/// The [`AckWatch`] key of an IPv4 connection from local port `local_port` to `remote`.
+pub(crate) fn flow_of(local_port: u16, remote: SocketAddr) -> Option<FlowKey> {
+    match remote {
+        SocketAddr::V4(peer) => Some((*peer.ip(), peer.port(), local_port)),
+        SocketAddr::V6(_) => None,
+    }
 }
 
 impl ConnTcp {
@@ -61,7 +72,14 @@ impl ConnTcp {
             close_deadline: None,
             finished: false,
             extra,
+            flow: None,
         }
+    }
+
+    /// The same, with its flow set (see [`flow_of`]).
+    pub(crate) fn with_flow(mut self, flow: Option<FlowKey>) -> ConnTcp {
+        self.flow = flow;
+        self
     }
 }
 
@@ -101,20 +119,6 @@ pub(crate) struct Conn {
     pub(crate) sink: Sink,
 }
 
-impl Conn {
-    /// The [`AckWatch`] key of an established IPv4 connection.
-    fn flow_key(&self) -> Option<FlowKey> {
-        let addrs = match &self.sink {
-            Sink::App(a) => a.shared.addrs(),
-            Sink::Host(h) => h.addrs,
-        };
-        match addrs? {
-            (local, SocketAddr::V4(peer)) => Some((*peer.ip(), peer.port(), local.port())),
-            _ => None,
-        }
-    }
-}
-
 /// Which connections to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -151,6 +155,14 @@ pub(crate) struct ConnTable {
     conns: HashMap<u64, Conn>,
     /// How many of `conns` are hosted.
     hosted: usize,
+    /// Bytes of receive and send buffer of every socket in `sockets`.
+    buffer_bytes: u64,
+    /// Number of sockets in `sockets` (added and removed only through
+    /// [`ConnTable::add_socket`] and [`ConnTable::remove_socket`]).
+    socket_count: usize,
+    /// Flows of connections inserted since the last [`ConnTable::sync_watch`], with
+    /// whether the connection was accepted (passive).
+    new_flows: Vec<(FlowKey, bool)>,
 }
 
 impl ConnTable {
@@ -161,6 +173,54 @@ impl ConnTable {
             ports,
             conns: HashMap::new(),
             hosted: 0,
+            buffer_bytes: 0,
+            socket_count: 0,
+            new_flows: Vec::new(),
+        }
+    }
+
+    /// Whether one more socket with `bytes` of buffers fits the engine's limits
+    /// (`StackConfig::max_sockets`, `StackConfig::socket_buffer_budget`).
+    pub(crate) fn room_for(&self, bytes: u64, config: &StackConfig) -> bool {
+        self.socket_count < config.max_sockets
+            && self.buffer_bytes.saturating_add(bytes) <= config.socket_buffer_budget
+    }
+
+    /// Add socket `s` to the socket set, counting its buffers. Callers check
+    /// [`ConnTable::room_for`] first.
+    pub(crate) fn add_socket(&mut self, s: tcp::Socket<'static>) -> SocketHandle {
+        self.buffer_bytes += buffer_bytes(&s);
+        self.socket_count += 1;
+        self.sockets.add(s)
+    }
+
+    /// Remove socket `h` from the socket set.
+    pub(crate) fn remove_socket(&mut self, h: SocketHandle) {
+        let bytes = buffer_bytes(self.socket(h));
+        self.buffer_bytes = self.buffer_bytes.saturating_sub(bytes);
+        self.socket_count -= 1;
+        self.sockets.remove(h);
+    }
+
+    /// Number of sockets (connections, handshakes, armed listeners).
+    pub(crate) fn socket_count(&self) -> usize {
+        self.socket_count
+    }
+
+    /// Bytes of socket buffer held by all sockets.
+    pub(crate) fn buffer_bytes(&self) -> u64 {
+        self.buffer_bytes
+    }
+
+    /// Number of connection records (application and hosted, in any state).
+    pub(crate) fn len_all(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Have `watch` track the flows of the connections inserted since the last call.
+    pub(crate) fn sync_watch(&mut self, watch: &mut AckWatch, now: Instant) {
+        for (key, passive) in self.new_flows.drain(..) {
+            watch.track(&key, passive, now);
         }
     }
 
@@ -176,6 +236,9 @@ impl ConnTable {
 
     /// Add connection `id`.
     pub(crate) fn insert(&mut self, id: u64, c: Conn) {
+        if let Some(key) = c.tcp.flow {
+            self.new_flows.push((key, c.tcp.connecting.is_none()));
+        }
         if matches!(c.sink, Sink::Host(_)) {
             self.hosted += 1;
         }
@@ -258,10 +321,11 @@ impl ConnTable {
         if matches!(c.sink, Sink::Host(_)) {
             self.hosted -= 1;
         }
-        if let Some(key) = c.flow_key() {
+        if let Some(key) = c.tcp.flow {
+            self.new_flows.retain(|(k, _)| *k != key);
             watch.forget(&key);
         }
-        self.sockets.remove(c.tcp.handle);
+        self.remove_socket(c.tcp.handle);
         if let Some(p) = c.tcp.port {
             self.ports.release(p);
         }
@@ -342,7 +406,7 @@ impl ConnTable {
             if s.send_queue() == 0 || !s.is_active() {
                 continue;
             }
-            if let Some(key) = c.flow_key() {
+            if let Some(key) = c.tcp.flow {
                 outstanding = true;
                 if watch.rescue(&key, now, floor, replay) {
                     c.tcp.extra.rescues = c.tcp.extra.rescues.saturating_add(1);
@@ -504,6 +568,11 @@ impl ConnExtra {
             }
         }
     }
+}
+
+/// Receive plus send buffer bytes of socket `s`.
+fn buffer_bytes(s: &tcp::Socket<'static>) -> u64 {
+    (s.recv_capacity() + s.send_capacity()) as u64
 }
 
 /// Linux's `TCP_*` state numbers (`include/net/tcp_states.h`).

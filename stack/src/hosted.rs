@@ -13,7 +13,7 @@ use smoltcp::iface::{Interface, SocketHandle};
 use smoltcp::socket::tcp::State;
 use smoltcp::wire::{IpAddress, IpListenEndpoint};
 
-use crate::conn::{Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, HostEnd, Kind, Sink};
+use crate::conn::{flow_of, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, HostEnd, Kind, Sink};
 use crate::proto::{CtlReq, ProtoConnId, ProtoCtl, ProtocolHost, DRAIN_PER_PACKET_MAX_CONNS};
 use crate::shared::SocketError;
 use crate::socket::new_socket;
@@ -22,6 +22,12 @@ struct ProtoListener {
     endpoint: IpListenEndpoint,
     backlog: usize,
     pool: Vec<SocketHandle>,
+    /// Handshakes in progress at `syn_backlog`, or no socket to arm within the engine's
+    /// limits: SYNs to the port are dropped before smoltcp sees them (it would answer
+    /// RST), as Linux without SYN cookies drops them.
+    full: bool,
+    /// When each pool socket in SYN-RECEIVED was first seen so (`syn_received_timeout`).
+    syn_since: HashMap<SocketHandle, Instant>,
 }
 
 /// The hosted side of a [`TcpService`](crate::TcpService): the host and its listeners.
@@ -73,14 +79,14 @@ impl ProtoSide {
                     local,
                     backlog,
                 } => {
-                    let r = self.listen(cx, token, local, backlog);
+                    let r = self.listen(cx, token, local, backlog, now);
                     self.host.on_listen(token, r);
                 }
                 CtlReq::Unlisten { token } => {
                     if let Some(l) = self.listeners.remove(&token) {
                         for h in l.pool {
                             cx.table.socket_mut(h).abort();
-                            cx.table.sockets.remove(h);
+                            cx.table.remove_socket(h);
                         }
                         cx.table.ports.unlisten(l.endpoint.port);
                     }
@@ -129,14 +135,21 @@ impl ProtoSide {
                 }
             },
         };
+        let bytes = (config.rx_buffer + config.tx_buffer) as u64;
+        if !cx.table.room_for(bytes, config) {
+            cx.table.ports.release(port);
+            cx.stats.refused_limit += 1;
+            self.host.on_closed(id, now, Some(SocketError::NoBuffers));
+            return;
+        }
         let mut sock = new_socket(config, &config.tcp);
         if sock.connect(iface.context(), remote, port).is_err() {
-            ports.release(port);
+            cx.table.ports.release(port);
             self.host
                 .on_closed(id, now, Some(SocketError::AddrNotAvailable));
             return;
         }
-        let handle = cx.table.sockets.add(sock);
+        let handle = cx.table.add_socket(sock);
         cx.table.insert(
             id,
             Conn {
@@ -146,7 +159,8 @@ impl ProtoSide {
                     Some(deadline),
                     State::SynSent,
                     ConnExtra::default(),
-                ),
+                )
+                .with_flow(flow_of(port, remote)),
                 sink: Sink::Host(HostEnd::default()),
             },
         );
@@ -158,6 +172,7 @@ impl ProtoSide {
         token: u64,
         local: SocketAddr,
         backlog: usize,
+        now: Instant,
     ) -> Result<SocketAddr, SocketError> {
         if !local.ip().is_unspecified() {
             let ours = match local.ip() {
@@ -181,14 +196,21 @@ impl ProtoSide {
                 endpoint,
                 backlog: backlog.clamp(1, 256),
                 pool: Vec::new(),
+                full: false,
+                syn_since: HashMap::new(),
             },
         );
-        self.arm(cx, token);
+        self.arm(cx, token, now);
         Ok(local)
     }
 
     /// Promote established sockets of a listener pool and keep it armed.
-    fn arm(&mut self, cx: &mut EngineCtx<'_>, token: u64) -> Vec<(u64, SocketHandle)> {
+    fn arm(
+        &mut self,
+        cx: &mut EngineCtx<'_>,
+        token: u64,
+        now: Instant,
+    ) -> Vec<(u64, SocketHandle)> {
         let mut promoted = Vec::new();
         let Some(l) = self.listeners.get_mut(&token) else {
             return promoted;
@@ -198,12 +220,27 @@ impl ProtoSide {
         while i < l.pool.len() {
             let h = l.pool[i];
             match table.socket(h).state() {
-                State::Listen | State::SynReceived => i += 1,
+                State::Listen => i += 1,
+                State::SynReceived => {
+                    let since = *l.syn_since.entry(h).or_insert(now);
+                    if now.saturating_duration_since(since) >= cx.config.syn_received_timeout {
+                        // A handshake never finished (a spoofed SYN): free its slot.
+                        l.syn_since.remove(&h);
+                        l.pool.swap_remove(i);
+                        table.socket_mut(h).abort();
+                        table.remove_socket(h);
+                        cx.stats.syn_received_expired += 1;
+                    } else {
+                        i += 1;
+                    }
+                }
                 State::Closed => {
+                    l.syn_since.remove(&h);
                     l.pool.swap_remove(i);
-                    table.sockets.remove(h);
+                    table.remove_socket(h);
                 }
                 _ => {
+                    l.syn_since.remove(&h);
                     l.pool.swap_remove(i);
                     promoted.push((token, h));
                 }
@@ -214,15 +251,44 @@ impl ProtoSide {
             .iter()
             .filter(|&&h| table.socket(h).state() == State::Listen)
             .count();
-        let want = l.backlog.min(cx.config.armed_listeners.max(1));
+        // Handshakes in progress are bounded by `syn_backlog` (the host takes established
+        // connections at once, so its own queue bounds the rest).
+        let in_progress = l.pool.len() - armed;
+        let room = cx.config.syn_backlog.saturating_sub(in_progress);
+        let want = l.backlog.min(cx.config.armed_listeners.max(1)).min(room);
+        let bytes = (cx.config.rx_buffer + cx.config.tx_buffer) as u64;
         for _ in armed..want {
+            if !table.room_for(bytes, cx.config) {
+                break;
+            }
             let mut s = new_socket(cx.config, &cx.config.tcp);
             if s.listen(l.endpoint).is_err() {
                 break;
             }
-            l.pool.push(table.sockets.add(s));
+            l.pool.push(table.add_socket(s));
         }
+        let armed_now = l.pool.len() - in_progress;
+        l.full = armed_now == 0;
         promoted
+    }
+
+    /// Add the ports of the host's listeners that drop SYNs now (see `ProtoListener::full`).
+    pub(crate) fn full_ports_into(&self, ports: &mut Vec<u16>) {
+        ports.extend(
+            self.listeners
+                .values()
+                .filter(|l| l.full)
+                .map(|l| l.endpoint.port),
+        );
+    }
+
+    /// Handshakes in progress in the host's listener pools.
+    pub(crate) fn half_open(&self, table: &ConnTable) -> usize {
+        self.listeners
+            .values()
+            .flat_map(|l| l.pool.iter())
+            .filter(|&&h| table.socket(h).state() != State::Listen)
+            .count()
     }
 
     /// Between ingress packets: re-arm hosted listeners (a burst of SYNs must not find
@@ -247,7 +313,7 @@ impl ProtoSide {
         let mut moved = false;
         let tokens: Vec<u64> = self.listeners.keys().copied().collect();
         for token in tokens {
-            for (token, h) in self.arm(cx, token) {
+            for (token, h) in self.arm(cx, token, now) {
                 let s = cx.table.socket(h);
                 let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
                     cx.table.socket_mut(h).abort();
@@ -259,7 +325,8 @@ impl ProtoSide {
                 cx.table.insert(
                     id,
                     Conn {
-                        tcp: ConnTcp::new(h, None, None, state, ConnExtra::default()),
+                        tcp: ConnTcp::new(h, None, None, state, ConnExtra::default())
+                            .with_flow(flow_of(local.port, addrs.1)),
                         sink: Sink::Host(HostEnd {
                             addrs: Some(addrs),
                             fin_reported: false,

@@ -35,7 +35,7 @@ pub use config::{
 };
 pub use service::TcpService;
 pub use shared::{Phase, Readiness, SocketError, TcpInfo};
-pub use stats::StackStats;
+pub use stats::{EngineUsage, StackStats};
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;

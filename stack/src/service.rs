@@ -16,15 +16,15 @@ use xwarp_poll_driver::engine::{PollOutcome, Service};
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::StackConfig;
-use crate::conn::{AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink};
+use crate::conn::{flow_of, AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::hosted::ProtoSide;
 use crate::ports::Ports;
 use crate::proto::ProtocolHost;
 use crate::rescue::{AckWatch, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared};
-use crate::socket::new_socket_with;
-use crate::stats::{StackStats, StatsCell};
+use crate::socket::{buffer_sizes, new_socket_with};
+use crate::stats::{EngineUsage, StackStats, StatsCell};
 
 /// FIN-only segments (rescue.rs `split_fin`) kept while the TX ring is full.
 const SPLIT_FINS_MAX: usize = 64;
@@ -39,6 +39,8 @@ struct Listener {
     /// The accept queue is at the backlog: SYNs to this port are dropped (see
     /// `rescue::AckWatch::full_ports`).
     full: bool,
+    /// When each pool socket in SYN-RECEIVED was first seen so (`syn_received_timeout`).
+    syn_since: HashMap<SocketHandle, Instant>,
 }
 
 /// Up to this many connections the engine runs egress after every ingress packet.
@@ -112,6 +114,26 @@ impl TcpService {
     /// Number of smoltcp sockets alive (connections, TIME-WAIT, armed listeners).
     pub fn socket_count(&self) -> usize {
         self.table.sockets.iter().count()
+    }
+
+    /// What the engine holds right now, against the limits of [`StackConfig`].
+    pub fn usage(&self) -> EngineUsage {
+        // The limit checks use the table's running count: it must match the socket set.
+        debug_assert_eq!(self.table.socket_count(), self.socket_count());
+        let half_open = self
+            .listeners
+            .values()
+            .flat_map(|l| l.pool.iter())
+            .filter(|&&h| self.table.socket(h).state() != State::Listen)
+            .count()
+            + self.proto.as_ref().map_or(0, |p| p.half_open(&self.table));
+        EngineUsage {
+            sockets: self.socket_count(),
+            socket_buffer_bytes: self.table.buffer_bytes(),
+            connections: self.table.len_all(),
+            half_open,
+            tracked_flows: self.watch.tracked(),
+        }
     }
 
     /// Install the in-engine protocol host (before the service is handed to the engine).
@@ -243,6 +265,17 @@ impl TcpService {
                 }
             },
         };
+        let (rx_size, tx_size) = buffer_sizes(&self.config, &shared.options());
+        if !self
+            .table
+            .room_for((rx_size + tx_size) as u64, &self.config)
+        {
+            // StackConfig::max_sockets or socket_buffer_budget: ENOBUFS, never an abort.
+            self.table.ports.release(port);
+            self.counters.refused_limit += 1;
+            shared.set_error(SocketError::NoBuffers);
+            return;
+        }
         let (mut sock, buffers, timeout_armed) = new_socket_with(&self.config, &shared.options());
         self.timeouts_armed |= timeout_armed;
         if sock.connect(iface.context(), remote, port).is_err() {
@@ -250,7 +283,7 @@ impl TcpService {
             shared.set_error(SocketError::AddrNotAvailable);
             return;
         }
-        let handle = self.table.sockets.add(sock);
+        let handle = self.table.add_socket(sock);
         let id = shared.id;
         let tcp = ConnTcp::new(
             handle,
@@ -258,7 +291,8 @@ impl TcpService {
             Some(deadline),
             State::SynSent,
             ConnExtra::new(buffers, timeout_armed),
-        );
+        )
+        .with_flow(flow_of(port, remote));
         self.table.insert(id, app_conn(tcp, shared, rx, tx));
         self.dirty.push(id);
     }
@@ -291,9 +325,11 @@ impl TcpService {
                 shared,
                 accept,
                 endpoint,
-                backlog: backlog.max(1),
+                // Linux cuts the backlog to net.core.somaxconn.
+                backlog: backlog.clamp(1, self.config.max_backlog),
                 pool: Vec::new(),
                 full: false,
+                syn_since: HashMap::new(),
             },
         );
         self.maintain_listener(id, now);
@@ -305,7 +341,7 @@ impl TcpService {
                 let s = self.table.socket_mut(h);
                 if s.state() == State::Listen {
                     s.close();
-                    self.table.sockets.remove(h);
+                    self.table.remove_socket(h);
                 } else {
                     // A handshake in progress: reset it, remove it once the RST is out.
                     s.abort();
@@ -342,6 +378,9 @@ impl TcpService {
                 .filter(|l| l.full)
                 .map(|l| l.endpoint.port),
         );
+        if let Some(p) = &self.proto {
+            p.full_ports_into(ports);
+        }
     }
 
     fn maintain_listener(&mut self, id: u64, now: Instant) {
@@ -354,12 +393,27 @@ impl TcpService {
             let h = l.pool[i];
             let state = self.table.socket(h).state();
             match state {
-                State::Listen | State::SynReceived => i += 1,
+                State::Listen => i += 1,
+                State::SynReceived => {
+                    let since = *l.syn_since.entry(h).or_insert(now);
+                    if now.saturating_duration_since(since) >= self.config.syn_received_timeout {
+                        // A handshake never finished (a spoofed SYN): free its slot.
+                        l.syn_since.remove(&h);
+                        l.pool.swap_remove(i);
+                        self.table.socket_mut(h).abort();
+                        self.table.remove_socket(h);
+                        self.counters.syn_received_expired += 1;
+                    } else {
+                        i += 1;
+                    }
+                }
                 State::Closed => {
+                    l.syn_since.remove(&h);
                     l.pool.swap_remove(i);
-                    self.table.sockets.remove(h);
+                    self.table.remove_socket(h);
                 }
                 _ => {
+                    l.syn_since.remove(&h);
                     l.pool.swap_remove(i);
                     promoted.push(h);
                 }
@@ -382,7 +436,14 @@ impl TcpService {
             .saturating_sub(l.accept.len() + in_progress)
             .min(self.config.syn_backlog.saturating_sub(in_progress));
         let target = room.min(self.config.armed_listeners);
-        l.full = room == 0;
+        // No socket left to arm (StackConfig::max_sockets or socket_buffer_budget): SYNs
+        // are dropped like those beyond the backlog until a socket is freed.
+        let (rx_size, tx_size) = buffer_sizes(&self.config, &l.shared.options);
+        let exhausted = armed == 0
+            && !self
+                .table
+                .room_for((rx_size + tx_size) as u64, &self.config);
+        l.full = room == 0 || exhausted;
         if armed > target {
             // The accept queue filled up: disarm so the backlog is not exceeded; SYNs to
             // the port are dropped meanwhile (`full`), not refused.
@@ -392,7 +453,7 @@ impl TcpService {
                 let h = l.pool[j];
                 if self.table.socket(h).state() == State::Listen {
                     l.pool.swap_remove(j);
-                    self.table.sockets.remove(h);
+                    self.table.remove_socket(h);
                     excess -= 1;
                 } else {
                     j += 1;
@@ -403,12 +464,13 @@ impl TcpService {
             let options = l.shared.options;
             let mut need = target - armed;
             let mut new = Vec::new();
-            while need > 0 {
+            let bytes = (rx_size + tx_size) as u64;
+            while need > 0 && self.table.room_for(bytes, &self.config) {
                 let (mut s, _, _) = new_socket_with(&self.config, &options);
                 if s.listen(endpoint).is_err() {
                     break;
                 }
-                new.push(self.table.sockets.add(s));
+                new.push(self.table.add_socket(s));
                 need -= 1;
             }
             let n = new.len() as u64;
@@ -448,7 +510,9 @@ impl TcpService {
         shared.set_established(local.into(), remote.into());
         let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
         let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
-        let tcp = ConnTcp::new(h, None, None, state, ConnExtra::new(buffers, timeout_armed));
+        let flow = flow_of(local.port, SocketAddr::from(remote));
+        let tcp = ConnTcp::new(h, None, None, state, ConnExtra::new(buffers, timeout_armed))
+            .with_flow(flow);
         self.table
             .insert(cid, app_conn(tcp, shared.clone(), rx_prod, tx_cons));
         self.dirty.push(cid);
@@ -578,6 +642,7 @@ impl<B: Backend> Service<B> for TcpService {
         if let Some((p, mut cx)) = self.hosted() {
             p.poll(&mut cx, &mut iface, now);
         }
+        self.table.sync_watch(&mut self.watch, now);
 
         let mut ingress = false;
         let mut watch = std::mem::take(&mut self.watch);
@@ -636,8 +701,11 @@ impl<B: Backend> Service<B> for TcpService {
                             for id in ids {
                                 self.maintain_listener(id, now);
                             }
-                            self.full_ports_into(&mut dev.watch.full_ports);
                         }
+                        // Flows of connections just promoted (their handshake's last ACK
+                        // is still in the watch's slot) and the listeners now full.
+                        self.table.sync_watch(dev.watch, now);
+                        self.full_ports_into(&mut dev.watch.full_ports);
                     }
                 }
             }
@@ -670,6 +738,8 @@ impl<B: Backend> Service<B> for TcpService {
             let ids = self.table.ids(Kind::Hosted);
             busy |= self.serve_all(&ids, now);
         }
+        self.table.sync_watch(&mut self.watch, now);
+        self.counters.flows_evicted = self.watch.evicted;
         self.stats.store(&self.counters);
 
         if let Some(last) = self.trace {

@@ -47,6 +47,9 @@ pub enum SocketError {
     EngineGone = 7,
     /// The connection was aborted locally.
     Aborted = 8,
+    /// The engine's socket limit (`StackConfig::max_sockets`) or socket buffer budget
+    /// (`StackConfig::socket_buffer_budget`) is reached (Linux: `ENOBUFS`).
+    NoBuffers = 9,
 }
 
 impl SocketError {
@@ -60,6 +63,7 @@ impl SocketError {
             6 => SocketError::InvalidAddress,
             7 => SocketError::EngineGone,
             8 => SocketError::Aborted,
+            9 => SocketError::NoBuffers,
             _ => return None,
         })
     }
@@ -77,6 +81,10 @@ impl SocketError {
             SocketError::InvalidAddress => (io::ErrorKind::InvalidInput, "invalid address"),
             SocketError::EngineGone => (io::ErrorKind::ConnectionAborted, "engine stopped"),
             SocketError::Aborted => (io::ErrorKind::ConnectionAborted, "connection aborted"),
+            SocketError::NoBuffers => (
+                io::ErrorKind::OutOfMemory,
+                "no buffer space available (engine socket limit or buffer budget reached)",
+            ),
         };
         io::Error::new(kind, msg)
     }

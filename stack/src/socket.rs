@@ -38,14 +38,21 @@ pub(crate) fn new_socket(config: &StackConfig, opts: &TcpOptions) -> tcp::Socket
     s
 }
 
+/// The (receive, send) buffer sizes a socket with options `o` gets.
+pub(crate) fn buffer_sizes(config: &StackConfig, o: &SocketOptions) -> (usize, usize) {
+    (
+        o.recv_buffer.unwrap_or(config.rx_buffer),
+        o.send_buffer.unwrap_or(config.tx_buffer),
+    )
+}
+
 /// A socket with the application's options on top of the engine defaults; also
 /// returns its (receive, send) buffer sizes and whether smoltcp may time it out.
 pub(crate) fn new_socket_with(
     config: &StackConfig,
     o: &SocketOptions,
 ) -> (tcp::Socket<'static>, (usize, usize), bool) {
-    let rx = o.recv_buffer.unwrap_or(config.rx_buffer);
-    let tx = o.send_buffer.unwrap_or(config.tx_buffer);
+    let (rx, tx) = buffer_sizes(config, o);
     let mut s = if (rx, tx) == (config.rx_buffer, config.tx_buffer) {
         new_socket(config, &config.tcp)
     } else {

@@ -19,8 +19,33 @@ pub struct StackStats {
     /// Listening sockets created (initial arming and re-arming).
     pub listeners_armed: u64,
     /// SYNs dropped because their listener's accept queue was full (Linux:
-    /// `ListenOverflows`); the client retransmits them.
+    /// `ListenOverflows`), its handshakes in progress were at `syn_backlog`, or no socket
+    /// could be armed within `max_sockets`/`socket_buffer_budget`; the client retransmits
+    /// them.
     pub syn_dropped_backlog: u64,
+    /// Connects refused with `SocketError::NoBuffers` (`max_sockets` or
+    /// `socket_buffer_budget` reached).
+    pub refused_limit: u64,
+    /// Flows the ACK watch evicted at `max_tracked_flows`.
+    pub flows_evicted: u64,
+    /// Handshakes dropped after `syn_received_timeout` in SYN-RECEIVED.
+    pub syn_received_expired: u64,
+}
+
+/// What an engine holds at one moment ([`TcpService::usage`](crate::TcpService::usage)),
+/// to check it against the limits of [`StackConfig`](crate::StackConfig).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EngineUsage {
+    /// smoltcp sockets alive (bounded by `max_sockets`).
+    pub sockets: usize,
+    /// Receive plus send buffer bytes of those sockets (bounded by `socket_buffer_budget`).
+    pub socket_buffer_bytes: u64,
+    /// Connection records (application and hosted, any state).
+    pub connections: usize,
+    /// Handshakes in progress in listener pools (bounded by `syn_backlog` per listener).
+    pub half_open: usize,
+    /// Flows the retransmission-floor ACK watch tracks (bounded by `max_tracked_flows`).
+    pub tracked_flows: usize,
 }
 
 /// Stats published by the engine for other threads.
@@ -35,7 +60,7 @@ mod parking_cell {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     #[derive(Debug, Default)]
-    pub(crate) struct Cell([AtomicU64; 8]);
+    pub(crate) struct Cell([AtomicU64; 11]);
 
     impl Cell {
         pub(crate) fn store(&self, s: &super::StackStats) {
@@ -48,6 +73,9 @@ mod parking_cell {
                 s.rx_bytes,
                 s.listeners_armed,
                 s.syn_dropped_backlog,
+                s.refused_limit,
+                s.flows_evicted,
+                s.syn_received_expired,
             ];
             for (a, v) in self.0.iter().zip(v) {
                 a.store(v, Ordering::Relaxed);
@@ -65,6 +93,9 @@ mod parking_cell {
                 rx_bytes: g(5),
                 listeners_armed: g(6),
                 syn_dropped_backlog: g(7),
+                refused_limit: g(8),
+                flows_evicted: g(9),
+                syn_received_expired: g(10),
             }
         }
     }
