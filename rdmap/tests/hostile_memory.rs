@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use xwarp_rdmap::wire;
 use xwarp_rdmap::*;
 
 const W_BASE: u64 = 0x10_0000;
@@ -172,13 +173,15 @@ fn hostile_mid_fpdu_deregister_places_nothing_more() {
 }
 
 #[test]
-fn hostile_mid_fpdu_reregister_300_times_places_nothing_more() {
+fn hostile_mid_fpdu_reregister_256_times_places_nothing_more() {
     // The old LIFO free list with an 8-bit key handed the target's STag to the 256th
     // re-registration of its slot, in any PD with any access.
     write_then(|t| {
         let pds = [t.b.pd, t.other_pds[0], t.other_pds[1]];
         let mut cur = t.w;
-        for i in 0..300usize {
+        // 256: with the old allocator the last one got the target's STag back, in the
+        // QP's PD with Remote Write; the ones before cycle through PDs and access.
+        for i in 0..256usize {
             t.b.res.stags.deregister(cur).unwrap();
             let acc = [Access::NONE, Access::LOCAL_WRITE | Access::REMOTE_WRITE][i % 2];
             cur =
@@ -343,4 +346,56 @@ fn hostile_receive_longer_than_u32_refused_at_post() {
     };
     assert_eq!(b.qp.post_recv(max.clone()), Ok(()));
     assert_eq!(b.res.post_srq_recv(srq, max), Ok(()));
+}
+
+fn read_request(src_stag: u32, src_to: u64, size: u32) -> Vec<u8> {
+    let rr = wire::ReadRequest {
+        sink_stag: 0xabc01,
+        sink_to: 0x9_0000,
+        size,
+        src_stag,
+        src_to,
+    };
+    untagged(0x41, 0x41, 0, 1, 1, 0, &rr.to_bytes())
+}
+
+#[test]
+fn hostile_read_response_only_from_the_accepted_registration() {
+    // A Read Request is accepted against a Remote Read region; the application then
+    // invalidates and revalidates it (same STag value). Nothing of it leaves: the
+    // Terminate is RDMAP remote protection / invalid STag with the Read Request.
+    let mut t = target();
+    let src = t.b.reg(0x7000, 256, 0x5a, Access::REMOTE_READ);
+    let seg = read_request(src.0, 0x7000, 256);
+    t.b.deliver(&seg);
+    assert_eq!(t.b.qp.state(), QpState::Rts);
+    t.b.res.stags.invalidate(src, t.b.pd).unwrap();
+    t.b.res.stags.revalidate(src).unwrap();
+    let mut body = vec![0x01, 0x00, 0xe0, 0x00, 0x00, 46];
+    body.extend_from_slice(&seg);
+    // The first thing handed out is the Terminate: no Read Response segment.
+    assert_eq!(t.b.next_segment(1500).unwrap(), term_segment(&body));
+    assert_eq!(t.b.qp.state(), QpState::Error);
+    assert_eq!(t.b.next_segment(1500), None, "no Read Response left");
+}
+
+#[test]
+fn hostile_mid_send_receive_buffer_invalidated_places_nothing_more() {
+    // The receive buffer is invalidated and revalidated between two chunks of one Send:
+    // the rest of the Send does not land (DDP catastrophic, receive flushed).
+    let mut t = target();
+    let before = snapshot(&t.b.res);
+    let seg = untagged(0x41, 0x43, 0, 0, 1, 0, &[0xee; 48]);
+    let hlen = xwarp_ddp::segment::header_len(seg[0]);
+    t.b.qp
+        .on_header_bytes(&mut t.b.res, &seg[..hlen], seg.len())
+        .unwrap();
+    t.b.qp.on_payload(&mut t.b.res, &[0xee; 8]).unwrap();
+    t.b.res.stags.invalidate(t.rbuf, t.b.pd).unwrap();
+    t.b.res.stags.revalidate(t.rbuf).unwrap();
+    t.b.qp.on_payload(&mut t.b.res, &[0xee; 40]).unwrap();
+    t.b.qp.on_end(&mut t.b.res).unwrap();
+    expect_term(&mut t.b, &md([0x10, 0x00], &seg));
+    assert_eq!(t.b.completions()[0].status, CompletionStatus::WrFlushError);
+    assert_only(&before, &t.b.res, Some((t.rbuf, 0, &[0xee; 8])));
 }
