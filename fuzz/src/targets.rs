@@ -306,7 +306,7 @@ fn run_rdmap_rx(input: &[u8]) {
     let Some((&sel, mut rest)) = input.split_first() else {
         return;
     };
-    let mut res = Resources::new();
+    let mut res = Resources::with_stags(xwarp_rdmap::StagTable::sequential());
     let pd = res.stags.alloc_pd();
     let canaries = rx_resources(&mut res, pd);
     let mut qp = rx_qp(pd);
@@ -366,9 +366,9 @@ fn conn_corpus() -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     for crc in [false, true] {
         let now = Instant::now();
-        let mut ires = Resources::new();
+        let mut ires = Resources::with_stags(xwarp_rdmap::StagTable::sequential());
         let ipd = ires.stags.alloc_pd();
-        let mut rres = Resources::new();
+        let mut rres = Resources::with_stags(xwarp_rdmap::StagTable::sequential());
         let rpd = rres.stags.alloc_pd();
         let _ = rx_resources(&mut rres, rpd);
         let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
@@ -457,7 +457,7 @@ fn run_conn(input: &[u8]) {
         return;
     };
     let now = Instant::now();
-    let mut res = Resources::new();
+    let mut res = Resources::with_stags(xwarp_rdmap::StagTable::sequential());
     let pd = res.stags.alloc_pd();
     let canaries = rx_resources(&mut res, pd);
     let cfg = conn_config(pd, sel & 2 != 0);

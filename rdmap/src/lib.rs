@@ -21,7 +21,7 @@ pub mod verbs;
 pub mod wire;
 
 pub use conn::{ConnConfig, ConnError, ConnEvent, Connection};
-pub use mem::{Access, MemError, PdId, RegionMemory, Stag, StagTable};
+pub use mem::{Access, MemError, PdId, RegionMemory, RegionPin, Stag, StagTable};
 pub use qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
 pub use verbs::{
     Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, Sge, SrqId,

@@ -7,11 +7,38 @@
 //! reserved). Tagged offsets are virtual addresses: a region registered at `base` covers
 //! TOs `[base, base + len)`.
 //!
+//! Hostile peers (issue 14):
+//! * **STags are hard to guess.** Every registration draws a random free index and a
+//!   random key from a ChaCha12 generator (`rand::rngs::StdRng`) seeded once per table
+//!   from the operating system (`getrandom`, through `rand::rngs::SysRng`); a peer that
+//!   saw some STags learns nothing about the next ones. [`StagTable::with_seed`] gives a
+//!   reproducible table for tests and fuzzing.
+//! * **Placement is pinned to one registration.** Every registration, invalidation and
+//!   revalidation gets a fresh 64-bit epoch that never repeats in the table's lifetime.
+//!   A check that admits a message returns a [`RegionPin`] (STag + epoch), and every later
+//!   chunk of that message goes through [`StagTable::write_pinned`] /
+//!   [`StagTable::read_pinned`], which repeat the validity, PD, access and bounds checks
+//!   and refuse the chunk if the epoch changed: a region invalidated, deregistered or
+//!   re-registered mid-message (even under the same STag value) gets nothing more.
+//! * **Remote invalidation is narrow** ([`StagTable::invalidate_remote`], RFC 5040 §5.3,
+//!   §6.10): only a valid STag of the stream's PD that carries a remote right (Remote Read
+//!   or Remote Write) and was not registered as internal. Local-only keys and the
+//!   engine's own buffers (per-QP inline buffers and Read-RTR sinks are registered Local
+//!   Write only; [`StagTable::register_internal`] marks any other) cannot be revoked by a
+//!   peer. Regions the application registered for remote access in the same PD are fair
+//!   game from any QP of that PD, as the RFC's stream/PD association allows.
+//!
 //! Region bytes live behind [`RegionMemory`], so tests use `Vec<u8>` and the engine can
 //! back regions with registered application memory (with its unsafe code elsewhere).
 
-/// Bytes behind a memory region.
-pub trait RegionMemory {
+use std::collections::HashMap;
+
+use rand::rngs::{StdRng, SysRng};
+use rand::{Rng, SeedableRng};
+
+/// Bytes behind a memory region. `Send`, so a table of regions can move to the engine
+/// thread.
+pub trait RegionMemory: Send {
     /// Region length in bytes.
     fn len(&self) -> usize;
     /// Whether the region has no bytes.
@@ -73,6 +100,11 @@ impl Access {
     pub fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// Whether any remote right (Remote Read or Remote Write) is present.
+    pub fn is_remote(self) -> bool {
+        self.0 & (Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0) != 0
+    }
 }
 
 impl core::ops::BitOr for Access {
@@ -85,11 +117,13 @@ impl core::ops::BitOr for Access {
 /// Why an STag check failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemError {
-    /// No such STag, wrong key, STag 0, or invalidated.
+    /// No such STag, wrong key, STag 0, invalidated, or (for a [`RegionPin`]) no longer
+    /// the registration the pin was taken on.
     InvalidStag,
     /// Region belongs to another PD (not associated with this stream).
     NotAssociated,
-    /// The region lacks the required access right.
+    /// The region lacks the required access right; for [`StagTable::invalidate_remote`],
+    /// the STag may not be invalidated by a peer (local-only or internal).
     Access,
     /// `[to, to+len)` is not inside the region.
     Bounds,
@@ -109,6 +143,8 @@ pub struct MemoryRegion {
     pub base: u64,
     /// False after (local or remote) invalidation until [`StagTable::revalidate`].
     pub valid: bool,
+    /// Registered by the engine for its own use: never remotely invalidated.
+    internal: bool,
     mem: Box<dyn RegionMemory>,
 }
 
@@ -125,27 +161,94 @@ impl MemoryRegion {
     pub fn memory(&self) -> &dyn RegionMemory {
         &*self.mem
     }
+    /// Whether the region was registered with [`StagTable::register_internal`].
+    pub fn is_internal(&self) -> bool {
+        self.internal
+    }
+}
+
+/// One registration as it was when a message was admitted: the STag and the epoch of
+/// the registration state the check passed against. Later chunks of the message use it
+/// with [`StagTable::write_pinned`] / [`StagTable::read_pinned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegionPin {
+    stag: Stag,
+    epoch: u64,
+}
+
+impl RegionPin {
+    /// The pinned STag.
+    pub fn stag(self) -> Stag {
+        self.stag
+    }
 }
 
 struct Slot {
     key: u8,
-    mr: Option<MemoryRegion>,
+    /// Changes on every registration, invalidation and revalidation; never repeats.
+    epoch: u64,
+    mr: MemoryRegion,
 }
 
 const MAX_INDEX: u32 = (1 << 24) - 1;
 
+/// Random index draws before a linear probe for a free index (only a nearly full table
+/// ever gets there).
+const INDEX_DRAWS: usize = 32;
+
 /// The STag table: all regions of all PDs of one engine/device.
-#[derive(Default)]
 pub struct StagTable {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    slots: HashMap<u32, Slot>,
+    rng: StdRng,
+    /// `Some(next index)` for a [`sequential`](Self::sequential) table.
+    sequential: Option<u32>,
+    next_epoch: u64,
     next_pd: u32,
 }
 
+impl Default for StagTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl StagTable {
-    /// An empty table.
+    /// An empty table whose STags are drawn from a generator seeded by the operating
+    /// system (falling back to std's randomly keyed hasher if that fails).
     pub fn new() -> Self {
-        Self::default()
+        let rng = StdRng::try_from_rng(&mut SysRng).unwrap_or_else(|_| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(0x7877_6172_705f_7374);
+            StdRng::seed_from_u64(h.finish())
+        });
+        Self::with_rng(rng)
+    }
+
+    /// An empty table whose STag sequence is fixed by `seed` (tests, fuzzing, replay).
+    /// Still random-looking; never use a known seed against real peers.
+    pub fn with_seed(seed: u64) -> Self {
+        Self::with_rng(StdRng::seed_from_u64(seed))
+    }
+
+    /// An empty table handing out predictable STags: indices count up from 1 (never
+    /// reused until the index space wraps), key 1. Only for byte-exact tests and fuzz
+    /// targets that hard-code STags; the engine never uses it, as a peer could guess
+    /// every STag. Placement is still pinned per registration (epochs).
+    pub fn sequential() -> Self {
+        let mut t = Self::with_rng(StdRng::seed_from_u64(0));
+        t.sequential = Some(1);
+        t
+    }
+
+    fn with_rng(rng: StdRng) -> Self {
+        StagTable {
+            slots: HashMap::new(),
+            rng,
+            sequential: None,
+            next_epoch: 1,
+            next_pd: 0,
+        }
     }
 
     /// Allocate a protection domain.
@@ -154,8 +257,31 @@ impl StagTable {
         PdId(self.next_pd)
     }
 
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Every registered region with its STag (no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = (Stag, &MemoryRegion)> + '_ {
+        self.slots
+            .iter()
+            .map(|(&i, s)| (Stag((i << 8) | u32::from(s.key)), &s.mr))
+    }
+
+    fn epoch(&mut self) -> u64 {
+        let e = self.next_epoch;
+        self.next_epoch += 1;
+        e
+    }
+
     /// Register `mem` as a region of `pd` at tagged offset `base` with `access`.
-    /// Returns its STag (never 0); STag keys change when a slot is reused.
+    /// Returns its STag (never 0): a random free index and a random key.
     pub fn register(
         &mut self,
         pd: PdId,
@@ -163,69 +289,102 @@ impl StagTable {
         base: u64,
         mem: Box<dyn RegionMemory>,
     ) -> Result<Stag, MemError> {
+        self.register_as(pd, access, base, mem, false)
+    }
+
+    /// Like [`register`](Self::register), for a buffer the engine uses itself (an inline
+    /// buffer, a Read-RTR sink): a peer can never invalidate it.
+    pub fn register_internal(
+        &mut self,
+        pd: PdId,
+        access: Access,
+        base: u64,
+        mem: Box<dyn RegionMemory>,
+    ) -> Result<Stag, MemError> {
+        self.register_as(pd, access, base, mem, true)
+    }
+
+    fn register_as(
+        &mut self,
+        pd: PdId,
+        access: Access,
+        base: u64,
+        mem: Box<dyn RegionMemory>,
+        internal: bool,
+    ) -> Result<Stag, MemError> {
         if base.checked_add(mem.len() as u64).is_none() {
             return Err(MemError::ToWrap);
         }
+        if self.slots.len() >= MAX_INDEX as usize {
+            return Err(MemError::Exhausted);
+        }
+        let (index, key) = match self.sequential {
+            Some(mut i) => {
+                while self.slots.contains_key(&i) {
+                    i = if i == MAX_INDEX { 1 } else { i + 1 };
+                }
+                self.sequential = Some(if i == MAX_INDEX { 1 } else { i + 1 });
+                (i, 1)
+            }
+            None => (self.free_index(), self.rng.next_u32() as u8),
+        };
+        let epoch = self.epoch();
         let mr = MemoryRegion {
             pd,
             access,
             base,
             valid: true,
+            internal,
             mem,
         };
-        if self.slots.is_empty() {
-            // Index 0 is reserved so that STag 0 is never handed out.
-            self.slots.push(Slot { key: 0, mr: None });
-        }
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = self.slots.len() as u32;
-                if i > MAX_INDEX {
-                    return Err(MemError::Exhausted);
-                }
-                self.slots.push(Slot { key: 0, mr: None });
-                i
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        slot.key = slot.key.wrapping_add(1);
-        slot.mr = Some(mr);
-        Ok(Stag((index << 8) | slot.key as u32))
+        self.slots.insert(index, Slot { key, epoch, mr });
+        Ok(Stag((index << 8) | u32::from(key)))
     }
 
-    /// Deregister a region and hand its memory back.
+    /// A random free index in `1..=MAX_INDEX` (the table is not full).
+    fn free_index(&mut self) -> u32 {
+        let mut i = 1;
+        for _ in 0..INDEX_DRAWS {
+            i = 1 + self.rng.next_u32() % MAX_INDEX;
+            if !self.slots.contains_key(&i) {
+                return i;
+            }
+        }
+        // Nearly full: probe on from the last draw (a free index exists).
+        loop {
+            i = if i == MAX_INDEX { 1 } else { i + 1 };
+            if !self.slots.contains_key(&i) {
+                return i;
+            }
+        }
+    }
+
+    /// Deregister a region and hand its memory back. Pins taken on it stop working.
     pub fn deregister(&mut self, stag: Stag) -> Result<Box<dyn RegionMemory>, MemError> {
-        let index = stag.index();
         self.get(stag)?;
-        let mr = self.slots[index as usize]
-            .mr
-            .take()
+        let slot = self
+            .slots
+            .remove(&stag.index())
             .ok_or(MemError::InvalidStag)?;
-        self.free.push(index);
-        Ok(mr.mem)
+        Ok(slot.mr.mem)
+    }
+
+    fn slot(&self, stag: Stag) -> Result<&Slot, MemError> {
+        match self.slots.get(&stag.index()) {
+            Some(s) if s.key == stag.key() && stag.0 != 0 => Ok(s),
+            _ => Err(MemError::InvalidStag),
+        }
+    }
+
+    fn slot_mut(&mut self, stag: Stag) -> Result<&mut Slot, MemError> {
+        match self.slots.get_mut(&stag.index()) {
+            Some(s) if s.key == stag.key() && stag.0 != 0 => Ok(s),
+            _ => Err(MemError::InvalidStag),
+        }
     }
 
     fn get(&self, stag: Stag) -> Result<&MemoryRegion, MemError> {
-        let slot = self
-            .slots
-            .get(stag.index() as usize)
-            .ok_or(MemError::InvalidStag)?;
-        match &slot.mr {
-            Some(mr) if slot.key == stag.key() && stag.0 != 0 => Ok(mr),
-            _ => Err(MemError::InvalidStag),
-        }
-    }
-
-    fn get_mut(&mut self, stag: Stag) -> Result<&mut MemoryRegion, MemError> {
-        let slot = self
-            .slots
-            .get_mut(stag.index() as usize)
-            .ok_or(MemError::InvalidStag)?;
-        match &mut slot.mr {
-            Some(mr) if slot.key == stag.key() && stag.0 != 0 => Ok(mr),
-            _ => Err(MemError::InvalidStag),
-        }
+        self.slot(stag).map(|s| &s.mr)
     }
 
     /// The region behind `stag` (valid or not).
@@ -233,38 +392,55 @@ impl StagTable {
         self.get(stag).ok()
     }
 
-    /// Invalidate `stag` for use by `pd` (Local Invalidate, or the invalidation a Send with
-    /// Invalidate requests). Fails for unknown STags, another PD, or an already invalid one.
+    /// Invalidate `stag` for use by `pd` (Local Invalidate). Fails for unknown STags,
+    /// another PD, or an already invalid one. Pins taken on it stop working.
     pub fn invalidate(&mut self, stag: Stag, pd: PdId) -> Result<(), MemError> {
-        let mr = self.get_mut(stag)?;
+        let epoch = self.next_epoch;
+        let slot = self.slot_mut(stag)?;
+        if slot.mr.pd != pd {
+            return Err(MemError::NotAssociated);
+        }
+        if !slot.mr.valid {
+            return Err(MemError::InvalidStag);
+        }
+        slot.mr.valid = false;
+        slot.epoch = epoch;
+        self.next_epoch += 1;
+        Ok(())
+    }
+
+    /// The invalidation a peer's Send with Invalidate requests on a stream of `pd`
+    /// (RFC 5040 §5.3, §6.10): besides [`invalidate`](Self::invalidate)'s checks, the
+    /// region must carry a remote right and not be internal, else [`MemError::Access`].
+    pub fn invalidate_remote(&mut self, stag: Stag, pd: PdId) -> Result<(), MemError> {
+        let mr = self.get(stag)?;
         if mr.pd != pd {
             return Err(MemError::NotAssociated);
         }
-        if !mr.valid {
-            return Err(MemError::InvalidStag);
+        if mr.internal || !mr.access.is_remote() {
+            return Err(MemError::Access);
         }
-        mr.valid = false;
-        Ok(())
+        self.invalidate(stag, pd)
     }
 
-    /// Make an invalidated STag usable again (the fast-register step of verbs).
+    /// Make an invalidated STag usable again (the fast-register step of verbs). Pins
+    /// taken before never work again.
     pub fn revalidate(&mut self, stag: Stag) -> Result<(), MemError> {
-        self.get_mut(stag)?.valid = true;
+        let epoch = self.next_epoch;
+        let slot = self.slot_mut(stag)?;
+        slot.mr.valid = true;
+        slot.epoch = epoch;
+        self.next_epoch += 1;
         Ok(())
     }
 
-    /// Check that `pd` may access `[to, to+len)` through `stag` with `access`; returns
-    /// the byte offset of `to` inside the region. Checks in order: STag valid, TO wrap,
-    /// PD association, access rights, bounds.
-    pub fn check(
-        &self,
-        stag: Stag,
+    fn check_region(
+        mr: &MemoryRegion,
         pd: PdId,
         to: u64,
         len: u64,
         access: Access,
     ) -> Result<usize, MemError> {
-        let mr = self.get(stag)?;
         if !mr.valid {
             return Err(MemError::InvalidStag);
         }
@@ -281,9 +457,89 @@ impl StagTable {
         Ok((to - mr.base) as usize)
     }
 
+    /// Check that `pd` may access `[to, to+len)` through `stag` with `access`; returns
+    /// the byte offset of `to` inside the region. Checks in order: STag valid, TO wrap,
+    /// PD association, access rights, bounds.
+    pub fn check(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<usize, MemError> {
+        Self::check_region(self.get(stag)?, pd, to, len, access)
+    }
+
+    /// [`check`](Self::check), and pin the registration the check passed against.
+    pub fn check_pin(
+        &self,
+        stag: Stag,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(RegionPin, usize), MemError> {
+        let slot = self.slot(stag)?;
+        let off = Self::check_region(&slot.mr, pd, to, len, access)?;
+        Ok((
+            RegionPin {
+                stag,
+                epoch: slot.epoch,
+            },
+            off,
+        ))
+    }
+
+    /// [`check`](Self::check) against the pinned registration: [`MemError::InvalidStag`]
+    /// if it was invalidated, revalidated, deregistered or replaced since the pin.
+    pub fn check_pinned(
+        &self,
+        pin: RegionPin,
+        pd: PdId,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<usize, MemError> {
+        let slot = self.slot(pin.stag)?;
+        if slot.epoch != pin.epoch {
+            return Err(MemError::InvalidStag);
+        }
+        Self::check_region(&slot.mr, pd, to, len, access)
+    }
+
+    /// Copy `data` to tagged offset `to` of the pinned registration, after repeating
+    /// every check ([`check_pinned`](Self::check_pinned)); nothing is written on error.
+    pub fn write_pinned(
+        &mut self,
+        pin: RegionPin,
+        pd: PdId,
+        access: Access,
+        to: u64,
+        data: &[u8],
+    ) -> Result<(), MemError> {
+        let off = self.check_pinned(pin, pd, to, data.len() as u64, access)?;
+        self.write(pin.stag, off, data)
+    }
+
+    /// Borrow `len` bytes at tagged offset `to` of the pinned registration, after
+    /// repeating every check ([`check_pinned`](Self::check_pinned)).
+    pub fn read_pinned(
+        &self,
+        pin: RegionPin,
+        pd: PdId,
+        access: Access,
+        to: u64,
+        len: usize,
+    ) -> Result<&[u8], MemError> {
+        let off = self.check_pinned(pin, pd, to, len as u64, access)?;
+        self.read(pin.stag, off, len)
+    }
+
     /// Copy `data` into the region at byte `offset` (after a successful [`check`](Self::check)).
+    /// Checks key and bounds only: message placement uses [`write_pinned`](Self::write_pinned).
     pub fn write(&mut self, stag: Stag, offset: usize, data: &[u8]) -> Result<(), MemError> {
-        let mr = self.get_mut(stag)?;
+        let mr = &mut self.slot_mut(stag)?.mr;
         if offset
             .checked_add(data.len())
             .is_none_or(|e| e > mr.mem.len())
@@ -316,7 +572,7 @@ mod tests {
             .register(pd, Access::REMOTE_WRITE, 0x1000, Box::new(vec![0u8; 16]))
             .unwrap();
         assert_ne!(a.0, 0);
-        assert_eq!(a.index(), 1);
+        assert_ne!(a.index(), 0);
         assert_eq!(
             t.check(Stag(0), pd, 0, 0, Access::NONE),
             Err(MemError::InvalidStag)
@@ -325,8 +581,7 @@ mod tests {
         let b = t
             .register(pd, Access::REMOTE_WRITE, 0x1000, Box::new(vec![0u8; 16]))
             .unwrap();
-        assert_eq!(b.index(), a.index());
-        assert_ne!(b, a, "reused slot gets a new key");
+        assert_ne!(b, a, "a new registration never gets the old STag back");
         assert_eq!(
             t.check(a, pd, 0x1000, 1, Access::NONE),
             Err(MemError::InvalidStag)
@@ -385,5 +640,194 @@ mod tests {
         );
         t.revalidate(s).unwrap();
         assert_eq!(t.check(s, pd, 0, 1, Access::REMOTE_WRITE), Ok(0));
+    }
+
+    fn reg(t: &mut StagTable, pd: PdId, access: Access) -> Stag {
+        t.register(pd, access, 0x1000, Box::new(vec![0u8; 16]))
+            .unwrap()
+    }
+
+    /// Longest run of consecutive STags (in registration order) whose values differ by
+    /// one constant step.
+    fn longest_arithmetic_run(v: &[u32]) -> usize {
+        let (mut best, mut run) = (1, 1);
+        for w in v.windows(3) {
+            if w[1].wrapping_sub(w[0]) == w[2].wrapping_sub(w[1]) {
+                run += 1;
+                best = best.max(run + 1);
+            } else {
+                run = 1;
+            }
+        }
+        best
+    }
+
+    fn assert_no_pattern(v: &[u32]) {
+        let n = v.len();
+        let distinct: std::collections::HashSet<_> = v.iter().collect();
+        assert_eq!(distinct.len(), n, "an STag value repeated");
+        assert!(
+            longest_arithmetic_run(v) < 4,
+            "STags follow a constant step"
+        );
+        // Indices spread over the 24-bit space; keys over all 256 values.
+        let high = v.iter().filter(|s| (*s >> 8) > (1 << 23)).count();
+        assert!(
+            high > n / 4 && high < 3 * n / 4,
+            "indices not spread: {high}/{n}"
+        );
+        let keys: std::collections::HashSet<_> = v.iter().map(|s| s & 0xff).collect();
+        assert!(keys.len() > 200, "keys not spread: {}", keys.len());
+        let sorted = {
+            let mut s = v.to_vec();
+            s.sort_unstable();
+            s
+        };
+        assert_ne!(sorted, v, "STags count up");
+    }
+
+    #[test]
+    fn hostile_stag_guessing_1000_registrations_show_no_pattern() {
+        // Live registrations (OS-seeded table).
+        let mut t = StagTable::new();
+        let pd = t.alloc_pd();
+        let v: Vec<u32> = (0..1000).map(|_| reg(&mut t, pd, Access::NONE).0).collect();
+        assert_no_pattern(&v);
+        assert_eq!(t.len(), 1000);
+        // Register/deregister cycles: a LIFO free list would hand one index back each time.
+        let mut t = StagTable::with_seed(0x5eed);
+        let pd = t.alloc_pd();
+        let v: Vec<u32> = (0..1000)
+            .map(|_| {
+                let s = reg(&mut t, pd, Access::REMOTE_WRITE);
+                t.deregister(s).unwrap();
+                s.0
+            })
+            .collect();
+        assert_no_pattern(&v);
+        // Two OS-seeded tables do not hand out the same sequence.
+        let first = |mut t: StagTable| {
+            let pd = t.alloc_pd();
+            (0..8)
+                .map(|_| reg(&mut t, pd, Access::NONE))
+                .collect::<Vec<_>>()
+        };
+        assert_ne!(first(StagTable::new()), first(StagTable::new()));
+        // A seeded table is reproducible.
+        assert_eq!(
+            first(StagTable::with_seed(7)),
+            first(StagTable::with_seed(7))
+        );
+    }
+
+    #[test]
+    fn hostile_pin_dies_with_its_registration() {
+        let mut t = StagTable::new();
+        let pd = t.alloc_pd();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let s = reg(&mut t, pd, all);
+        let (pin, off) = t.check_pin(s, pd, 0x1004, 4, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(off, 4);
+        t.write_pinned(pin, pd, Access::REMOTE_WRITE, 0x1004, &[1, 2])
+            .unwrap();
+        // Every check repeated: bounds, access, PD.
+        let other = t.alloc_pd();
+        let w =
+            |t: &mut StagTable, pd, acc, to, n| t.write_pinned(pin, pd, acc, to, &[9u8; 16][..n]);
+        assert_eq!(
+            w(&mut t, pd, Access::REMOTE_WRITE, 0x100f, 2),
+            Err(MemError::Bounds)
+        );
+        assert_eq!(
+            w(&mut t, other, Access::REMOTE_WRITE, 0x1000, 1),
+            Err(MemError::NotAssociated)
+        );
+        // Invalidate, then revalidate: the pin stays dead.
+        t.invalidate(s, pd).unwrap();
+        assert_eq!(
+            w(&mut t, pd, Access::REMOTE_WRITE, 0x1000, 1),
+            Err(MemError::InvalidStag)
+        );
+        t.revalidate(s).unwrap();
+        assert_eq!(
+            w(&mut t, pd, Access::REMOTE_WRITE, 0x1000, 1),
+            Err(MemError::InvalidStag)
+        );
+        assert!(t.check(s, pd, 0x1000, 1, Access::REMOTE_WRITE).is_ok());
+        // Even if a new registration got the very same STag value, the old pin misses it.
+        let (pin2, _) = t.check_pin(s, pd, 0x1000, 1, Access::NONE).unwrap();
+        let key = s.key();
+        t.deregister(s).unwrap();
+        let epoch = t.epoch();
+        t.slots.insert(
+            s.index(),
+            Slot {
+                key,
+                epoch,
+                mr: MemoryRegion {
+                    pd,
+                    access: all,
+                    base: 0x1000,
+                    valid: true,
+                    internal: false,
+                    mem: Box::new(vec![0u8; 16]),
+                },
+            },
+        );
+        assert!(t.check(s, pd, 0x1000, 1, Access::REMOTE_WRITE).is_ok());
+        assert_eq!(
+            t.write_pinned(pin2, pd, Access::NONE, 0x1000, &[5]),
+            Err(MemError::InvalidStag)
+        );
+        assert_eq!(
+            t.read_pinned(pin2, pd, Access::NONE, 0x1000, 1),
+            Err(MemError::InvalidStag)
+        );
+        assert_eq!(t.read(s, 0, 16).unwrap(), &[0u8; 16], "nothing landed");
+    }
+
+    #[test]
+    fn rfc5040_remote_invalidate_needs_remote_access_and_not_internal() {
+        let mut t = StagTable::new();
+        let pd = t.alloc_pd();
+        let other = t.alloc_pd();
+        let local = reg(&mut t, pd, Access::LOCAL_WRITE);
+        let none = reg(&mut t, pd, Access::NONE);
+        let internal = t
+            .register_internal(
+                pd,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                0,
+                Box::new(vec![0u8; 4]),
+            )
+            .unwrap();
+        let remote = reg(&mut t, pd, Access::REMOTE_READ);
+        let foreign = reg(&mut t, other, Access::REMOTE_WRITE);
+        assert_eq!(t.invalidate_remote(local, pd), Err(MemError::Access));
+        assert_eq!(t.invalidate_remote(none, pd), Err(MemError::Access));
+        assert_eq!(t.invalidate_remote(internal, pd), Err(MemError::Access));
+        assert!(t.region(internal).unwrap().is_internal());
+        assert_eq!(
+            t.invalidate_remote(foreign, pd),
+            Err(MemError::NotAssociated)
+        );
+        assert_eq!(t.invalidate_remote(Stag(0), pd), Err(MemError::InvalidStag));
+        t.invalidate_remote(remote, pd).unwrap();
+        assert_eq!(t.invalidate_remote(remote, pd), Err(MemError::InvalidStag));
+        // Refused ones stay valid; local invalidation of a local key still works.
+        for s in [local, none, internal] {
+            assert!(t.region(s).unwrap().valid);
+        }
+        t.invalidate(local, pd).unwrap();
+    }
+
+    #[test]
+    fn sequential_table_counts_up_without_reuse() {
+        let mut t = StagTable::sequential();
+        let pd = t.alloc_pd();
+        let a = reg(&mut t, pd, Access::NONE);
+        assert_eq!(a, Stag(0x101));
+        t.deregister(a).unwrap();
+        assert_eq!(reg(&mut t, pd, Access::NONE), Stag(0x201));
     }
 }

@@ -131,12 +131,18 @@ pub struct RecvQueue {
 pub enum PostError {
     /// The queue is full.
     QueueFull,
-    /// More than [`MAX_SGE`] entries, or a Read without exactly one SGE.
+    /// More than [`MAX_SGE`] entries, a Read without exactly one SGE, or a receive
+    /// whose SGEs total more than `u32::MAX` bytes.
     InvalidSgl,
     /// The QP state does not accept this work request.
     InvalidState,
     /// No such SRQ.
     NoSuchSrq,
+}
+
+/// Total SGE length of a receive.
+fn recv_len(wr: &RecvWr) -> u64 {
+    wr.sgl.iter().map(|s| u64::from(s.len)).sum()
 }
 
 impl RecvQueue {
@@ -148,9 +154,11 @@ impl RecvQueue {
         }
     }
 
-    /// Post a receive.
+    /// Post a receive. A receive longer in total than a completion can report
+    /// (`u32::MAX` bytes, [`Completion::byte_len`]) is refused with
+    /// [`PostError::InvalidSgl`].
     pub fn post(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if wr.sgl.len() > MAX_SGE {
+        if wr.sgl.len() > MAX_SGE || recv_len(&wr) > u64::from(u32::MAX) {
             return Err(PostError::InvalidSgl);
         }
         if self.q.len() >= self.depth {
@@ -194,9 +202,18 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// Empty resources.
+    /// Empty resources (STags drawn from an OS-seeded generator, [`StagTable::new`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Empty resources around `stags` (e.g. [`StagTable::with_seed`] for a reproducible
+    /// run).
+    pub fn with_stags(stags: StagTable) -> Self {
+        Resources {
+            stags,
+            srqs: Vec::new(),
+        }
     }
 
     /// Create a shared receive queue of `depth` entries.

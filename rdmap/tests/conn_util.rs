@@ -62,7 +62,8 @@ pub fn qp_config(pd: PdId, ird: u32, ord: u32) -> QpConfig {
 impl Peer {
     /// `tweak` edits the config (CRC, markers, EMSS, P2P ...) before the connection is made.
     pub fn new(initiator: bool, now: Instant, tweak: impl FnOnce(&mut ConnConfig)) -> Peer {
-        let mut res = Resources::new();
+        // Seeded STags: a property run and its replay must hand out the same STags.
+        let mut res = Resources::with_stags(StagTable::with_seed(u64::from(initiator)));
         let pd = res.stags.alloc_pd();
         let mut cfg = ConnConfig::new(qp_config(pd, 4, 4));
         tweak(&mut cfg);

@@ -25,7 +25,8 @@ struct End {
 }
 
 fn end(initiator: bool, now: Instant) -> End {
-    let mut res = Resources::new();
+    // A fixed STag seed: two runs must carry byte-identical streams.
+    let mut res = Resources::with_stags(crate::mem::StagTable::with_seed(1));
     let pd = res.stags.alloc_pd();
     let mut cfg = ConnConfig::new(QpConfig {
         pd,

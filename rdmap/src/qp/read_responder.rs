@@ -6,7 +6,7 @@ use xwarp_ddp::segment::{TaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 
 use super::types::{rdmap_protection, InboundRead, RxSeg, TxCur};
 use super::QueuePair;
-use crate::mem::{Access, Stag};
+use crate::mem::{Access, MemError, Stag};
 use crate::verbs::Resources;
 use crate::wire::{
     Opcode, RdmapErrorCode, ReadRequest, Terminate, TerminateCause, TerminatedDdpHeader,
@@ -35,9 +35,9 @@ impl QueuePair {
         }
         // A zero-length Read moves no data, so its source is not validated (it is one of
         // the MPA v2 RTR forms, docs/mpa.md §1.5).
-        if let Err(e) = (req.size > 0)
+        let pin = match (req.size > 0)
             .then(|| {
-                res.stags.check(
+                res.stags.check_pin(
                     Stag(req.src_stag),
                     self.cfg.pd,
                     req.src_to,
@@ -47,12 +47,15 @@ impl QueuePair {
             })
             .transpose()
         {
-            self.fail_with(rdmap_protection(e), &seg.raw, seg.ulpdu_len, rr);
-            return;
-        }
+            Ok(p) => p.map(|(p, _)| p),
+            Err(e) => {
+                self.fail_with(rdmap_protection(e), &seg.raw, seg.ulpdu_len, rr);
+                return;
+            }
+        };
         let mut hdr = [0u8; UNTAGGED_HEADER_LEN];
         hdr.copy_from_slice(&seg.raw[..UNTAGGED_HEADER_LEN]);
-        self.irq.push_back(InboundRead { req, hdr });
+        self.irq.push_back(InboundRead { req, hdr, pin });
     }
 
     /// Emit the next Read Response segment of the Read Request being answered; hands
@@ -75,15 +78,11 @@ impl QueuePair {
         let data = if chunk == 0 {
             Ok(&[][..])
         } else {
-            res.stags
-                .check(
-                    Stag(rr.src_stag),
-                    pd,
-                    src,
-                    u64::from(chunk),
-                    Access::REMOTE_READ,
-                )
-                .and_then(|o| res.stags.read(Stag(rr.src_stag), o, chunk as usize))
+            // Only from the registration the request was accepted against.
+            req.pin.ok_or(MemError::InvalidStag).and_then(|p| {
+                res.stags
+                    .read_pinned(p, pd, Access::REMOTE_READ, src, chunk as usize)
+            })
         };
         let data = match data {
             Ok(d) => d,

@@ -10,7 +10,7 @@ use xwarp_ddp::segment::{
 use super::types::{ddp_tagged, tagged, untagged, RxKind, RxSeg, RxSend, RxTagged};
 use super::{QpError, QpEvent, QueuePair, RqConfig};
 use crate::mem::{Access, MemError, Stag};
-use crate::verbs::{Completion, CompletionStatus, Resources, WcOpcode};
+use crate::verbs::{Completion, CompletionStatus, Resources, WcOpcode, MAX_SGE};
 use crate::wire::{
     parse_ctrl, qn, CtrlError, Opcode, RdmapErrorCode, RdmapEtype, ReadRequest, Terminate,
     TerminateCause, TerminatedDdpHeader, MAX_TERMINATE_LEN, READ_REQUEST_LEN,
@@ -181,6 +181,7 @@ impl QueuePair {
                 let next =
                     t.to.checked_add(len)
                         .ok_or(tagged(TaggedErrorCode::ToWrap))?;
+                let mut pin = None;
                 let kind = if op == Opcode::Write {
                     if let Some(m) = self.rx_tagged {
                         if m.stag != t.stag {
@@ -189,19 +190,32 @@ impl QueuePair {
                         if m.next_to != t.to {
                             return Err(tagged(TaggedErrorCode::BaseOrBounds));
                         }
+                        pin = m.pin;
                     }
                     if payload_len == 0 {
                         // Zero-length Writes are accepted without an STag check (RFC 5040
                         // §5.1; RTR uses them, docs/mpa.md §1.5, docs/siw.md §4.5).
                         RxKind::Discard
                     } else {
-                        let offset = res
-                            .stags
-                            .check(Stag(t.stag), pd, t.to, len, Access::REMOTE_WRITE)
-                            .map_err(ddp_tagged)?;
+                        // Later segments of one message must reach the very registration
+                        // the first one did (an invalidated, re-registered or revalidated
+                        // STag is an invalid STag, RFC 5041 §7.2 tagged 0x00).
+                        let p = match pin {
+                            Some(p) => res
+                                .stags
+                                .check_pinned(p, pd, t.to, len, Access::REMOTE_WRITE)
+                                .map(|_| p),
+                            None => res
+                                .stags
+                                .check_pin(Stag(t.stag), pd, t.to, len, Access::REMOTE_WRITE)
+                                .map(|(p, _)| p),
+                        }
+                        .map_err(ddp_tagged)?;
+                        pin = Some(p);
                         RxKind::Place {
-                            stag: Stag(t.stag),
-                            offset,
+                            pin: p,
+                            to: t.to,
+                            resp: false,
                         }
                     }
                 } else {
@@ -218,20 +232,28 @@ impl QueuePair {
                     {
                         return Err(tagged(TaggedErrorCode::BaseOrBounds));
                     }
-                    let offset = res
-                        .stags
-                        .check(o.sink.lkey, pd, t.to, len, Access::LOCAL_WRITE)
+                    // The sink registration checked when the Read Request went out.
+                    let p = o
+                        .sink_pin
+                        .ok_or(MemError::InvalidStag)
+                        .and_then(|p| {
+                            res.stags
+                                .check_pinned(p, pd, t.to, len, Access::LOCAL_WRITE)
+                                .map(|_| p)
+                        })
                         .map_err(|_| TerminateCause::Ddp(DdpError::Catastrophic))?;
                     o.received = total as u32;
                     RxKind::Place {
-                        stag: o.sink.lkey,
-                        offset,
+                        pin: p,
+                        to: t.to,
+                        resp: true,
                     }
                 };
                 self.rx_tagged = (!t.last).then_some(RxTagged {
                     opcode: op,
                     stag: t.stag,
                     next_to: next,
+                    pin,
                 });
                 Ok(kind)
             }
@@ -249,7 +271,7 @@ impl QueuePair {
                     if op != s.opcode {
                         return Err(TerminateCause::remote_op(RdmapErrorCode::UnexpectedOpcode));
                     }
-                    if u.mo != s.received {
+                    if u64::from(u.mo) != s.received {
                         return Err(untagged(UntaggedErrorCode::InvalidMo));
                     }
                 } else {
@@ -285,17 +307,21 @@ impl QueuePair {
                             let Some(rqe) = rqe else {
                                 return Err(untagged(UntaggedErrorCode::NoBufferAvailable));
                             };
-                            let bad = rqe.sgl.iter().any(|s| {
-                                res.stags
-                                    .check(
-                                        s.lkey,
-                                        pd,
-                                        s.addr,
-                                        u64::from(s.len),
-                                        Access::LOCAL_WRITE,
-                                    )
-                                    .is_err()
-                            });
+                            // Pin every SGE's registration: the Send is placed only there.
+                            let mut pins = [None; MAX_SGE];
+                            let bad = rqe.sgl.len() > MAX_SGE
+                                || rqe.sgl.iter().zip(pins.iter_mut()).any(|(s, p)| {
+                                    res.stags
+                                        .check_pin(
+                                            s.lkey,
+                                            pd,
+                                            s.addr,
+                                            u64::from(s.len),
+                                            Access::LOCAL_WRITE,
+                                        )
+                                        .map(|(pin, _)| *p = Some(pin))
+                                        .is_err()
+                                });
                             if bad {
                                 self.cq.push_back(Completion {
                                     wr_id: rqe.wr_id,
@@ -314,6 +340,7 @@ impl QueuePair {
                                 inval: u.rsvd_ulp_ext,
                                 capacity: rqe.sgl.iter().map(|s| u64::from(s.len)).sum(),
                                 rqe,
+                                pins,
                                 received: 0,
                                 sge: 0,
                                 sge_off: 0,
@@ -322,7 +349,7 @@ impl QueuePair {
                         let Some(s) = self.rx_send.as_mut() else {
                             return Err(TerminateCause::Ddp(DdpError::Catastrophic));
                         };
-                        if u64::from(s.received) + len > s.capacity {
+                        if s.received + len > s.capacity {
                             let id = s.rqe.wr_id;
                             self.rx_send = None;
                             self.cq.push_back(Completion {
@@ -336,7 +363,9 @@ impl QueuePair {
                             // RFC 5041 §7.2 untagged 0x05 (siw sends 0x02 here, docs/siw.md §4.8.9).
                             return Err(untagged(UntaggedErrorCode::MessageTooLong));
                         }
-                        s.received += payload_len as u32;
+                        // Cannot wrap: `received + len <= capacity <= u32::MAX` (receives
+                        // longer than a completion can report are refused at post).
+                        s.received += len;
                         Ok(RxKind::Send)
                     }
                 }
@@ -355,9 +384,29 @@ impl QueuePair {
         let kind = seg.kind;
         match kind {
             RxKind::Discard => Ok(()),
-            RxKind::Place { stag, offset } => {
-                if res.stags.write(stag, offset + at, chunk).is_err() {
-                    self.fail_segment(TerminateCause::Ddp(DdpError::Catastrophic), None);
+            RxKind::Place { pin, to, resp } => {
+                // Every chunk re-validates the registration the segment was admitted to:
+                // invalidated, deregistered or re-registered since → nothing more lands.
+                let pd = self.cfg.pd;
+                let access = if resp {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::REMOTE_WRITE
+                };
+                let at_to = to.checked_add(at as u64).ok_or(MemError::ToWrap);
+                if let Err(e) =
+                    at_to.and_then(|t| res.stags.write_pinned(pin, pd, access, t, chunk))
+                {
+                    // The same Terminate the header check would have given: a tagged
+                    // buffer error for a Write (RFC 5041 §7.2), catastrophic for our own
+                    // Read sink.
+                    let cause = if resp {
+                        TerminateCause::Ddp(DdpError::Catastrophic)
+                    } else {
+                        ddp_tagged(e)
+                    };
+                    self.rx_tagged = None;
+                    self.fail_segment(cause, None);
                 }
                 Ok(())
             }
@@ -385,10 +434,16 @@ impl QueuePair {
                     }
                     let take = avail.min(rest.len());
                     let to = sge.addr + u64::from(s.sge_off);
-                    let w = res
-                        .stags
-                        .check(sge.lkey, pd, to, take as u64, Access::LOCAL_WRITE)
-                        .and_then(|o| res.stags.write(sge.lkey, o, &rest[..take]));
+                    let w = s
+                        .pins
+                        .get(s.sge)
+                        .copied()
+                        .flatten()
+                        .ok_or(MemError::InvalidStag)
+                        .and_then(|p| {
+                            res.stags
+                                .write_pinned(p, pd, Access::LOCAL_WRITE, to, &rest[..take])
+                        });
                     if w.is_err() {
                         ok = false;
                         break;
@@ -463,7 +518,10 @@ impl QueuePair {
     pub(super) fn finish_send(&mut self, res: &mut Resources, s: RxSend, seg: &RxSeg) {
         let mut invalidated = None;
         if s.opcode.is_invalidate() {
-            if let Err(e) = res.stags.invalidate(Stag(s.inval), self.cfg.pd) {
+            // Only what a peer may revoke (RFC 5040 §5.3, §6.10): a valid STag of this
+            // stream's PD with a remote right, never a local-only key or an internal one
+            // (inline buffer, Read-RTR sink). A refusal is a remote operation error.
+            if let Err(e) = res.stags.invalidate_remote(Stag(s.inval), self.cfg.pd) {
                 let etype = if e == MemError::NotAssociated || e == MemError::InvalidStag {
                     RdmapEtype::RemoteProtection
                 } else {
@@ -484,7 +542,7 @@ impl QueuePair {
             wr_id: s.rqe.wr_id,
             status: CompletionStatus::Success,
             opcode: WcOpcode::Recv,
-            byte_len: s.received,
+            byte_len: u32::try_from(s.received).unwrap_or(u32::MAX),
             solicited: s.opcode.is_solicited(),
             invalidated_stag: invalidated,
         });

@@ -248,11 +248,24 @@ impl QueuePair {
                     };
                     rr.emit(&mut hbuf[UNTAGGED_HEADER_LEN..]);
                     let r = emit(&hbuf, &[]);
+                    // Pin the sink: the Response lands only in this registration.
+                    let sink_pin = res
+                        .stags
+                        .check_pin(
+                            sink.lkey,
+                            pd,
+                            sink.addr,
+                            u64::from(sink.len),
+                            Access::LOCAL_WRITE,
+                        )
+                        .ok()
+                        .map(|(p, _)| p);
                     self.orq.push_back(OutstandingRead {
                         seq: *seq,
                         wr_id: wr.wr_id,
                         signaled: wr.signaled,
                         sink,
+                        sink_pin,
                         received: 0,
                     });
                     self.tx_cur = None;

@@ -6,8 +6,8 @@ use xwarp_ddp::segment::{
     UNTAGGED_HEADER_LEN,
 };
 
-use crate::mem::{MemError, Stag};
-use crate::verbs::{Completion, CompletionStatus, RecvWr, SendOp, SendWr, Sge, WcOpcode};
+use crate::mem::{MemError, RegionPin};
+use crate::verbs::{Completion, CompletionStatus, RecvWr, SendOp, SendWr, Sge, WcOpcode, MAX_SGE};
 use crate::wire::{Opcode, RdmapErrorCode, RdmapEtype, ReadRequest, TerminateCause};
 
 /// The message the send side is segmenting: a send work request or a Read Response.
@@ -34,6 +34,8 @@ pub(super) enum TxCur {
 pub(super) struct InboundRead {
     pub(super) req: ReadRequest,
     pub(super) hdr: [u8; UNTAGGED_HEADER_LEN],
+    /// The source registration the request was accepted against (`None`: zero length).
+    pub(super) pin: Option<RegionPin>,
 }
 
 /// One of our Read Requests awaiting its Read Response (ORD).
@@ -43,6 +45,8 @@ pub(super) struct OutstandingRead {
     pub(super) wr_id: u64,
     pub(super) signaled: bool,
     pub(super) sink: Sge,
+    /// The sink registration checked when the Read Request went out.
+    pub(super) sink_pin: Option<RegionPin>,
     pub(super) received: u32,
 }
 
@@ -50,7 +54,14 @@ pub(super) struct OutstandingRead {
 #[derive(Debug, Clone, Copy)]
 pub(super) enum RxKind {
     Discard,
-    Place { stag: Stag, offset: usize },
+    /// Tagged placement at `to` (the segment's TO) of the pinned registration; every
+    /// chunk re-checks it. `resp`: a Read Response into our sink (needs Local Write),
+    /// else an RDMA Write (needs Remote Write).
+    Place {
+        pin: RegionPin,
+        to: u64,
+        resp: bool,
+    },
     Send,
     Body,
 }
@@ -73,8 +84,12 @@ pub(super) struct RxSend {
     pub(super) msn: u32,
     pub(super) inval: u32,
     pub(super) rqe: RecvWr,
+    /// The registration of each SGE of `rqe`, checked when the Send was accepted.
+    pub(super) pins: [Option<RegionPin>; MAX_SGE],
+    /// Total SGE length; at most `u32::MAX` (receives are refused at post otherwise).
     pub(super) capacity: u64,
-    pub(super) received: u32,
+    /// Bytes placed so far (never above `capacity`).
+    pub(super) received: u64,
     pub(super) sge: usize,
     pub(super) sge_off: u32,
 }
@@ -85,6 +100,8 @@ pub(super) struct RxTagged {
     pub(super) opcode: Opcode,
     pub(super) stag: u32,
     pub(super) next_to: u64,
+    /// The registration the message's first segment was admitted to (Writes with data).
+    pub(super) pin: Option<RegionPin>,
 }
 
 /// A started send work request whose completion is released in posting order.

@@ -13,7 +13,8 @@ pub struct Side {
 
 impl Side {
     pub fn new(ird: u32, ord: u32, rq_depth: usize) -> Side {
-        let mut res = Resources::new();
+        // Byte-exact Terminate tests name STags (0x101, 0x201, ...): predictable ones.
+        let mut res = Resources::with_stags(StagTable::sequential());
         let pd = res.stags.alloc_pd();
         let mut qp = QueuePair::new(QpConfig {
             pd,

@@ -62,14 +62,6 @@ pub(crate) struct VerbsHost {
     pub(crate) stashed: std::collections::VecDeque<Cmd>,
 }
 
-// SAFETY: `Resources` holds `Box<dyn RegionMemory>` (no `Send` bound in its type). Every
-// region ever inserted into this host's table is either an `EngineRegion` (an
-// `Arc<RawBuf>`, which is Send + Sync) or a `Vec<u8>` (the empty Read-RTR sink the
-// Connection registers, and inline buffers registered here); both are `Send`. The host
-// is built empty on the application thread and moved to the engine thread once; it is
-// never shared.
-unsafe impl Send for VerbsHost {}
-
 /// Encode FPDUs straight into `out` (the free space of the TCP send buffer): no staging
 /// copy. An FPDU that does not fit stays in the connection and goes out first next time.
 pub(crate) fn fpdu_direct(conn: &mut Connection, res: &Resources, out: &mut [u8]) -> usize {
