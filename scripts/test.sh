@@ -23,6 +23,10 @@ APT_PACKAGES=(
     # Kernel peers and tools the network tests run (tests/xdp_tcp.rs, tests/preload_programs.rs).
     python3 curl ca-certificates netcat-openbsd socat redis-server redis-tools nginx-light wrk
     iperf3
+    # The shim's compatibility matrix (tools/tests/shim_matrix.rs): memcached with its
+    # conformance suite and load generator (memccapable, memcaslap), and more servers with
+    # other event loops and threading models.
+    memcached libmemcached-tools lighttpd haproxy nodejs
     # Wire-level checks (tests/wire_tshark.rs, poll-driver's pcap test, interop captures).
     tshark
     # interop/run.sh and interop/build-guest.sh (which installs the same list itself when run

@@ -8,6 +8,8 @@
 //! * redis-server (kernel on `.1`, then under the shim on `.10`) against redis-benchmark
 //!   SET/GET with `-c 50 -n N` (throughput) and `-c 1` (latency: requests per second of
 //!   one client are the inverse of its round trip; p50 as redis-benchmark reports it);
+//! * `memcached -t 1` (kernel, then shim) against `memcaslap -c 16 -t T` (16 connections,
+//!   90% get / 10% set; operations per second);
 //! * `sockperf server --tcp` (kernel, then shim) against `sockperf ping-pong --tcp -t T
 //!   --msg-size 64` (sockperf reports half round trips).
 //!
@@ -34,7 +36,7 @@ pub struct Options {
     pub requests: u32,
     /// redis-benchmark `-n` with one client.
     pub latency_requests: u32,
-    /// sockperf ping-pong duration.
+    /// sockperf ping-pong and memcaslap duration.
     pub duration: Duration,
     /// The shim library.
     pub preload: Option<PathBuf>,
@@ -42,6 +44,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// Run redis-benchmark.
     pub redis: bool,
+    /// Run memcaslap against memcached.
+    pub memcached: bool,
     /// Run sockperf ping-pong.
     pub sockperf: bool,
 }
@@ -56,6 +60,7 @@ impl Default for Options {
             preload: None,
             json: None,
             redis: true,
+            memcached: true,
             sockperf: true,
         }
     }
@@ -70,7 +75,7 @@ impl Default for Options {
     after_help = "The servers inherit the environment, so XWARP_SPIN_US, XWARP_ENGINE_SPIN_US and \
                   XWARP_YIELD reach the shimmed ones. With XWARP_LOG set, each server's stderr \
                   is printed.",
-    about = "redis-server and sockperf server under the LD_PRELOAD shim vs the kernel (root: creates namespaces and a veth pair; installs redis-server, redis-tools and sockperf with apt if missing)"
+    about = "redis-server, memcached and sockperf server under the LD_PRELOAD shim vs the kernel (root: creates namespaces and a veth pair; installs redis-server, redis-tools, memcached, libmemcached-tools and sockperf with apt if missing)"
 )]
 struct Cli {
     /// Veth /24 to use: 10.88.N.0/24 (default 92).
@@ -82,7 +87,7 @@ struct Cli {
     /// redis-benchmark requests per test with -c 1 (default 20000).
     #[arg(long = "latency-requests", value_name = "N")]
     latency_requests: Option<String>,
-    /// sockperf ping-pong seconds (default 5).
+    /// sockperf ping-pong and memcaslap seconds (default 5).
     #[arg(long = "duration", value_name = "SECS")]
     duration: Option<String>,
     /// The shim library (default: $XWARP_PRELOAD, else libxwarp_preload.so next to xwarp
@@ -92,7 +97,7 @@ struct Cli {
     /// Also write the results as JSON.
     #[arg(long = "json", value_name = "FILE")]
     json: Option<String>,
-    /// Run only `redis` or only `sockperf` (both stacks); default: both.
+    /// Run only `redis`, only `memcached` or only `sockperf` (both stacks); default: all.
     #[arg(long = "only", value_name = "TEST")]
     only: Option<String>,
 }
@@ -152,11 +157,18 @@ fn check(c: Cli) -> Result<Options, String> {
             "--duration" => o.duration = Duration::from_secs(int(3600)?),
             "--preload" => o.preload = Some(v.into()),
             "--json" => o.json = Some(v.into()),
-            "--only" => match v {
-                "redis" => (o.redis, o.sockperf) = (true, false),
-                "sockperf" => (o.redis, o.sockperf) = (false, true),
-                _ => return Err(format!("--only: expected redis or sockperf, got {v:?}")),
-            },
+            "--only" => {
+                (o.redis, o.memcached, o.sockperf) = match v {
+                    "redis" => (true, false, false),
+                    "memcached" => (false, true, false),
+                    "sockperf" => (false, false, true),
+                    _ => {
+                        return Err(format!(
+                            "--only: expected redis, memcached or sockperf, got {v:?}"
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown option {a}")),
         }
     }
@@ -189,11 +201,24 @@ pub struct PingResult {
     pub observations: u64,
 }
 
+/// memcaslap against memcached on one stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemcachedResult {
+    /// memcaslap connections.
+    pub connections: u32,
+    /// Operations (gets and sets) per second.
+    pub tps: f64,
+    /// Operations in the run.
+    pub ops: u64,
+}
+
 /// Everything measured on one stack.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StackResults {
     /// redis-benchmark tests.
     pub redis: Vec<RedisResult>,
+    /// memcaslap.
+    pub memcached: Option<MemcachedResult>,
     /// sockperf ping-pong.
     pub ping: Option<PingResult>,
 }
@@ -410,6 +435,10 @@ pub fn run(o: &Options) -> io::Result<(StackResults, StackResults)> {
     ensure_tool("redis-server", "redis-server")?;
     ensure_tool("redis-benchmark", "redis-tools")?;
     ensure_tool("sockperf", "sockperf")?;
+    if o.memcached {
+        ensure_tool("memcached", "memcached")?;
+        ensure_tool("memcaslap", "libmemcached-tools")?;
+    }
     let preload = find_preload(o)?;
     let pair = VethPair::new(o.net)?;
     // The engine verifies L4 checksums; a veth hands over partial ones (docs/afxdp.md §7.3).
@@ -429,6 +458,10 @@ pub fn run(o: &Options) -> io::Result<(StackResults, StackResults)> {
         if o.redis {
             eprintln!("xwarp bench shim: redis on {label} ({ip})");
             res.redis = bench_redis(&net, o, is_shim, ip)?;
+        }
+        if o.memcached {
+            eprintln!("xwarp bench shim: memcached on {label} ({ip})");
+            res.memcached = Some(bench_memcached(&net, o, is_shim, ip)?);
         }
         if o.sockperf {
             eprintln!("xwarp bench shim: sockperf on {label} ({ip})");
@@ -492,6 +525,59 @@ fn bench_redis(net: &Net, o: &Options, shim: bool, ip: Ipv4Addr) -> io::Result<V
     }
     server.stop()?;
     Ok(out)
+}
+
+/// memcaslap's connections (the issue's measurement: 16 connections).
+const MEMCASLAP_CONNECTIONS: u32 = 16;
+
+fn bench_memcached(
+    net: &Net,
+    o: &Options,
+    shim: bool,
+    ip: Ipv4Addr,
+) -> io::Result<MemcachedResult> {
+    let port = 11211u16;
+    let port_s = port.to_string();
+    let server = Server::spawn(
+        net.server(
+            shim,
+            "memcached",
+            &["-u", "root", "-l", "0.0.0.0", "-p", &port_s, "-t", "1"],
+        )?,
+        "memcached",
+    )?;
+    net.wait_port(ip, port)?;
+    let r = net.client(
+        o.duration + Duration::from_secs(60),
+        "memcaslap",
+        &[
+            "-s",
+            &format!("{ip}:{port}"),
+            "-T",
+            "2",
+            "-c",
+            &MEMCASLAP_CONNECTIONS.to_string(),
+            "-t",
+            &format!("{}s", o.duration.as_secs()),
+        ],
+    )?;
+    server.stop()?;
+    let text =
+        String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr);
+    parse_memcaslap(&text, MEMCASLAP_CONNECTIONS)
+        .ok_or_else(|| io::Error::other(format!("memcaslap output without a result line:\n{text}")))
+}
+
+/// Parse memcaslap's last `Run time: 10.0s Ops: 460000 TPS: 46000 Net_rate: 51.2M/s` line.
+pub fn parse_memcaslap(text: &str, connections: u32) -> Option<MemcachedResult> {
+    let l = text.lines().rev().find(|l| l.contains("TPS:"))?;
+    let after =
+        |key: &str| -> Option<f64> { l.split_once(key)?.1.split_whitespace().next()?.parse().ok() };
+    Some(MemcachedResult {
+        connections,
+        tps: after("TPS:")?,
+        ops: after("Ops:")? as u64,
+    })
 }
 
 fn bench_sockperf(net: &Net, o: &Options, shim: bool, ip: Ipv4Addr) -> io::Result<PingResult> {
@@ -632,6 +718,19 @@ pub fn table(o: &Options, kernel: &StackResults, shim: &StackResults) -> String 
             }
         }
     }
+    if let (Some(k), Some(x)) = (&kernel.memcached, &shim.memcached) {
+        s += &format!(
+            "{:<34} {:>12.0} {:>12.0} {:>10}\n",
+            format!(
+                "memcaslap -c {} {} s (ops/s)",
+                k.connections,
+                o.duration.as_secs()
+            ),
+            k.tps,
+            x.tps,
+            fmt_ratio(ratio(x.tps, k.tps))
+        );
+    }
     if let (Some(k), Some(x)) = (&kernel.ping, &shim.ping) {
         for (name, kv, xv) in [
             ("sockperf 64 B half RTT avg (us)", k.avg_us, x.avg_us),
@@ -685,7 +784,23 @@ pub fn json(o: &Options, kernel: &StackResults, shim: &StackResults) -> String {
         ));
     }
     s += &rows.join(",\n");
-    s += "\n  ],\n  \"sockperf\": ";
+    s += "\n  ],\n  \"memcached\": ";
+    match (&kernel.memcached, &shim.memcached) {
+        (Some(k), Some(x)) => {
+            s += &format!(
+                "{{\"connections\": {}, \"duration_s\": {}, \"kernel_ops_per_s\": {}, \"shim_ops_per_s\": {}, \"ops_ratio\": {}, \"kernel_ops\": {}, \"shim_ops\": {}}}",
+                k.connections,
+                o.duration.as_secs(),
+                num(Some(k.tps)),
+                num(Some(x.tps)),
+                num(ratio(x.tps, k.tps)),
+                k.ops,
+                x.ops
+            );
+        }
+        _ => s += "null",
+    }
+    s += ",\n  \"sockperf\": ";
     match (&kernel.ping, &shim.ping) {
         (Some(k), Some(x)) => {
             s += &format!(
@@ -731,11 +846,13 @@ mod tests {
         assert_eq!(o.net, 93);
         assert_eq!(o.requests, 5000);
         assert_eq!(o.duration, Duration::from_secs(2));
-        assert!(o.redis && o.sockperf);
+        assert!(o.redis && o.memcached && o.sockperf);
         let o = parse_args(&args(&["--only", "sockperf"])).unwrap();
-        assert!(!o.redis && o.sockperf);
+        assert!(!o.redis && !o.memcached && o.sockperf);
         let o = parse_args(&args(&["--only", "redis"])).unwrap();
-        assert!(o.redis && !o.sockperf);
+        assert!(o.redis && !o.memcached && !o.sockperf);
+        let o = parse_args(&args(&["--only", "memcached"])).unwrap();
+        assert!(!o.redis && o.memcached && !o.sockperf);
         assert!(parse_args(&args(&["--only", "iperf"])).is_err());
         assert!(parse_args(&args(&["--net", "0"])).is_err());
         assert!(parse_args(&args(&["--requests"])).is_err());
@@ -766,6 +883,14 @@ mod tests {
         assert!((p.p50_us - 7.090).abs() < 1e-9);
         assert!((p.p99_us - 22.633).abs() < 1e-9);
         assert_eq!(parse_sockperf("nothing"), None);
+        let m = parse_memcaslap(
+            "cmd_get: 127379\nverify_failed: 0\n\nRun time: 2.0s Ops: 141539 TPS: 70738 Net_rate: 79.1M/s\n",
+            16,
+        )
+        .unwrap();
+        assert_eq!((m.connections, m.ops), (16, 141539));
+        assert!((m.tps - 70738.0).abs() < 1e-9);
+        assert_eq!(parse_memcaslap("nothing", 16), None);
     }
 
     #[test]
@@ -786,6 +911,11 @@ mod tests {
                     p50_ms: Some(p50),
                 },
             ],
+            memcached: Some(MemcachedResult {
+                connections: 16,
+                tps: rps * 2.0,
+                ops: 9,
+            }),
             ping: Some(PingResult {
                 avg_us: p50,
                 p50_us: p50,
@@ -799,5 +929,7 @@ mod tests {
         let j = json(&o, &k, &x);
         assert!(j.contains("\"rps_ratio\": 0.5000"), "{j}");
         assert!(j.contains("\"p50_ratio\": 0.5000"), "{j}");
+        assert!(j.contains("\"ops_ratio\": 0.5000"), "{j}");
+        assert!(t.contains("memcaslap -c 16"), "{t}");
     }
 }
