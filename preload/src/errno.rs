@@ -22,7 +22,21 @@ pub(crate) fn errno_of(e: &io::Error) -> c_int {
         K::BrokenPipe => libc::EPIPE,
         K::NotConnected => libc::ENOTCONN,
         K::Interrupted => libc::EINTR,
+        // The engine's socket limits (`max_sockets`, `socket_buffer_budget`): Linux says
+        // ENOBUFS when it cannot allocate a socket's buffers.
+        K::OutOfMemory => libc::ENOBUFS,
         _ => libc::EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_socket_limit_is_enobufs_as_on_linux() {
+        let e = io::Error::new(io::ErrorKind::OutOfMemory, "socket limit");
+        assert_eq!(errno_of(&e), libc::ENOBUFS);
     }
 }
 
