@@ -29,17 +29,6 @@ pub(crate) fn errno_of(e: &io::Error) -> c_int {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn engine_socket_limit_is_enobufs_as_on_linux() {
-        let e = io::Error::new(io::ErrorKind::OutOfMemory, "socket limit");
-        assert_eq!(errno_of(&e), libc::ENOBUFS);
-    }
-}
-
 /// Set errno.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: errno is thread-local.
@@ -51,4 +40,15 @@ pub(crate) fn last_errno() -> c_int {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_socket_limit_is_enobufs_as_on_linux() {
+        let e = io::Error::new(io::ErrorKind::OutOfMemory, "socket limit");
+        assert_eq!(errno_of(&e), libc::ENOBUFS);
+    }
 }
