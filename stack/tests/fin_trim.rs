@@ -11,21 +11,22 @@
 //! and checks that the FIN is not acknowledged, that the application reads every byte, and
 //! that the end of stream comes only after the peer retransmitted the trimmed tail.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
     EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
     TcpSeqNumber,
 };
-use xwarp_poll_driver::backend::{Backend, BackendStats};
 use xwarp_poll_driver::engine::Service;
 use xwarp_stack::{new_stack, StackConfig, Stream, TcpService};
+
+#[path = "support/scripted_nic.rs"]
+mod scripted_nic;
+use scripted_nic::ScriptedNic;
 
 const US_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -34,74 +35,6 @@ const PEER: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 2);
 const PORT: u16 = 80;
 const PEER_PORT: u16 = 40000;
 const MSS: usize = 1460;
-
-/// A NIC the test scripts: frames to deliver, frames sent.
-#[derive(Default)]
-struct ScriptedNic {
-    rx: VecDeque<Vec<u8>>,
-    tx: Vec<Vec<u8>>,
-}
-
-struct Rx(Vec<u8>);
-struct Tx<'a>(&'a mut Vec<Vec<u8>>);
-
-impl phy::RxToken for Rx {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
-    }
-}
-
-impl phy::TxToken for Tx<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut buf = vec![0u8; len];
-        let r = f(&mut buf);
-        self.0.push(buf);
-        r
-    }
-}
-
-impl phy::Device for ScriptedNic {
-    type RxToken<'a> = Rx;
-    type TxToken<'a> = Tx<'a>;
-
-    fn receive(
-        &mut self,
-        _t: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let f = self.rx.pop_front()?;
-        Some((Rx(f), Tx(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        Some(Tx(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut c = DeviceCapabilities::default();
-        c.medium = Medium::Ethernet;
-        c.max_transmission_unit = 1514;
-        c.checksum = ChecksumCapabilities::default();
-        c
-    }
-}
-
-impl Backend for ScriptedNic {
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn poll_rx(&mut self) -> io::Result<bool> {
-        Ok(!self.rx.is_empty())
-    }
-    fn wait_fd(&self) -> Option<RawFd> {
-        None
-    }
-    fn prepare_sleep(&mut self) -> io::Result<bool> {
-        Ok(true)
-    }
-    fn stats(&self) -> BackendStats {
-        BackendStats::default()
-    }
-}
 
 /// The peer's view of what the engine last sent on the connection.
 #[derive(Debug, Clone, Copy, Default)]

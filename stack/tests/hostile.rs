@@ -3,21 +3,22 @@
 //! no timing, as in `fin_trim.rs`), while a legitimate connection keeps moving verified
 //! data. Memory is checked through `TcpService::usage` against the `StackConfig` limits.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
     EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
     TcpSeqNumber,
 };
-use xwarp_poll_driver::backend::{Backend, BackendStats};
 use xwarp_poll_driver::engine::Service;
 use xwarp_stack::{new_stack, ListenSocket, StackConfig, StackHandle, Stream, TcpService};
+
+#[path = "support/scripted_nic.rs"]
+mod scripted_nic;
+use scripted_nic::ScriptedNic;
 
 const US_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -28,74 +29,6 @@ const PEER_PORT: u16 = 40000;
 const MSS: usize = 1460;
 /// Socket buffers of the test engine (each socket holds both).
 const BUF: usize = 16 << 10;
-
-/// A NIC the test scripts: frames to deliver, frames sent.
-#[derive(Default)]
-struct ScriptedNic {
-    rx: VecDeque<Vec<u8>>,
-    tx: Vec<Vec<u8>>,
-}
-
-struct Rx(Vec<u8>);
-struct Tx<'a>(&'a mut Vec<Vec<u8>>);
-
-impl phy::RxToken for Rx {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
-    }
-}
-
-impl phy::TxToken for Tx<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut buf = vec![0u8; len];
-        let r = f(&mut buf);
-        self.0.push(buf);
-        r
-    }
-}
-
-impl phy::Device for ScriptedNic {
-    type RxToken<'a> = Rx;
-    type TxToken<'a> = Tx<'a>;
-
-    fn receive(
-        &mut self,
-        _t: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let f = self.rx.pop_front()?;
-        Some((Rx(f), Tx(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        Some(Tx(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut c = DeviceCapabilities::default();
-        c.medium = Medium::Ethernet;
-        c.max_transmission_unit = 1514;
-        c.checksum = ChecksumCapabilities::default();
-        c
-    }
-}
-
-impl Backend for ScriptedNic {
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn poll_rx(&mut self) -> io::Result<bool> {
-        Ok(!self.rx.is_empty())
-    }
-    fn wait_fd(&self) -> Option<RawFd> {
-        None
-    }
-    fn prepare_sleep(&mut self) -> io::Result<bool> {
-        Ok(true)
-    }
-    fn stats(&self) -> BackendStats {
-        BackendStats::default()
-    }
-}
 
 /// One TCP segment as the engine sent it.
 #[derive(Debug, Clone, Copy)]
