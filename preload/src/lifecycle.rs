@@ -118,6 +118,7 @@ pub(crate) unsafe fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_in
                             domain,
                             listening: None,
                             kernel_listening: false,
+                            epoll: Vec::new(),
                         }))),
                     );
                     return 0;
@@ -156,7 +157,40 @@ pub(crate) unsafe fn listen(fd: c_int, backlog: c_int) -> c_int {
                 "listen fd {fd} on {}: engine, opened on first use",
                 b.addr
             );
+            let regs = std::mem::take(&mut b.epoll);
+            drop(b);
+            if !regs.is_empty() {
+                // SAFETY: the caller's descriptors.
+                unsafe { move_epoll_registrations(fd, &regs) };
+            }
             0
+        }
+    }
+}
+
+/// `listen` on a socket already in epoll sets: they watch the kernel socket, which the
+/// engine listener's descriptor replaces. Open the listener now and register it in the
+/// same sets with the same events and data (back on the kernel socket if the engine
+/// cannot start).
+unsafe fn move_epoll_registrations(fd: c_int, regs: &[(c_int, u32, u64)]) {
+    for &(epfd, _, _) in regs {
+        // SAFETY: plain epoll_ctl on the caller's descriptors.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    }
+    let s = xwa(fd);
+    for &(epfd, events, data) in regs {
+        let mut ev = libc::epoll_event { events, u64: data };
+        let r = match &s {
+            Some(s) => epoll::ctl(epfd, libc::EPOLL_CTL_ADD, fd, s.clone(), Some(ev)),
+            // SAFETY: plain epoll_ctl on the caller's descriptors.
+            None => unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+        };
+        if r < 0 {
+            xlog!(
+                Warn,
+                "fd {fd}: epoll set {epfd} lost the listener at listen: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 }

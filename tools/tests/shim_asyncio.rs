@@ -91,6 +91,77 @@ async def main():
 asyncio.run(main())
 "#;
 
+/// The socket calls asyncio's path makes, one by one (`paths.py ENGINE PORT PEER
+/// PEER_PORT`): a listener created `SOCK_NONBLOCK | SOCK_CLOEXEC` with `IPPROTO_TCP`,
+/// registered in an epoll set **before** `listen`, accepting 2 connections (the accepted
+/// sockets' `accept4` flags, `O_NONBLOCK` through `fcntl` and `ioctl(FIONBIO)`, names);
+/// then a non-blocking client connection to the kernel peer (`EINPROGRESS`, `EPOLLOUT`,
+/// names). Prints `paths ok`.
+const PATHS: &str = r#"
+import errno, fcntl, os, select, socket, sys
+eng, port, peer, pport = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, socket.IPPROTO_TCP)
+assert s.getsockname() == ("0.0.0.0", 0), s.getsockname()
+assert not s.getblocking() and not s.get_inheritable()
+s.bind((eng, port))
+assert s.getsockname() == (eng, port), s.getsockname()
+ep = select.epoll()
+ep.register(s.fileno(), select.EPOLLIN)
+s.listen(16)
+assert s.getsockname() == (eng, port), s.getsockname()
+try:
+    s.getpeername(); raise SystemExit("listener has a peer")
+except OSError as e:
+    assert e.errno == errno.ENOTCONN, e
+print("listening", flush=True)
+for i in range(2):
+    evs = ep.poll(20)
+    assert evs and evs[0][0] == s.fileno(), evs
+    c, a = s.accept()
+    assert c.getsockname() == (eng, port) and c.getpeername() == a, (c.getsockname(), a)
+    # accept4(SOCK_CLOEXEC): close-on-exec, blocking whatever the listener is.
+    assert not c.get_inheritable()
+    nb = lambda: fcntl.fcntl(c.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK != 0
+    assert not nb()
+    if i == 0:
+        c.setblocking(False)  # ioctl(FIONBIO)
+        assert nb()
+        c.setblocking(True)
+        assert not nb()
+    else:
+        fl = fcntl.fcntl(c.fileno(), fcntl.F_GETFL)
+        fcntl.fcntl(c.fileno(), fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        assert nb()
+        fcntl.fcntl(c.fileno(), fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+        assert not nb()
+    d = c.recv(100)
+    c.sendall(d.upper())
+    c.close()
+k = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, socket.IPPROTO_TCP)
+assert k.connect_ex((peer, pport)) == errno.EINPROGRESS
+ep2 = select.epoll()
+ep2.register(k.fileno(), select.EPOLLOUT)
+assert ep2.poll(10), "connect never writable"
+assert k.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+me = k.getsockname()
+assert me[0] == eng and me[1] != 0 and k.getpeername() == (peer, pport), (me, k.getpeername())
+k.setblocking(True)
+k.sendall(b"ping")
+assert k.recv(10) == b"PING"
+print("paths ok", flush=True)
+"#;
+
+/// Kernel peer of `PATHS`: uppercases what each connection sends first.
+const UPPER: &str = r#"
+import socket, sys
+l = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print("up", flush=True)
+while True:
+    c, _ = l.accept()
+    c.sendall(c.recv(100).upper())
+    c.close()
+"#;
+
 /// How many connections at once, and how many bytes each sends (and gets back).
 const CONNS: usize = 300;
 const BYTES: usize = 64 << 10;
@@ -99,6 +170,8 @@ fn scripts(name: &str) -> std::path::PathBuf {
     let dir = scratch(name);
     std::fs::write(dir.join("aserv.py"), SERVER).expect("write server");
     std::fs::write(dir.join("aclient.py"), CLIENT).expect("write client");
+    std::fs::write(dir.join("paths.py"), PATHS).expect("write paths");
+    std::fs::write(dir.join("upper.py"), UPPER).expect("write upper");
     dir
 }
 
@@ -326,5 +399,60 @@ fn a_second_accelerated_process_says_the_queue_is_taken_and_runs_on_the_kernel()
         "second server's names: {so2}"
     );
     assert!(!se2.contains("Invalid argument"), "second server: {se2}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nonblocking_creation_epoll_before_listen_accept4_flags_and_names_on_every_kind_of_socket() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(84);
+    let dir = scripts("asyncio-paths");
+    let b = net.pair.addr_b.to_string();
+    let _peer = spawn(
+        net.kernel(false, 40, "python3", &[&py(&dir, "upper.py"), &b, "8401"]),
+        "kernel peer",
+    );
+    wait_port(&net, net.pair.addr_b, 8401);
+    let engine = net.engine.to_string();
+    let prog = spawn(
+        net.shimmed(
+            40,
+            "python3",
+            &[&py(&dir, "paths.py"), &engine, "8400", &b, "8401"],
+        ),
+        "paths (shim)",
+    );
+    // No `wait_port` here: its probe would be one of the program's two connections.
+    let out = net
+        .kernel(
+            false,
+            20,
+            "python3",
+            &[
+                "-c",
+                &format!(
+                    "import socket, time\nfor i in range(2):\n for t in range(100):\n  try:\n   s=socket.create_connection(('{engine}',8400),timeout=10); break\n  except ConnectionRefusedError:\n   time.sleep(0.1)\n s.sendall(b'abc')\n assert s.recv(10)==b'ABC'\nprint('clients ok')"
+                ),
+            ],
+        )
+        .output()
+        .expect("clients");
+    let res = prog.wait_output(Duration::from_secs(20));
+    let (so, se) = (text(&res.stdout), text(&res.stderr));
+    assert!(
+        text(&out.stdout).contains("clients ok"),
+        "clients: {} {}\nprogram: {so}\n{se}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        res.status.success() && so.contains("paths ok"),
+        "program: {so}\n{se}"
+    );
+    assert!(
+        se.contains(&format!("listening on {engine}:8400 (engine)")),
+        "not on the engine: {se}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
