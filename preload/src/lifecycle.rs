@@ -532,3 +532,39 @@ pub(crate) unsafe fn shutdown(fd: c_int, how: c_int) -> c_int {
     unsafe { real::write(st.common.evfd, one.as_ptr().cast(), 8) };
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel fallback of a socket bound to an address the kernel does not have (the
+    /// engine's) keeps its port on the wildcard: the socket can listen and is named.
+    #[test]
+    fn kernel_bind_of_an_address_the_kernel_lacks_takes_the_wildcard_with_the_port() {
+        // SAFETY: plain socket calls on descriptors this test owns.
+        unsafe {
+            let probe = std::net::TcpListener::bind("0.0.0.0:0").expect("probe");
+            let port = probe.local_addr().expect("addr").port();
+            drop(probe);
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            // TEST-NET-1: never configured on a test machine.
+            let sa: SocketAddr = format!("192.0.2.77:{port}").parse().unwrap();
+            assert_eq!(kernel_bind(fd, sa, libc::AF_INET), Ok(()));
+            assert_eq!(libc::listen(fd, 4), 0);
+            let mut raw: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+            assert_eq!(
+                libc::getsockname(
+                    fd,
+                    (&mut raw as *mut libc::sockaddr_storage).cast(),
+                    &mut len
+                ),
+                0
+            );
+            let got = addr::from_raw((&raw as *const libc::sockaddr_storage).cast(), len);
+            assert_eq!(got, Some(format!("0.0.0.0:{port}").parse().unwrap()));
+            libc::close(fd);
+        }
+    }
+}
