@@ -247,6 +247,17 @@ impl Config {
                 .is_none_or(|ps| ps.iter().any(|r| r.contains(&addr.port())))
     }
 
+    /// [`Config::accelerate_bind`] for a socket with `IPV6_V6ONLY` set to `v6only`: an IPv6
+    /// wildcard that takes no IPv4 has nothing to serve on an engine without an IPv6
+    /// address (asyncio's `start_server(host=None)` binds `0.0.0.0` and a `V6ONLY` `::`
+    /// on the same port: the `::` one stays on the kernel).
+    pub fn accelerate_bind_v6only(&self, addr: SocketAddr, v6only: bool) -> bool {
+        if v6only && addr.is_ipv6() && addr.ip().is_unspecified() && self.ipv6.is_none() {
+            return false;
+        }
+        self.accelerate_bind(addr)
+    }
+
     /// Does a connection to `dst` run on the engine?
     pub fn accelerate_connect(&self, dst: SocketAddr) -> bool {
         let ip = dst.ip();
@@ -384,6 +395,10 @@ mod tests {
         assert!(!c.accelerate_bind(sa("0.0.0.0:8002")));
         assert!(!c.accelerate_bind(sa("127.0.0.1:8000")));
         assert!(!c.accelerate_bind(sa("10.88.1.1:8000")));
+        // A V6ONLY `::` has nothing to serve without an engine IPv6 address.
+        assert!(!c.accelerate_bind_v6only(sa("[::]:8001"), true));
+        assert!(c.accelerate_bind_v6only(sa("[::]:8001"), false));
+        assert!(c.accelerate_bind_v6only(sa("0.0.0.0:8000"), true));
         assert!(c.accelerate_connect(sa("10.88.1.2:80")));
         assert!(!c.accelerate_connect(sa("10.88.2.2:80")));
         assert!(!c.accelerate_connect(sa("127.0.0.1:80")));

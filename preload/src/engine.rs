@@ -99,7 +99,7 @@ pub(crate) fn engine() -> Option<&'static Running> {
             }
             xlog!(
                 Warn,
-                "engine cannot start on {} in process `{}` (parent {}): {e}{why}; this process's sockets use the kernel TCP stack",
+                "engine cannot start on {} in process `{}` (parent {}): {e}{why}; this process stays on the kernel TCP stack (a listener on the engine's address listens on the kernel's wildcard address, same port)",
                 cfg.iface,
                 process_name(),
                 // SAFETY: getppid has no preconditions.

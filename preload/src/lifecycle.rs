@@ -100,7 +100,11 @@ pub(crate) unsafe fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_in
     if let Some(cfg) = config() {
         // SAFETY: caller's address buffer.
         if let Some(sa) = unsafe { addr::from_raw(a, len) } {
-            if cfg.accelerate_bind(sa) {
+            // SAFETY: getsockopt on the caller's fd (an error reads as unset).
+            let v6only = sa.is_ipv6()
+                && unsafe { sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) }
+                    .is_some_and(|v| v != 0);
+            if cfg.accelerate_bind_v6only(sa, v6only) {
                 // SAFETY: getsockopt on the caller's fd.
                 if let Some(domain) = unsafe { kernel_tcp_domain(fd) } {
                     if lookup(fd).is_some() {
@@ -114,6 +118,7 @@ pub(crate) unsafe fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_in
                             domain,
                             listening: None,
                             kernel_listening: false,
+                            epoll: Vec::new(),
                         }))),
                     );
                     return 0;
@@ -152,8 +157,71 @@ pub(crate) unsafe fn listen(fd: c_int, backlog: c_int) -> c_int {
                 "listen fd {fd} on {}: engine, opened on first use",
                 b.addr
             );
+            let regs = std::mem::take(&mut b.epoll);
+            drop(b);
+            if !regs.is_empty() {
+                // SAFETY: the caller's descriptors.
+                unsafe { move_epoll_registrations(fd, &regs) };
+            }
             0
         }
+    }
+}
+
+/// `listen` on a socket already in epoll sets: they watch the kernel socket, which the
+/// engine listener's descriptor replaces. Open the listener now and register it in the
+/// same sets with the same events and data (back on the kernel socket if the engine
+/// cannot start).
+unsafe fn move_epoll_registrations(fd: c_int, regs: &[(c_int, u32, u64)]) {
+    for &(epfd, _, _) in regs {
+        // SAFETY: plain epoll_ctl on the caller's descriptors.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    }
+    let s = xwa(fd);
+    for &(epfd, events, data) in regs {
+        let mut ev = libc::epoll_event { events, u64: data };
+        let r = match &s {
+            Some(s) => epoll::ctl(epfd, libc::EPOLL_CTL_ADD, fd, s.clone(), Some(ev)),
+            // SAFETY: plain epoll_ctl on the caller's descriptors.
+            None => unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+        };
+        if r < 0 {
+            xlog!(
+                Warn,
+                "fd {fd}: epoll set {epfd} lost the listener at listen: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Bind kernel socket `fd` to `sa` for a fallback to the kernel; when the kernel does not
+/// have the address (the engine's own, `EADDRNOTAVAIL`), to the family's wildcard with the
+/// same port instead, so the socket still has its port (and `getsockname`, `listen`,
+/// `accept` work) rather than staying unbound.
+unsafe fn kernel_bind(fd: c_int, sa: SocketAddr, domain: c_int) -> Result<(), c_int> {
+    let try_bind = |sa: SocketAddr| {
+        let bytes = addr::encode(sa, domain);
+        // SAFETY: encoded address of the right length; the caller's socket.
+        if unsafe { real::bind(fd, bytes.as_ptr().cast(), bytes.len() as socklen_t) } < 0 {
+            Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
+        } else {
+            Ok(())
+        }
+    };
+    match try_bind(sa) {
+        Err(libc::EADDRNOTAVAIL) => {
+            let wild = addr::unspecified(domain, sa.port());
+            xlog!(
+                Info,
+                "fd {fd}: the kernel does not have {}, binding {wild} instead",
+                sa.ip()
+            );
+            try_bind(wild)
+        }
+        r => r,
     }
 }
 
@@ -173,11 +241,8 @@ unsafe fn activate(fd: c_int, b: &Bound) -> Result<Option<Arc<Sock>>, c_int> {
         if b.kernel_listening {
             return Ok(None);
         }
-        let bytes = addr::encode(sa, domain);
-        // SAFETY: encoded address of the right length.
-        if unsafe { real::bind(fd, bytes.as_ptr().cast(), bytes.len() as socklen_t) } < 0 {
-            return Err(last_errno());
-        }
+        // SAFETY: the caller's socket.
+        unsafe { kernel_bind(fd, sa, domain) }?;
         // SAFETY: forwarded.
         if unsafe { real::listen(fd, backlog) } < 0 {
             return Err(last_errno());
@@ -336,34 +401,24 @@ pub(crate) unsafe fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c
     // SAFETY: caller's address.
     let dst = unsafe { addr::from_raw(a, len) };
     let bound = lookup(fd);
-    let accelerate = dst.is_some_and(|d| cfg.accelerate_connect(d));
-    if !accelerate {
-        if let Some(b) = bound {
-            // Bound to the engine's address but going elsewhere: the kernel cannot do that;
-            // fall back with the port only.
-            if let Sock::Bound(b) = &*b {
-                let b = b.lock().unwrap_or_else(|p| p.into_inner());
-                sock::remove(fd);
-                let bytes = addr::encode(addr::unspecified(b.domain, b.addr.port()), b.domain);
-                // SAFETY: encoded address.
-                if unsafe { real::bind(fd, bytes.as_ptr().cast(), bytes.len() as socklen_t) } < 0 {
-                    return -1;
-                }
+    // An engine destination from a kernel TCP socket (not UDP, AF_UNIX, ...), and the
+    // engine running: else the kernel connects.
+    let engine_dst = dst.filter(|d| cfg.accelerate_connect(*d));
+    // SAFETY: getsockopt on the caller's fd.
+    let domain = engine_dst.and_then(|_| unsafe { kernel_tcp_domain(fd) });
+    let eng = domain.and_then(|_| engine());
+    let (Some(dst), Some(domain), Some(eng)) = (engine_dst, domain, eng) else {
+        if let Some(Sock::Bound(b)) = bound.as_deref() {
+            // Bound to the engine's address but on the kernel: the kernel cannot use that
+            // address; fall back with the port only.
+            let b = b.lock().unwrap_or_else(|p| p.into_inner());
+            sock::remove(fd);
+            let wild = addr::unspecified(b.domain, b.addr.port());
+            // SAFETY: the caller's socket.
+            if let Err(e) = unsafe { kernel_bind(fd, wild, b.domain) } {
+                return fail(e);
             }
         }
-        // SAFETY: forwarded.
-        return unsafe { real::connect(fd, a, len) };
-    }
-    let dst: SocketAddr = match dst {
-        Some(d) => d,
-        None => return fail(libc::EINVAL),
-    };
-    // SAFETY: getsockopt on the caller's fd.
-    let Some(domain) = (unsafe { kernel_tcp_domain(fd) }) else {
-        // SAFETY: forwarded (UDP, AF_UNIX, ...).
-        return unsafe { real::connect(fd, a, len) };
-    };
-    let Some(eng) = engine() else {
         // SAFETY: forwarded.
         return unsafe { real::connect(fd, a, len) };
     };
@@ -476,4 +531,40 @@ pub(crate) unsafe fn shutdown(fd: c_int, how: c_int) -> c_int {
     // SAFETY: write 8 bytes to our eventfd.
     unsafe { real::write(st.common.evfd, one.as_ptr().cast(), 8) };
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel fallback of a socket bound to an address the kernel does not have (the
+    /// engine's) keeps its port on the wildcard: the socket can listen and is named.
+    #[test]
+    fn kernel_bind_of_an_address_the_kernel_lacks_takes_the_wildcard_with_the_port() {
+        // SAFETY: plain socket calls on descriptors this test owns.
+        unsafe {
+            let probe = std::net::TcpListener::bind("0.0.0.0:0").expect("probe");
+            let port = probe.local_addr().expect("addr").port();
+            drop(probe);
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            // TEST-NET-1: never configured on a test machine.
+            let sa: SocketAddr = format!("192.0.2.77:{port}").parse().unwrap();
+            assert_eq!(kernel_bind(fd, sa, libc::AF_INET), Ok(()));
+            assert_eq!(libc::listen(fd, 4), 0);
+            let mut raw: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+            assert_eq!(
+                libc::getsockname(
+                    fd,
+                    (&mut raw as *mut libc::sockaddr_storage).cast(),
+                    &mut len
+                ),
+                0
+            );
+            let got = addr::from_raw((&raw as *const libc::sockaddr_storage).cast(), len);
+            assert_eq!(got, Some(format!("0.0.0.0:{port}").parse().unwrap()));
+            libc::close(fd);
+        }
+    }
 }

@@ -289,11 +289,39 @@ pub(crate) unsafe fn pselect(
 pub(crate) unsafe fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let Some(s) = xwa(fd) else {
         // SAFETY: forwarded.
-        return unsafe { real::epoll_ctl(epfd, op, fd, ev) };
+        let r = unsafe { real::epoll_ctl(epfd, op, fd, ev) };
+        if r == 0 {
+            // SAFETY: caller's event (may be null for DEL).
+            let e = (!ev.is_null()).then(|| unsafe { *ev });
+            remember_before_listen(epfd, op, fd, e);
+        }
+        return r;
     };
     // SAFETY: caller's event (may be null for DEL).
     let e = (!ev.is_null()).then(|| unsafe { *ev });
     epoll::ctl(epfd, op, fd, s, e)
+}
+
+/// A socket bound to an engine address but not yet listening sits in epoll sets as its
+/// kernel socket: note the registration, `listen` moves it onto the engine listener.
+fn remember_before_listen(epfd: c_int, op: c_int, fd: c_int, e: Option<epoll_event>) {
+    if !sock::any() {
+        return;
+    }
+    let Some(s) = sock::lookup(fd) else {
+        return;
+    };
+    let Sock::Bound(b) = &*s else {
+        return;
+    };
+    let mut b = b.lock().unwrap_or_else(|p| p.into_inner());
+    if b.listening.is_some() {
+        return;
+    }
+    b.epoll.retain(|r| r.0 != epfd);
+    if let (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(e)) = (op, e) {
+        b.epoll.push((epfd, e.events, e.u64));
+    }
 }
 
 /// `epoll_wait(2)`.

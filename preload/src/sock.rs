@@ -196,6 +196,9 @@ pub(crate) struct Bound {
     /// The kernel socket underneath was bound and listens too (wildcard addresses): it
     /// serves until the engine listener replaces it, or for good if the engine cannot start.
     pub(crate) kernel_listening: bool,
+    /// epoll registrations `(epfd, events, data)` made before `listen` (on the kernel
+    /// socket): `listen` moves them onto the engine listener.
+    pub(crate) epoll: Vec<(c_int, u32, u64)>,
 }
 
 /// The receive side of a stream as the shim sees it.

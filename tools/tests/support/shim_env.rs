@@ -1,0 +1,266 @@
+//! What the root tests of programs under the LD_PRELOAD shim share (`preload_programs`,
+//! `shim_asyncio`): the shim built once, a veth test network with the shim's environment,
+//! child processes killed on drop, tools installed on demand, hashes and scratch files.
+//! Include with `#[path = "support/shim_env.rs"] mod shim_env;` (each test binary uses
+//! part of it).
+#![allow(dead_code)]
+
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use xwarp::poll_driver::netns::{self, VethPair};
+
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Make sure `bin` exists, installing Debian package `pkg` with apt if not (root only).
+pub fn ensure_tool(bin: &str, pkg: &str) {
+    if have(bin) {
+        return;
+    }
+    let _ = writeln!(io::stderr(), "installing {pkg} for {bin}");
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {pkg} \
+                 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {pkg})"
+            ),
+        ])
+        .stdout(Stdio::null())
+        .status();
+    assert!(
+        have(bin),
+        "{bin} missing and `apt-get install {pkg}` failed"
+    );
+}
+
+/// The shim, built once (release profile: the shim's speed is part of what is tested) into
+/// this test binary's own target directory.
+pub fn shim() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Ok(p) = std::env::var("XWARP_PRELOAD") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().expect("current_exe");
+        // <target>/<profile>/deps/<test binary>
+        let target = exe
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("target dir")
+            .to_path_buf();
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "-p",
+                "xwarp-preload",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo");
+        assert!(st.success(), "building xwarp-preload failed");
+        let so = target.join("release").join("libxwarp_preload.so");
+        assert!(so.exists(), "{} missing", so.display());
+        so
+    })
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct Proc(pub Option<Child>, pub &'static str);
+
+impl Proc {
+    pub fn wait_output(mut self, limit: Duration) -> Output {
+        let child = self.0.take().expect("child");
+        let start = Instant::now();
+        let pid = child.id();
+        let out = std::thread::scope(|s| {
+            let h = s.spawn(move || child.wait_with_output());
+            while !h.is_finished() {
+                if start.elapsed() > limit {
+                    kill_group(pid);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            h.join().expect("join")
+        });
+        out.unwrap_or_else(|e| panic!("waiting for {}: {e}", self.1))
+    }
+}
+
+/// SIGKILL the process group `pgid` (the `timeout` wrapper and the program under it).
+pub fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-9", "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            kill_group(c.id());
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One test network: the pair, the engine's address and the shim environment.
+pub struct Net {
+    pub pair: VethPair,
+    pub engine: Ipv4Addr,
+}
+
+impl Net {
+    pub fn new(net: u8) -> Net {
+        // Build the shim now, before a test starts peers or clocks: the first `shimmed`
+        // call otherwise runs `cargo build --release -p xwarp-preload` (tens of seconds
+        // on a loaded machine, e.g. a clean-clone CI run) while kernel peers started
+        // under `timeout 30` are already running. The eintr test's peer died of its
+        // timeout that way before the program connected ("FAIL connect: Connection
+        // refused" with "engine started" in its stderr), or the build landed inside the
+        // test's 4 s promptness window (reproduced: 31 s run, `secs < 4.0` failed).
+        shim();
+        let pair = VethPair::new(net).expect("veth pair");
+        // Peers send complete checksums (docs/afxdp.md §7.3: veth hands over partial ones).
+        let if_b = pair.if_b.clone();
+        pair.b
+            .run(move || netns::set_tx_checksum_offload(&if_b, false))
+            .expect("setns")
+            .expect("ethtool tx off");
+        Net {
+            pair,
+            engine: Ipv4Addr::new(10, 88, net, 10),
+        }
+    }
+
+    /// `timeout SECS prog args...` in namespace A under the shim.
+    pub fn shimmed(&self, secs: u32, prog: &str, args: &[&str]) -> Command {
+        let mut c = self.pair.a.command("timeout").expect("ns A");
+        c.arg(secs.to_string()).arg(prog).args(args);
+        c.env("LD_PRELOAD", shim())
+            .env("XWARP_IFACE", &self.pair.if_a)
+            .env("XWARP_ADDR", format!("{}/24", self.engine))
+            .env("XWARP_LOG", "info")
+            .env("XWARP_STRICT", "1");
+        c
+    }
+
+    /// `timeout SECS prog args...` in namespace `b` (or A without the shim when `a`).
+    pub fn kernel(&self, in_a: bool, secs: u32, prog: &str, args: &[&str]) -> Command {
+        let ns = if in_a { &self.pair.a } else { &self.pair.b };
+        let mut c = ns.command("timeout").expect("ns");
+        c.arg(secs.to_string()).arg(prog).args(args);
+        c
+    }
+}
+
+pub fn spawn(mut c: Command, name: &'static str) -> Proc {
+    // Its own process group, so the program under `timeout` dies with it.
+    c.process_group(0);
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    Proc(Some(child), name)
+}
+
+pub fn run(mut c: Command, what: &str) -> Output {
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Wait until something listens on `ip:port` as seen from namespace B.
+pub fn wait_port(net: &Net, ip: Ipv4Addr, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let script =
+        format!("import socket\ns=socket.create_connection(('{ip}',{port}),timeout=1)\ns.close()");
+    while Instant::now() < deadline {
+        let ok = net
+            .kernel(false, 3, "python3", &["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("nothing listens on {ip}:{port}");
+}
+
+pub fn sha256(path: &Path) -> String {
+    let out = run(
+        {
+            let mut c = Command::new("sha256sum");
+            c.arg(path);
+            c
+        },
+        "sha256sum",
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xwarp-preload-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// A file of `mb` MiB of pseudo-random bytes.
+pub fn random_file(dir: &Path, mb: usize) -> PathBuf {
+    let p = dir.join("blob");
+    run(
+        {
+            let mut c = Command::new("sh");
+            c.args([
+                "-c",
+                &format!("head -c {} /dev/urandom > {}", mb << 20, p.display()),
+            ]);
+            c
+        },
+        "make blob",
+    );
+    p
+}
