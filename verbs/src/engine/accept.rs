@@ -104,7 +104,10 @@ impl VerbsHost {
     }
 
     pub(crate) fn remove_qp(&mut self, qpn: u32) {
-        if let Some(slot) = self.qps.remove(&qpn) {
+        if let Some(mut slot) = self.qps.remove(&qpn) {
+            if let Some(c) = slot.conn.as_mut() {
+                c.release(&mut self.res);
+            }
             if let Some(id) = slot.conn_id {
                 self.owners.remove(&id);
             }

@@ -301,8 +301,13 @@ impl ProtocolHost for VerbsHost {
         let Some(owner) = self.owners.remove(&conn) else {
             return;
         };
-        let Owner::Qp(qpn) = owner else {
-            return;
+        let qpn = match owner {
+            Owner::Qp(qpn) => qpn,
+            Owner::Detached { mut conn } => {
+                conn.release(&mut self.res);
+                return;
+            }
+            Owner::Pending { .. } => return,
         };
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return;
