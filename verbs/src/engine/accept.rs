@@ -61,6 +61,7 @@ impl VerbsHost {
                         raw,
                         reported: true,
                         abort: true,
+                        deadline: None,
                     },
                 );
                 return Err(Error::new(ErrorKind::InvalidInput, why));
