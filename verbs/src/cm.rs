@@ -12,21 +12,36 @@ use crossbeam_channel::Receiver;
 use xwarp_ddp::mpa::RtrType;
 use xwarp_stack::Readiness;
 
+pub use crate::cm_limits::{
+    CmStats, ListenConfig, DEFAULT_ACCEPT_TIMEOUT, DEFAULT_MAX_NEGOTIATING, DEFAULT_REQUEST_TIMEOUT,
+};
 use crate::context::Device;
 use crate::engine::cmd::{Cmd, RequestMsg};
 use crate::qp::QueuePair;
 
 impl Device {
-    /// Listen for connection requests on `addr` (the port must be non-zero).
+    /// Listen for connection requests on `addr` (the port must be non-zero), holding at
+    /// most `backlog` of them; the other limits are [`ListenConfig::new`]'s defaults.
     pub fn listen(&self, addr: SocketAddr, backlog: usize) -> io::Result<Listener> {
+        self.listen_with(addr, ListenConfig::new(backlog))
+    }
+
+    /// Listen on `addr` with the limits in `config`.
+    pub fn listen_with(&self, addr: SocketAddr, config: ListenConfig) -> io::Result<Listener> {
+        let mut config = config;
+        config.backlog = config.backlog.max(1);
+        config.max_negotiating = config.max_negotiating.max(1);
         let token = u64::from(self.inner.next_token.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = crossbeam_channel::unbounded();
+        // Bounded: the engine never holds more than `backlog` live requests, and it
+        // purges dead ones (through its own receiver) when the channel is full.
+        let (tx, rx) = crossbeam_channel::bounded(config.backlog);
         let ready = Arc::new(Readiness::new()?);
         let r = self.inner.call(|reply| Cmd::Listen {
             token,
             addr,
-            backlog,
+            config,
             requests: tx,
+            requests_rx: rx.clone(),
             ready: ready.clone(),
             reply,
         })?;
@@ -38,6 +53,11 @@ impl Device {
             ready,
             addr,
         })
+    }
+
+    /// The connection manager's counters (connections, pending requests, refusals).
+    pub fn cm_stats(&self) -> io::Result<CmStats> {
+        self.inner.call(|reply| Cmd::CmStats { reply })
     }
 }
 

@@ -36,12 +36,13 @@
 //! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers),
 //! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), `qp_state`
 //! (the QP state machine: the one transition table), [`wr`] (work requests),
-//! [`cm_event`] and [`cm`] (the connection manager), and `engine/` (the engine host:
+//! [`cm_event`], [`cm_limits`] and [`cm`] (the connection manager), and `engine/` (the engine host:
 //! commands, CM handling, placement).
 #![warn(missing_docs)]
 
 pub mod cm;
 pub mod cm_event;
+pub mod cm_limits;
 pub mod context;
 pub mod cq;
 mod engine;
@@ -59,6 +60,7 @@ pub use xwarp_rdmap::{Access, MemError, Stag};
 
 pub use cm::{ConnRequest, Listener};
 pub use cm_event::{CmEvent, ConnectParams};
+pub use cm_limits::{CmStats, ListenConfig};
 pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
 pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};
 pub use pd::{MemoryRegion, ProtectionDomain};

@@ -58,7 +58,7 @@ pub(crate) struct RawBuf {
 // follow the contract documented at module level.
 unsafe impl Send for RawBuf {}
 // SAFETY: see `Send`: shared access never creates references to the bytes outside the
-// engine's `read_at` (bounded by the StagTable check).
+// engine's `read_at` (bounded by the StagTable check; see its comment).
 unsafe impl Sync for RawBuf {}
 
 impl RawBuf {
@@ -136,7 +136,9 @@ impl RawBuf {
             return true;
         }
         // SAFETY: `[offset, offset+len)` is inside the allocation (checked above); `data`
-        // is a separate Rust slice, so the ranges do not overlap.
+        // is a separate Rust slice, so the ranges do not overlap. The destination is
+        // reached through the raw pointer only: no `&mut [u8]` over region bytes (which
+        // the engine may be reading or writing meanwhile) is formed.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
         };
@@ -151,7 +153,9 @@ impl RawBuf {
         if out.is_empty() {
             return true;
         }
-        // SAFETY: in bounds (checked above); `out` is a distinct Rust slice.
+        // SAFETY: in bounds (checked above); `out` is a distinct Rust slice. The source is
+        // read through the raw pointer only: no `&[u8]` over region bytes (which the
+        // engine may be writing meanwhile, e.g. a remote Write) is formed.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
@@ -179,7 +183,8 @@ impl RawBuf {
         if len == 0 {
             return true;
         }
-        // SAFETY: in bounds (checked above).
+        // SAFETY: in bounds (checked above); written through the raw pointer, no
+        // reference to region bytes is formed.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), byte, len) };
         true
     }
@@ -236,13 +241,98 @@ impl RegionMemory for EngineRegion {
         let _ = self.0.copy_in(offset, data);
     }
 
+    /// The one place a `&[u8]` over application-writable bytes is still formed:
+    /// `RegionMemory::read_at` (rdmap's trait, used by the QP's transmit path and read
+    /// responder to gather payload slices for the FPDU encoder) must return a slice.
+    /// Under Rust's rules that slice asserts the bytes do not change while it lives, which
+    /// an application writing the source of an in-flight Send/Write or exposed for remote
+    /// Read breaks (the contract above says it must not, but it can). Every other access
+    /// (`copy_in`, `copy_out`, `fill`, `load_volatile`, `write_at`) copies through raw
+    /// pointers without forming a reference. Removing this one needs a copying method on
+    /// `RegionMemory` (`read_into(offset, &mut [u8])`, filled by `RawBuf::copy_out`) and
+    /// callers that copy into the FPDU instead of gathering slices (rdmap `mem.rs`,
+    /// `qp/tx.rs`, `qp/read_responder.rs`).
     fn read_at(&self, offset: usize, len: usize) -> &[u8] {
         if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.0.len) {
             return &[];
         }
         // SAFETY: `[offset, offset+len)` is inside the allocation (checked above), which
         // lives as long as `self` (the Arc). The slice is used by the engine only while
-        // encoding one segment; concurrent application writes follow the module contract.
+        // encoding one segment; concurrent application writes break the module contract
+        // (see the doc comment above: the bytes then read are unspecified).
         unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr().add(offset), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The copy paths: every access to region bytes goes through raw pointers inside the
+    //! bounds (Miri is not available here; these check the bounds and the bytes).
+    use super::*;
+
+    fn backings() -> Vec<RawBuf> {
+        vec![
+            RawBuf::alloc(8192, false).unwrap(),
+            RawBuf::from_box(vec![0u8; 8192].into_boxed_slice()),
+        ]
+    }
+
+    #[test]
+    fn copy_in_and_copy_out_move_exactly_the_bytes_in_bounds() {
+        for b in backings() {
+            let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+            assert!(b.copy_in(100, &data));
+            let mut out = vec![0xeeu8; 500];
+            assert!(b.copy_out(0, &mut out));
+            assert!(out[..100].iter().all(|&x| x == 0), "bytes before changed");
+            assert_eq!(&out[100..400], &data[..]);
+            assert!(out[400..].iter().all(|&x| x == 0), "bytes after changed");
+            // Out of bounds and overflowing offsets do nothing.
+            assert!(!b.copy_in(8192 - 10, &data));
+            assert!(!b.copy_in(usize::MAX, &[1]));
+            assert!(!b.copy_out(8000, &mut out));
+            assert!(!b.copy_out(usize::MAX - 1, &mut [0u8; 4]));
+            let mut tail = [0u8; 10];
+            assert!(b.copy_out(8192 - 10, &mut tail));
+            assert_eq!(tail, [0u8; 10], "the refused copy_in wrote nothing");
+            // Zero length is fine at the end, not beyond it.
+            assert!(b.copy_in(8192, &[]));
+            assert!(!b.copy_in(8193, &[]));
+        }
+    }
+
+    #[test]
+    fn fill_and_load_volatile_stay_in_bounds() {
+        for b in backings() {
+            assert!(b.fill(10, 20, 0xab));
+            assert_eq!(b.load_volatile(9), Some(0));
+            assert_eq!(b.load_volatile(10), Some(0xab));
+            assert_eq!(b.load_volatile(29), Some(0xab));
+            assert_eq!(b.load_volatile(30), Some(0));
+            assert_eq!(b.load_volatile(8192), None);
+            assert!(!b.fill(8190, 3, 1));
+            assert!(!b.fill(usize::MAX, 2, 1));
+            assert_eq!(b.load_volatile(8191), Some(0));
+        }
+        let empty = RawBuf::alloc(0, false).unwrap();
+        assert!(empty.copy_in(0, &[]) && empty.fill(0, 0, 1));
+        assert_eq!(empty.load_volatile(0), None);
+    }
+
+    #[test]
+    fn engine_region_writes_and_reads_through_the_shared_buffer() {
+        let buf = Arc::new(RawBuf::alloc(4096, false).unwrap());
+        let mut r = EngineRegion(buf.clone());
+        assert_eq!(RegionMemory::len(&r), 4096);
+        r.write_at(4000, &[1, 2, 3]);
+        let mut out = [0u8; 3];
+        assert!(buf.copy_out(4000, &mut out));
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(r.read_at(4000, 3), &[1, 2, 3]);
+        // Out of bounds: nothing written, nothing read.
+        r.write_at(4095, &[9, 9]);
+        assert_eq!(buf.load_volatile(4095), Some(0));
+        assert!(r.read_at(4095, 2).is_empty());
+        assert!(r.read_at(usize::MAX, 2).is_empty());
     }
 }

@@ -45,7 +45,9 @@
 //! RTR side effects: a zero-length Send RTR consumes the Responder's first posted receive
 //! (and MSN 1 on QN 0, docs/mpa.md §1.5); it completes with `byte_len` 0, so the
 //! Responder ULP posts one receive for it. A zero-length Read RTR needs a local sink: the
-//! Initiator registers an empty region in its [`Resources`] (one STag per connection).
+//! Initiator registers an empty region in its [`Resources`] (one STag per connection),
+//! deregistered as soon as that Read completed, or when the connection dies (the next
+//! [`Connection::handle_input`], or [`Connection::release`] from an owner that drops it).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -209,6 +211,8 @@ pub struct Connection {
     errors: u32,
     last_error: Option<ConnError>,
     events: VecDeque<ConnEvent>,
+    /// The empty sink region of a zero-length Read RTR, while it is registered.
+    rtr_sink: Option<Stag>,
 }
 
 impl fmt::Debug for Connection {
@@ -267,6 +271,7 @@ impl Connection {
             errors: 0,
             last_error: None,
             events: VecDeque::new(),
+            rtr_sink: None,
         }
     }
 
@@ -508,10 +513,53 @@ impl Connection {
         if self.is_established() && !rest.is_empty() {
             self.rx_fpdus(rest, res);
         }
+        if self.rtr_sink.is_some() {
+            self.settle_rtr_sink(res);
+        }
         match &self.last_error {
             Some(e) if self.errors != errors_before => Err(e.clone()),
             _ => Ok(input.len()),
         }
+    }
+
+    /// Deregister the Read RTR's sink once the RTR Read completed or the stream died.
+    /// While the sink exists, the QP's completions move to `flushed` (in order) so that
+    /// the RTR's own completion (signaled only for this) is seen and dropped; the ULP never
+    /// sees it, as with the unsignaled Write and Send RTRs.
+    fn settle_rtr_sink(&mut self, res: &mut Resources) {
+        let Some(sink) = self.rtr_sink else {
+            return;
+        };
+        let mut done = self.is_closed();
+        if let Some(qp) = self.phase.stream_mut().map(|s| &mut s.qp) {
+            while let Some(c) = qp.poll_completion() {
+                if c.wr_id == u64::MAX && c.opcode == WcOpcode::Read {
+                    done = true;
+                    if c.status == CompletionStatus::Success {
+                        continue;
+                    }
+                }
+                self.flushed.push_back(c);
+            }
+        }
+        if done {
+            let _ = res.stags.deregister(sink);
+            self.rtr_sink = None;
+        }
+    }
+
+    /// Give back what the connection registered in `res` (the Read RTR's sink, if it is
+    /// still registered). An owner that drops a connection before it finished calls this
+    /// first; calling it more than once is harmless.
+    pub fn release(&mut self, res: &mut Resources) {
+        if let Some(sink) = self.rtr_sink.take() {
+            let _ = res.stags.deregister(sink);
+        }
+    }
+
+    /// The STag of the Read RTR's sink while it is registered (tests and diagnostics).
+    pub fn rtr_sink(&self) -> Option<Stag> {
+        self.rtr_sink
     }
 
     fn rx_fpdus(&mut self, mut rest: &[u8], res: &mut Resources) {
@@ -762,6 +810,9 @@ impl Connection {
         }
         if let Some(rtr) = n.rtr_to_send() {
             let wr = rtr_wr(rtr, qcfg, res);
+            if let Some(SendOp::Read { .. }) = wr.as_ref().map(|w| &w.op) {
+                self.rtr_sink = wr.as_ref().and_then(|w| w.sgl.first()).map(|s| s.lkey);
+            }
             match wr.map(|wr| qp.post_send(wr)) {
                 Some(Ok(())) => {}
                 _ => {
@@ -953,7 +1004,9 @@ fn rtr_wr(rtr: RtrType, qcfg: QpConfig, res: Option<&mut Resources>) -> Option<S
                     addr: 0,
                     len: 0,
                 }],
-                signaled: false,
+                // Signaled so that the Connection learns when the sink may go
+                // (`settle_rtr_sink` drops this completion).
+                signaled: true,
                 fence: false,
             })
         }

@@ -1,4 +1,5 @@
-//! Unit tests of the transmit paths (`poll_transmit` and `poll_transmit_into`).
+//! Unit tests of the transmit paths (`poll_transmit` and `poll_transmit_into`) and of the
+//! Read RTR's sink region.
 
 use super::*;
 use crate::mem::PdId;
@@ -243,4 +244,111 @@ fn poll_transmit_into_keeps_an_fpdu_that_does_not_fit_for_the_next_call() {
     }
     assert_eq!(at, bytes.len());
     assert_eq!(fpdus, 3);
+}
+
+/// Connect with P2P and a zero-length Read RTR; returns both ends once the stream is
+/// open on both sides and nothing is left to exchange.
+fn run_read_rtr() -> (End, End, Option<Stag>) {
+    let now = Instant::now();
+    let (mut i, mut r) = (end(true, now), end(false, now));
+    // The Request is queued at creation: build the initiator again with P2P (Read).
+    let mut cfg = i.conn.cfg.clone();
+    cfg.initiator.p2p = Some(xwarp_ddp::mpa::RtrSet::only(RtrType::Read));
+    i.conn = Connection::initiator(cfg, now).unwrap();
+    let mut accepted = false;
+    let mut seen = None;
+    for _ in 0..1000 {
+        let ab = transmit(&mut i, None);
+        let ba = transmit(&mut r, None);
+        r.conn.handle_input(now, &ab, &mut r.res).unwrap();
+        i.conn.handle_input(now, &ba, &mut i.res).unwrap();
+        seen = seen.or(i.conn.rtr_sink());
+        while let Some(e) = r.conn.poll_event() {
+            if matches!(e, ConnEvent::ConnectRequest(_)) && !accepted {
+                accepted = true;
+                r.conn
+                    .accept(AcceptParams {
+                        ird: 4,
+                        ord: 4,
+                        private_data: Vec::new(),
+                    })
+                    .unwrap();
+            }
+        }
+        while i.conn.poll_event().is_some() {}
+        if accepted && ab.is_empty() && ba.is_empty() {
+            break;
+        }
+    }
+    assert!(i.conn.is_established() && r.conn.is_established());
+    (i, r, seen)
+}
+
+#[test]
+fn rfc6581_read_rtr_sink_is_deregistered_once_the_rtr_read_completed() {
+    let (mut i, _r, seen) = run_read_rtr();
+    assert_eq!(
+        i.conn.negotiated().and_then(|n| n.rtr),
+        Some(RtrType::Read),
+        "a Read RTR was negotiated"
+    );
+    // The sink went with the RTR's completion, which the ULP never sees: the table is
+    // back to its size (it held nothing else).
+    let sink = seen.expect("the Read RTR registered a sink");
+    assert!(
+        i.res.stags.region(sink).is_none(),
+        "sink STag still registered"
+    );
+    assert_eq!(i.conn.rtr_sink(), None);
+    assert!(i.conn.poll_completion().is_none());
+}
+
+#[test]
+fn rfc6581_read_rtr_sink_is_deregistered_when_the_connection_goes_first() {
+    let now = Instant::now();
+    let (mut i, mut r) = (end(true, now), end(false, now));
+    let mut cfg = i.conn.cfg.clone();
+    cfg.initiator.p2p = Some(xwarp_ddp::mpa::RtrSet::only(RtrType::Read));
+    i.conn = Connection::initiator(cfg, now).unwrap();
+    // Request over, Reply back: the Initiator opens and posts the Read RTR.
+    let ab = transmit(&mut i, None);
+    r.conn.handle_input(now, &ab, &mut r.res).unwrap();
+    while r.conn.poll_event().is_some() {}
+    r.conn
+        .accept(AcceptParams {
+            ird: 4,
+            ord: 4,
+            private_data: Vec::new(),
+        })
+        .unwrap();
+    let ba = transmit(&mut r, None);
+    i.conn.handle_input(now, &ba, &mut i.res).unwrap();
+    let sink = i.conn.rtr_sink().expect("the Read RTR registered its sink");
+    assert!(i.res.stags.region(sink).is_some());
+    // The peer goes away before answering the RTR: the owner drops the connection.
+    i.conn.handle_peer_closed();
+    i.conn.release(&mut i.res);
+    assert!(i.res.stags.region(sink).is_none(), "sink leaked");
+    assert_eq!(i.conn.rtr_sink(), None);
+    // And through handle_input when the owner keeps feeding a dead connection.
+    let (mut i2, mut r2) = (end(true, now), end(false, now));
+    let mut cfg = i2.conn.cfg.clone();
+    cfg.initiator.p2p = Some(xwarp_ddp::mpa::RtrSet::only(RtrType::Read));
+    i2.conn = Connection::initiator(cfg, now).unwrap();
+    let ab = transmit(&mut i2, None);
+    r2.conn.handle_input(now, &ab, &mut r2.res).unwrap();
+    while r2.conn.poll_event().is_some() {}
+    r2.conn
+        .accept(AcceptParams {
+            ird: 4,
+            ord: 4,
+            private_data: Vec::new(),
+        })
+        .unwrap();
+    let ba = transmit(&mut r2, None);
+    i2.conn.handle_input(now, &ba, &mut i2.res).unwrap();
+    let sink = i2.conn.rtr_sink().expect("sink");
+    i2.conn.handle_peer_closed();
+    let _ = i2.conn.handle_input(now, &[], &mut i2.res);
+    assert!(i2.res.stags.region(sink).is_none(), "sink leaked");
 }

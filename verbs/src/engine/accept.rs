@@ -61,6 +61,7 @@ impl VerbsHost {
                         raw,
                         reported: true,
                         abort: true,
+                        deadline: None,
                     },
                 );
                 return Err(Error::new(ErrorKind::InvalidInput, why));
@@ -104,7 +105,10 @@ impl VerbsHost {
     }
 
     pub(crate) fn remove_qp(&mut self, qpn: u32) {
-        if let Some(slot) = self.qps.remove(&qpn) {
+        if let Some(mut slot) = self.qps.remove(&qpn) {
+            if let Some(c) = slot.conn.as_mut() {
+                c.release(&mut self.res);
+            }
             if let Some(id) = slot.conn_id {
                 self.owners.remove(&id);
             }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use xwarp_ddp::mpa::ConnectRequest;
 use xwarp_rdmap::verbs::{RecvWr, SrqId};
 use xwarp_rdmap::{Access, MemError, PdId, QpConfig, Stag};
@@ -11,6 +11,7 @@ use xwarp_stack::proto::ProtoConnId;
 use xwarp_stack::{Readiness, SocketError};
 
 use crate::cm_event::{CmEvent, ConnectParams};
+use crate::cm_limits::{CmStats, ListenConfig};
 use crate::cq::CqShared;
 use crate::mem::RawBuf;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
@@ -89,8 +90,10 @@ pub(crate) enum Cmd {
     Listen {
         token: u64,
         addr: SocketAddr,
-        backlog: usize,
+        config: ListenConfig,
         requests: Sender<RequestMsg>,
+        /// The engine's own end of the request channel, to drop requests that died.
+        requests_rx: Receiver<RequestMsg>,
         ready: Arc<Readiness>,
         reply: Sender<Result<(), SocketError>>,
     },
@@ -106,5 +109,8 @@ pub(crate) enum Cmd {
     Reject {
         conn: ProtoConnId,
         private_data: Vec<u8>,
+    },
+    CmStats {
+        reply: Sender<CmStats>,
     },
 }

@@ -40,20 +40,23 @@ impl VerbsHost {
             Cmd::Listen {
                 token,
                 addr,
-                backlog,
+                config,
                 requests,
+                requests_rx,
                 ready,
                 reply,
             } => {
                 self.listeners.insert(
                     token,
                     ListenSlot {
+                        config,
                         requests,
+                        requests_rx,
                         ready,
                         reply: Some(reply),
                     },
                 );
-                ctl.listen(token, addr, backlog);
+                ctl.listen(token, addr, config.backlog);
             }
             Cmd::Unlisten { token } => {
                 self.listeners.remove(&token);
@@ -177,12 +180,9 @@ impl VerbsHost {
             } => {
                 let _ = reply.send(self.accept(conn, qpn, private_data, now));
             }
-            Cmd::Reject { conn, private_data } => {
-                if let Some(Owner::Pending { probe, .. }) = self.owners.remove(&conn) {
-                    let mut probe = probe;
-                    let _ = probe.reject(&private_data);
-                    self.owners.insert(conn, Owner::Detached { conn: probe });
-                }
+            Cmd::Reject { conn, private_data } => self.reject_pending(conn, &private_data),
+            Cmd::CmStats { reply } => {
+                let _ = reply.send(self.cm_stats());
             }
         }
     }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use xwarp_ddp::mpa::RtrSet;
@@ -12,6 +13,7 @@ use xwarp_rdmap::Stag;
 use xwarp_stack::proto::ProtoConnId;
 use xwarp_stack::{Readiness, SocketError};
 
+use crate::cm_limits::{CmStats, ListenConfig};
 use crate::mem::RawBuf;
 
 use crate::engine::cmd::{Cmd, RequestMsg};
@@ -35,6 +37,9 @@ pub(crate) enum Owner {
         raw: Vec<u8>,
         reported: bool,
         abort: bool,
+        /// Once reported: when the application's answer is overdue (the listener's
+        /// `accept_timeout`); the request is then rejected.
+        deadline: Option<Instant>,
     },
     /// A connection no QP owns, finishing its close: a rejecting probe sending its
     /// Reply, or the old connection of a reset QP (`VerbsHost::reset_qp`).
@@ -42,13 +47,19 @@ pub(crate) enum Owner {
 }
 
 pub(crate) struct ListenSlot {
+    pub(crate) config: ListenConfig,
     pub(crate) requests: Sender<RequestMsg>,
+    /// The engine's end of the bounded request channel: when it is full of requests that
+    /// died meanwhile, `VerbsHost::purge_requests` takes them out.
+    pub(crate) requests_rx: Receiver<RequestMsg>,
     pub(crate) ready: Arc<Readiness>,
     pub(crate) reply: Option<Sender<Result<(), SocketError>>>,
 }
 
 /// The verbs protocol host.
 pub(crate) struct VerbsHost {
+    /// Refusal and timeout counters of the connection manager (`Device::cm_stats`).
+    pub(crate) cm: CmStats,
     pub(crate) cmds: Receiver<Cmd>,
     pub(crate) res: Resources,
     pub(crate) qps: HashMap<u32, QpSlot>,
@@ -79,6 +90,7 @@ pub(crate) fn fpdu_direct(conn: &mut Connection, res: &Resources, out: &mut [u8]
 impl VerbsHost {
     pub(crate) fn new(cmds: Receiver<Cmd>, emss: usize) -> VerbsHost {
         VerbsHost {
+            cm: CmStats::default(),
             cmds,
             res: Resources::new(),
             qps: HashMap::new(),

@@ -10,7 +10,8 @@
 //! Files: [`cmd`] (the application → engine commands), [`slot`] (one QP's engine
 //! state), [`host`] (the host and its tables), `post` (work requests, Local
 //! Invalidate ordering), `commands` (applying commands), `modify` (QP modify and
-//! reset, after [`crate::qp_state`]), `accept` (binding a request to a QP) and `proto`
+//! reset, after [`crate::qp_state`]), `accept` (binding a request to a QP), `pending` (requests waiting for the
+//! application and the listener's limits on them) and `proto`
 //! (the [`ProtocolHost`](xwarp_stack::proto::ProtocolHost) callbacks: CM handling and
 //! placement).
 
@@ -19,6 +20,7 @@ pub(crate) mod cmd;
 mod commands;
 pub(crate) mod host;
 mod modify;
+mod pending;
 mod post;
 mod proto;
 pub(crate) mod slot;

@@ -125,11 +125,18 @@ impl VerbsHost {
                     Some(c) if c.is_closed() && c.wants_close() => {
                         self.owners.insert(id, Owner::Detached { conn: c });
                     }
-                    _ => {
+                    c => {
+                        if let Some(mut c) = c {
+                            c.release(&mut self.res);
+                        }
                         self.owners.remove(&id);
                     }
                 }
+            } else if let Some(mut c) = conn {
+                c.release(&mut self.res);
             }
+        } else if let Some(mut c) = conn {
+            c.release(&mut self.res);
         }
         slot.connecting = None;
         slot.abort = false;

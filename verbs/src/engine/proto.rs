@@ -10,7 +10,7 @@ use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
 use xwarp_stack::SocketError;
 
 use crate::cm_event::CmEvent;
-use crate::engine::cmd::{Cmd, RequestMsg};
+use crate::engine::cmd::Cmd;
 use crate::engine::host::{fpdu_direct, Owner, VerbsHost, MAX_PENDING_RAW};
 
 impl VerbsHost {
@@ -55,18 +55,8 @@ impl ProtocolHost for VerbsHost {
                 }
             }
         }
-        for owner in self.owners.values_mut() {
-            if let Owner::Pending { probe, abort, .. } = owner {
-                if probe.poll_timeout().is_some_and(|t| now >= t) {
-                    probe.handle_timeout(now);
-                }
-                if probe.is_closed() {
-                    *abort = true;
-                }
-                if let Some(t) = probe.poll_timeout() {
-                    next = Some(next.map_or(t, |n| n.min(t)));
-                }
-            }
+        if let Some(t) = self.poll_pending(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         let done: Vec<u32> = self
             .qps
@@ -99,13 +89,19 @@ impl ProtocolHost for VerbsHost {
         peer: SocketAddr,
         now: Instant,
     ) {
-        let cfg = ConnConfig::new(QpConfig {
+        let mut cfg = ConnConfig::new(QpConfig {
             pd: PdId(0),
             ird: 1,
             ord: 1,
             sq_depth: 1,
             rq: xwarp_rdmap::RqConfig::Own(1),
         });
+        let listening = self.listeners.get(&token).map(|l| l.config);
+        if let Some(l) = listening {
+            cfg.responder.request_timeout = l.request_timeout;
+        }
+        // Beyond `max_negotiating` connections still reading their Request: reset.
+        let admit = listening.is_some() && self.may_negotiate(token);
         let probe = match Connection::responder(cfg, now) {
             Ok(p) => p,
             Err(_) => return,
@@ -119,7 +115,8 @@ impl ProtocolHost for VerbsHost {
                 probe,
                 raw: Vec::new(),
                 reported: false,
-                abort: !self.listeners.contains_key(&token),
+                abort: !admit,
+                deadline: None,
             },
         );
     }
@@ -195,39 +192,34 @@ impl ProtocolHost for VerbsHost {
                 }
             }
             Some(Owner::Pending {
-                token,
-                peer,
                 probe,
                 raw,
                 reported,
                 abort,
                 ..
             }) => {
+                if *abort {
+                    return data.len();
+                }
                 if raw.len() + data.len() > MAX_PENDING_RAW {
                     *abort = true;
                     return data.len();
                 }
                 raw.extend_from_slice(data);
                 let _ = probe.handle_input(now, data, &mut self.res);
+                let mut request = None;
                 while let Some(e) = probe.poll_event() {
                     match e {
                         ConnEvent::ConnectRequest(req) if !*reported => {
                             *reported = true;
-                            match self.listeners.get(token) {
-                                Some(l) => {
-                                    let _ = l.requests.send(RequestMsg {
-                                        conn,
-                                        peer: *peer,
-                                        req,
-                                    });
-                                    l.ready.signal();
-                                }
-                                None => *abort = true,
-                            }
+                            request = Some(req);
                         }
                         ConnEvent::Error(_) | ConnEvent::Closed => *abort = true,
                         _ => {}
                     }
+                }
+                if let (Some(req), false) = (request, *abort) {
+                    self.offer_request(conn, req, now);
                 }
             }
             Some(Owner::Detached { .. }) | None => {}
@@ -301,8 +293,13 @@ impl ProtocolHost for VerbsHost {
         let Some(owner) = self.owners.remove(&conn) else {
             return;
         };
-        let Owner::Qp(qpn) = owner else {
-            return;
+        let qpn = match owner {
+            Owner::Qp(qpn) => qpn,
+            Owner::Detached { mut conn } => {
+                conn.release(&mut self.res);
+                return;
+            }
+            Owner::Pending { .. } => return,
         };
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return;
