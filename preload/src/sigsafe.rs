@@ -11,8 +11,10 @@
 //!   so a handler never runs on a thread that holds it;
 //! * a stream's own lock is counted per thread ([`LockCount`]): a read or write on an
 //!   engine descriptor that finds its thread already holding shim locks (it comes from a
-//!   handler that interrupted the shim) only tries the stream's lock and fails with
-//!   `EDEADLK` when it is taken, instead of waiting for itself.
+//!   handler that interrupted the shim) only tries the stream's lock, its options' lock
+//!   and the table's (`sock::lookup_io`: a `fork` prepare handler on another thread may
+//!   hold the table while it waits for a socket lock this thread holds) and fails with
+//!   `EDEADLK` when one is taken, instead of waiting for itself.
 
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
