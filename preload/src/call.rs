@@ -9,7 +9,8 @@ use libc::{c_int, socklen_t, ssize_t};
 use crate::errno::set_errno;
 use crate::process::config;
 use crate::real;
-use crate::sock::{lookup, Sock};
+use crate::sock::{self, lookup, Sock};
+use crate::{epoll, fork};
 
 pub(crate) fn fail(e: c_int) -> c_int {
     set_errno(e);
@@ -24,6 +25,35 @@ pub(crate) fn fails(e: c_int) -> ssize_t {
 /// An xwarp socket of this process (not a `Bound` kernel socket).
 pub(crate) fn xw(fd: c_int) -> Option<Arc<Sock>> {
     lookup(fd).filter(|s| s.common().is_some())
+}
+
+/// [`xw`] for the data calls, which a signal handler may make: `Err(EDEADLK)` instead of
+/// waiting for the table when this thread holds socket locks and the table is taken
+/// (see [`sock::lookup_io`]).
+pub(crate) fn xw_io(fd: c_int) -> Result<Option<Arc<Sock>>, c_int> {
+    Ok(sock::lookup_io(fd)?.filter(|s| s.common().is_some()))
+}
+
+/// The program's descriptor `fd` goes away (`close`, or `dup2`/`dup3` onto it, which close
+/// it silently first): forget it in every table; when it was the last descriptor of an
+/// engine socket, the socket closes as `close` closes it ([`sock::retire`]: reset on unread
+/// input, `SO_LINGER`). A descriptor the shim does not own takes no lock here.
+pub(crate) fn forget_descriptor(fd: c_int) {
+    sock::take_buffers(fd);
+    fork::forget(fd);
+    if sock::any() {
+        if let Some(s) = sock::remove(fd) {
+            epoll::forget_fd(fd);
+            if s.common().is_some_and(|c| !c.alive()) {
+                // Inherited over fork: the engine behind it does not exist here.
+                std::mem::forget(s);
+            } else {
+                sock::retire(s);
+            }
+        } else {
+            epoll::forget_epfd(fd);
+        }
+    }
 }
 
 pub(crate) fn spin() -> Duration {

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
 use xwarp_poll_driver::engine::{EngineConfig, EngineHandle, SpinBudget};
@@ -21,13 +21,27 @@ pub(crate) struct Running {
     _engine: EngineHandle<AfXdpNic, TcpService>,
 }
 
-enum State {
+/// Whether the engine runs.
+pub(crate) enum State {
+    /// Not yet needed.
     NotStarted,
+    /// Running (for the life of the process).
     Running(&'static Running),
+    /// Could not start: sockets use the kernel.
     Failed,
 }
 
 static ENGINE: Mutex<State> = Mutex::new(State::NotStarted);
+
+/// The engine's state, locked: the fork prepare handler takes it first, so that a child
+/// never inherits it held by a thread starting the engine (it would hang on its first
+/// socket).
+pub(crate) type EngineGuard = MutexGuard<'static, State>;
+
+/// Lock the engine's state (see [`EngineGuard`]).
+pub(crate) fn lock_engine() -> EngineGuard {
+    ENGINE.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn start(cfg: &Config) -> io::Result<Running> {
     let filter = SteeringFilter::new(
@@ -65,7 +79,7 @@ fn start(cfg: &Config) -> io::Result<Running> {
 /// not start (then the caller falls back to the kernel).
 pub(crate) fn engine() -> Option<&'static Running> {
     let cfg = config()?;
-    let mut st = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut st = lock_engine();
     match &*st {
         State::Running(r) => return Some(r),
         State::Failed => return None,
@@ -145,13 +159,12 @@ fn process_name() -> String {
 
 #[cfg_attr(test, allow(dead_code))]
 /// In the child after `fork`: the parent's engine thread does not exist here. Forget it
-/// (its memory stays allocated, never touched) so the child can start its own.
-pub(crate) fn after_fork_child() {
+/// (its memory stays allocated, never touched) so the child can start its own. `held` is
+/// the lock the prepare handler took across `fork` (`None`: take it here).
+pub(crate) fn after_fork_child(held: Option<&mut EngineGuard>) {
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    // The lock may have been held by another thread of the parent at fork time:
-    // overwrite it without locking is impossible with std, so try and otherwise leave the
-    // engine marked as whatever it was (sockets still refuse the parent's generation).
-    if let Ok(mut st) = ENGINE.try_lock() {
-        *st = State::NotStarted;
+    match held {
+        Some(st) => **st = State::NotStarted,
+        None => *lock_engine() = State::NotStarted,
     }
 }

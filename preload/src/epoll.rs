@@ -18,6 +18,7 @@ use libc::{c_int, epoll_event};
 
 use crate::errno::set_errno;
 use crate::real;
+use crate::sigsafe::FdBits;
 use crate::sock::{self, Sock};
 
 /// Upper 16 bits of the kernel-side data of an xwarp registration.
@@ -30,8 +31,9 @@ const ET: u32 = libc::EPOLLET as u32;
 const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
 const ALWAYS: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
 
+/// One xwarp descriptor in one epoll set.
 #[derive(Debug)]
-struct Reg {
+pub(crate) struct Reg {
     sock: Arc<Sock>,
     events: u32,
     data: u64,
@@ -43,8 +45,16 @@ struct Reg {
 
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static REGS: Mutex<BTreeMap<(c_int, c_int), Reg>> = Mutex::new(BTreeMap::new());
+/// The epoll descriptors [`REGS`] may hold registrations of (a `close` of any other
+/// descriptor takes no lock, see `sigsafe.rs`).
+static EPFDS: FdBits = FdBits::new();
 
-fn regs() -> MutexGuard<'static, BTreeMap<(c_int, c_int), Reg>> {
+/// The registrations, locked (also by the fork prepare handler across `fork`, after the
+/// descriptor table: nothing that holds them takes the table).
+pub(crate) type RegsGuard = MutexGuard<'static, BTreeMap<(c_int, c_int), Reg>>;
+
+/// Lock the registrations (see [`RegsGuard`]).
+pub(crate) fn regs() -> RegsGuard {
     REGS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -74,6 +84,7 @@ pub(crate) fn ctl(
     ev: Option<epoll_event>,
 ) -> c_int {
     let mut m = regs();
+    EPFDS.set(epfd);
     match op {
         libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD => {
             let Some(ev) = ev else {
@@ -137,13 +148,14 @@ pub(crate) fn forget_fd(fd: c_int) {
 
 /// The epoll descriptor `epfd` was closed.
 pub(crate) fn forget_epfd(epfd: c_int) {
-    if COUNT.load(Ordering::Acquire) == 0 {
+    if COUNT.load(Ordering::Acquire) == 0 || !EPFDS.maybe(epfd) {
         return;
     }
     let mut m = regs();
     let before = m.len();
     m.retain(|k, _| k.0 != epfd);
     COUNT.fetch_sub(before - m.len(), Ordering::Release);
+    EPFDS.clear(epfd);
 }
 
 /// `true` if `epfd` may hold xwarp registrations.

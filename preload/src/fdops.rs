@@ -3,8 +3,7 @@
 
 use libc::{c_int, c_ulong, c_void};
 
-use crate::call::{fail, xw};
-use crate::epoll;
+use crate::call::{fail, forget_descriptor, xw};
 use crate::fork;
 use crate::real;
 use crate::sock::{self, lookup, Sock};
@@ -133,17 +132,14 @@ pub(crate) unsafe fn dup(fd: c_int) -> c_int {
     n
 }
 
+/// `new` now duplicates `old`. Linux closed `new` first, silently: what it was goes the
+/// way of `close` (an engine connection whose last descriptor it was closes, resetting on
+/// unread input), then `new` becomes what `old` is.
 fn after_dup_onto(old: c_int, new: c_int) {
+    forget_descriptor(new);
     fork::after_dup(old, new);
-    if sock::any() {
-        if sock::remove(new).is_some() {
-            epoll::forget_fd(new);
-        } else {
-            epoll::forget_epfd(new);
-        }
-        if let Some(s) = lookup(old) {
-            sock::insert(new, s);
-        }
+    if let Some(s) = lookup(old) {
+        sock::insert(new, s);
     }
 }
 

@@ -37,10 +37,13 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLockWriteGuard};
 
 use libc::c_int;
 
+use crate::engine::{lock_engine, EngineGuard};
+use crate::epoll;
 use crate::errno::last_errno;
 use crate::linger;
 use crate::process::xlog;
 use crate::real;
+use crate::sigsafe::SignalsBlocked;
 use crate::sock::{self, Sock, StreamSock, TableGuard};
 use crate::wait::signal;
 
@@ -69,10 +72,16 @@ struct Prep {
 struct Held {
     // Field order is drop order: the reverse of the locking order.
     linger: linger::LingerGuard,
+    pre_buffers: sock::PreBuffersGuard,
+    regs: epoll::RegsGuard,
     table: TableGuard,
     relayed: RwLockWriteGuard<'static, RelayedMap>,
     books: MutexGuard<'static, Option<RelayBooks>>,
+    engine: EngineGuard,
     pending: Vec<Prep>,
+    /// Every signal blocked from prepare to the end of the parent/child handler (a
+    /// handler must not run while this thread holds the table): restored last.
+    blocked: SignalsBlocked,
 }
 
 thread_local! {
@@ -80,16 +89,32 @@ thread_local! {
 }
 
 /// `pthread_atfork` prepare handler: make a socketpair per live engine connection and
-/// hold the shim's tables locked across `fork`.
+/// hold every lock of the shim across `fork`, so that the child never inherits one held
+/// by a thread that does not exist there.
 #[cfg_attr(test, allow(dead_code))]
 pub(crate) extern "C" fn prepare() {
-    // Lock order: books, relayed, table, lingering list. Elsewhere only books → list
-    // nests (the parent handler retires connections with the books held); nothing takes
-    // any of the others while holding the list (see `linger::lock_lingering`).
+    // Every shim-wide lock, in this one order (released in reverse by parent/child):
+    //  1. the engine's state (held while the engine starts; nothing below is taken
+    //     under it, and it is taken under none of them),
+    //  2. the relay's books,
+    //  3. the relayed map,
+    //  4. the descriptor table,
+    //  5. the epoll registrations (taken under nothing else; under them only socket
+    //     locks),
+    //  6. the buffer sizes remembered for kernel sockets (a leaf: nothing nests in it),
+    //  7. the lingering list (taken so that no thread, the linger watcher mid-round,
+    //     holds it at `fork`).
+    // Elsewhere only books → list nests (the parent handler retires connections with the
+    // books held); nothing takes any of the others while holding the list (see
+    // `linger::lock_lingering`). Per-socket locks (a stream's, its options) come after
+    // all of these: prepare takes each live connection's below.
+    let blocked = SignalsBlocked::new();
+    let engine = lock_engine();
     let mut books = books();
     let relayed = relayed_write();
     let table = sock::lock_table();
-    // Taken so that no thread (the linger watcher mid-round) holds it at `fork`.
+    let regs = epoll::regs();
+    let pre_buffers = sock::lock_pre_buffers();
     let linger = linger::lock_lingering();
     books.get_or_insert_with(RelayBooks::default);
     // Distinct live connections, each with every descriptor number the program has for it.
@@ -146,10 +171,14 @@ pub(crate) extern "C" fn prepare() {
     HELD.with(|h| {
         *h.borrow_mut() = Some(Held {
             linger,
+            pre_buffers,
+            regs,
             table,
             relayed,
             books,
+            engine,
             pending,
+            blocked,
         })
     });
 }
@@ -203,13 +232,19 @@ pub(crate) extern "C" fn child() {
     if let Some(held) = HELD.with(|h| h.borrow_mut().take()) {
         let Held {
             mut linger,
+            pre_buffers,
+            regs,
             mut table,
             mut relayed,
             mut books,
+            mut engine,
             pending,
+            blocked,
         } = held;
         linger::forget_lingering_after_fork(&mut linger);
         drop(linger);
+        drop(pre_buffers);
+        drop(regs);
         // The parent's relay does not exist here: its descriptors are not ours.
         if let Some(b) = books.as_mut() {
             for &fd in &b.fds {
@@ -260,8 +295,12 @@ pub(crate) extern "C" fn child() {
         drop(table);
         drop(relayed);
         drop(books);
+        crate::engine::after_fork_child(Some(&mut engine));
+        drop(engine);
+        drop(blocked);
+        return;
     }
-    crate::engine::after_fork_child();
+    crate::engine::after_fork_child(None);
 }
 
 /// `pthread_atfork` parent handler: close the child ends, hand the parent ends to the
@@ -273,14 +312,26 @@ pub(crate) extern "C" fn parent() {
     };
     let Held {
         linger,
+        pre_buffers,
+        regs,
         table,
         relayed,
         mut books,
+        engine,
         pending,
+        blocked,
     } = held;
     drop(linger);
+    drop(pre_buffers);
+    drop(regs);
     drop(table);
     drop(relayed);
+    // The books stay locked below, the engine's state is not needed: 1 is released out
+    // of order, which is harmless (order matters for taking, not for releasing).
+    drop(engine);
+    // Signals stay blocked to the end of this function (the books held below are no
+    // lock a call from a signal handler takes).
+    let _blocked = blocked;
     if pending.is_empty() {
         return;
     }

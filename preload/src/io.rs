@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t};
 
-use crate::call::{fails, spin, xw};
+use crate::call::{fails, spin, xw_io};
 use crate::real;
 use crate::sock::{Sock, StreamSock};
 use crate::wait::{self, block_hinted};
@@ -19,7 +19,8 @@ fn stream_of(s: &Sock) -> Result<&StreamSock, c_int> {
     }
 }
 
-unsafe fn iov_mut<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<&'a mut [u8]>, c_int> {
+/// The program's iovecs, checked: (base, length) of each non-empty one, in order.
+unsafe fn iov_list(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<(*mut u8, usize)>, c_int> {
     if !(0..=1024).contains(&cnt) {
         return Err(libc::EINVAL);
     }
@@ -31,16 +32,68 @@ unsafe fn iov_mut<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<&'a mut
         // SAFETY: caller's iovec array of `cnt` entries.
         let e = unsafe { *iov.add(i) };
         if e.iov_len > 0 && !e.iov_base.is_null() {
-            // SAFETY: caller's buffer of iov_len bytes.
-            v.push(unsafe { std::slice::from_raw_parts_mut(e.iov_base.cast::<u8>(), e.iov_len) });
+            v.push((e.iov_base.cast::<u8>(), e.iov_len));
         }
     }
     Ok(v)
 }
 
+/// `true` if two of the iovecs share a byte (a program may pass the same buffer twice).
+fn overlapping(list: &[(*mut u8, usize)]) -> bool {
+    let mut spans: Vec<(usize, usize)> = list
+        .iter()
+        .map(|&(p, n)| (p as usize, (p as usize).saturating_add(n)))
+        .collect();
+    spans.sort_unstable();
+    spans.windows(2).any(|w| w[1].0 < w[0].1)
+}
+
+/// At most this much is received at once into iovecs that overlap (they go through a
+/// buffer of the shim first; a shorter read is what the program gets then).
+const ALIASED_READ_MAX: usize = 256 << 10;
+
+/// Receive into the program's iovecs. Disjoint ones are written in place; iovecs that
+/// overlap never become overlapping `&mut` slices: the bytes land in a buffer of the shim
+/// and are copied out iovec by iovec through raw pointers, in order, so where iovecs
+/// share memory the later one's bytes stay (what Linux leaves there).
+unsafe fn recv_iov(
+    st: &StreamSock,
+    list: &[(*mut u8, usize)],
+    flags: c_int,
+) -> Result<usize, c_int> {
+    if !overlapping(list) {
+        let mut v: Vec<&mut [u8]> = list
+            .iter()
+            // SAFETY: the caller's buffers, pairwise disjoint (checked above).
+            .map(|&(p, n)| unsafe { std::slice::from_raw_parts_mut(p, n) })
+            .collect();
+        return recv_impl(st, &mut v, flags);
+    }
+    let total: usize = list.iter().map(|&(_, n)| n).sum();
+    let mut bounce = vec![0u8; total.min(ALIASED_READ_MAX)];
+    let got = recv_impl(st, &mut [&mut bounce[..]], flags)?;
+    let mut off = 0;
+    for &(p, n) in list {
+        if off >= got {
+            break;
+        }
+        let k = n.min(got - off);
+        // SAFETY: `k` bytes of the caller's buffer at `p`; the source is our own buffer.
+        unsafe { std::ptr::copy_nonoverlapping(bounce.as_ptr().add(off), p, k) };
+        off += k;
+    }
+    Ok(got)
+}
+
+/// The program's iovecs to send (shared slices: overlapping ones are fine).
 unsafe fn iov_ref<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<&'a [u8]>, c_int> {
     // SAFETY: same contract.
-    unsafe { iov_mut(iov, cnt) }.map(|v| v.into_iter().map(|b| &*b).collect())
+    let list = unsafe { iov_list(iov, cnt) }?;
+    Ok(list
+        .into_iter()
+        // SAFETY: the caller's buffers of the given lengths, only read.
+        .map(|(p, n)| unsafe { std::slice::from_raw_parts(p.cast_const(), n) })
+        .collect())
 }
 
 fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<usize, c_int> {
@@ -56,7 +109,7 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
     if nb {
         return st.read_once(bufs, peek);
     }
-    let timeout = st.common.opts().rcvtimeo;
+    let timeout = st.common.opts_io()?.rcvtimeo;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && bufs.len() == 1;
     if !waitall {
         return block_hinted(
@@ -98,7 +151,10 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
         st.write_once(bufs)
     } else {
         // Blocking: everything goes out unless interrupted or timed out.
-        let timeout = st.common.opts().sndtimeo;
+        let timeout = match st.common.opts_io() {
+            Ok(o) => o.sndtimeo,
+            Err(e) => return Err(e),
+        };
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut done = 0usize;
         let start = Instant::now();
@@ -168,9 +224,11 @@ fn ret(r: Result<usize, c_int>) -> ssize_t {
 
 /// `read(2)`.
 pub(crate) unsafe fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::read(fd, buf, n) };
+        Ok(None) => return unsafe { real::read(fd, buf, n) },
+        Err(e) => return fails(e),
     };
     if s.common().is_some_and(|c| !c.alive()) {
         return fails(libc::EBADF);
@@ -201,9 +259,11 @@ pub(crate) unsafe fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: 
 
 /// `write(2)`.
 pub(crate) unsafe fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::write(fd, buf, n) };
+        Ok(None) => return unsafe { real::write(fd, buf, n) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -223,26 +283,31 @@ pub(crate) unsafe fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t 
 
 /// `readv(2)`.
 pub(crate) unsafe fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::readv(fd, iov, cnt) };
+        Ok(None) => return unsafe { real::readv(fd, iov, cnt) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
         Err(e) => return fails(e),
     };
     // SAFETY: caller's iovecs.
-    match unsafe { iov_mut(iov, cnt) } {
-        Ok(mut v) => ret(recv_impl(st, &mut v, 0)),
+    match unsafe { iov_list(iov, cnt) } {
+        // SAFETY: the caller's iovecs, checked.
+        Ok(list) => ret(unsafe { recv_iov(st, &list, 0) }),
         Err(e) => fails(e),
     }
 }
 
 /// `writev(2)`.
 pub(crate) unsafe fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::writev(fd, iov, cnt) };
+        Ok(None) => return unsafe { real::writev(fd, iov, cnt) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -257,9 +322,11 @@ pub(crate) unsafe fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> s
 
 /// `recv(2)`.
 pub(crate) unsafe fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::recv(fd, buf, n, flags) };
+        Ok(None) => return unsafe { real::recv(fd, buf, n, flags) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -294,9 +361,11 @@ pub(crate) unsafe fn __recv_chk(
 
 /// `send(2)`.
 pub(crate) unsafe fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::send(fd, buf, n, flags) };
+        Ok(None) => return unsafe { real::send(fd, buf, n, flags) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -323,9 +392,11 @@ pub(crate) unsafe fn recvfrom(
     a: *mut sockaddr,
     len: *mut socklen_t,
 ) -> ssize_t {
-    if xw(fd).is_none() {
+    match xw_io(fd) {
+        Ok(Some(_)) => {}
         // SAFETY: forwarded.
-        return unsafe { real::recvfrom(fd, buf, n, flags, a, len) };
+        Ok(None) => return unsafe { real::recvfrom(fd, buf, n, flags, a, len) },
+        Err(e) => return fails(e),
     }
     if !len.is_null() {
         // SAFETY: caller's length (TCP reports no source address).
@@ -362,9 +433,11 @@ pub(crate) unsafe fn sendto(
     a: *const sockaddr,
     len: socklen_t,
 ) -> ssize_t {
-    if xw(fd).is_none() {
+    match xw_io(fd) {
+        Ok(Some(_)) => {}
         // SAFETY: forwarded.
-        return unsafe { real::sendto(fd, buf, n, flags, a, len) };
+        Ok(None) => return unsafe { real::sendto(fd, buf, n, flags, a, len) },
+        Err(e) => return fails(e),
     }
     // SAFETY: same contract.
     unsafe { send(fd, buf, n, flags) }
@@ -372,9 +445,11 @@ pub(crate) unsafe fn sendto(
 
 /// `recvmsg(2)` (no ancillary data on xwarp sockets).
 pub(crate) unsafe fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::recvmsg(fd, msg, flags) };
+        Ok(None) => return unsafe { real::recvmsg(fd, msg, flags) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -386,8 +461,9 @@ pub(crate) unsafe fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize
     // SAFETY: caller's msghdr.
     let m = unsafe { &mut *msg };
     // SAFETY: caller's iovecs.
-    let r = match unsafe { iov_mut(m.msg_iov, m.msg_iovlen as c_int) } {
-        Ok(mut v) => recv_impl(st, &mut v, flags),
+    let r = match unsafe { iov_list(m.msg_iov, m.msg_iovlen as c_int) } {
+        // SAFETY: the caller's iovecs, checked.
+        Ok(list) => unsafe { recv_iov(st, &list, flags) },
         Err(e) => Err(e),
     };
     m.msg_namelen = 0;
@@ -398,9 +474,11 @@ pub(crate) unsafe fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize
 
 /// `sendmsg(2)` (ancillary data is ignored on xwarp sockets).
 pub(crate) unsafe fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    let Some(s) = xw(fd) else {
+    let s = match xw_io(fd) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::sendmsg(fd, msg, flags) };
+        Ok(None) => return unsafe { real::sendmsg(fd, msg, flags) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,
@@ -420,9 +498,11 @@ pub(crate) unsafe fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssi
 
 /// `sendfile(2)` with an xwarp socket as destination: file bytes are read and queued.
 pub(crate) unsafe fn sendfile(out: c_int, inp: c_int, off: *mut off_t, count: size_t) -> ssize_t {
-    let Some(s) = xw(out) else {
+    let s = match xw_io(out) {
+        Ok(Some(s)) => s,
         // SAFETY: forwarded.
-        return unsafe { real::sendfile(out, inp, off, count) };
+        Ok(None) => return unsafe { real::sendfile(out, inp, off, count) },
+        Err(e) => return fails(e),
     };
     let st = match stream_of(&s) {
         Ok(st) => st,

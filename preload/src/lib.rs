@@ -34,6 +34,7 @@ mod linger;
 mod poll;
 mod process;
 mod real;
+mod sigsafe;
 mod sock;
 mod sockopt;
 mod wait;

@@ -9,9 +9,8 @@ use std::time::Duration;
 use libc::{c_int, sockaddr, socklen_t};
 
 use crate::addr;
-use crate::call::{fail, kernel_tcp_domain, sockopt_int, spin, xw};
+use crate::call::{fail, forget_descriptor, kernel_tcp_domain, sockopt_int, spin, xw};
 use crate::engine::engine;
-use crate::epoll;
 use crate::errno::{errno_of, set_errno};
 use crate::fork;
 use crate::process::{config, xlog};
@@ -477,21 +476,7 @@ pub(crate) unsafe fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c
 
 /// `close(2)`.
 pub(crate) unsafe fn close(fd: c_int) -> c_int {
-    sock::take_buffers(fd);
-    fork::forget(fd);
-    if sock::any() {
-        if let Some(s) = sock::remove(fd) {
-            epoll::forget_fd(fd);
-            if s.common().is_some_and(|c| !c.alive()) {
-                // Inherited over fork: the engine behind it does not exist here.
-                std::mem::forget(s);
-            } else {
-                sock::retire(s);
-            }
-        } else {
-            epoll::forget_epfd(fd);
-        }
-    }
+    forget_descriptor(fd);
     // SAFETY: forwarded.
     unsafe { real::close(fd) }
 }

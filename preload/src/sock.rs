@@ -12,7 +12,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -21,6 +21,7 @@ use xwarp_stack::{socket_buffer_size, KeepAlive, ListenSocket, Phase, SocketOpti
 use crate::errno::errno_of;
 use crate::linger::{self, closing, linger_wait, read_input, reap, Closing, Input};
 use crate::process::{xlog, GENERATION};
+use crate::sigsafe::{nested, Counted, FdBits, SignalsBlocked};
 use crate::wait::{drain, signal};
 
 /// How much a readiness probe pulls out of the receive ring into the socket's own buffer.
@@ -113,6 +114,9 @@ type Buffers = (Option<usize>, Option<usize>);
 /// Number of entries in [`PRE_BUFFERS`] (fast path: zero means nothing to look up).
 static PRE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// The descriptors [`PRE_BUFFERS`] may hold (a `close` of any other takes no lock).
+static PRE_BITS: FdBits = FdBits::new();
+
 /// `SO_RCVBUF`/`SO_SNDBUF` values (as requested) set on kernel TCP sockets that may still
 /// move to the engine: the kernel clamps them to `rmem_max`/`wmem_max` and cannot tell
 /// an explicit value from its default, so the shim remembers what the program asked.
@@ -121,7 +125,8 @@ static PRE_BUFFERS: Mutex<BTreeMap<RawFd, Buffers>> = Mutex::new(BTreeMap::new()
 /// Remember a buffer size the program set on kernel socket `fd`.
 pub(crate) fn remember_buffer(fd: RawFd, rcv: bool, requested: c_int) {
     let v = socket_buffer_size(requested.max(0) as usize);
-    let mut t = PRE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = lock_pre_buffers();
+    PRE_BITS.set(fd);
     let e = t.entry(fd).or_insert_with(|| {
         PRE_COUNT.fetch_add(1, Ordering::Release);
         (None, None)
@@ -135,17 +140,28 @@ pub(crate) fn remember_buffer(fd: RawFd, rcv: bool, requested: c_int) {
 
 /// Take (and forget) the buffer sizes remembered for `fd`: (receive, send), doubled.
 pub(crate) fn take_buffers(fd: RawFd) -> Buffers {
-    if PRE_COUNT.load(Ordering::Acquire) == 0 {
+    if PRE_COUNT.load(Ordering::Acquire) == 0 || !PRE_BITS.maybe(fd) {
         return (None, None);
     }
-    let mut t = PRE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner());
-    match t.remove(&fd) {
+    let mut t = lock_pre_buffers();
+    let r = match t.remove(&fd) {
         Some(v) => {
             PRE_COUNT.fetch_sub(1, Ordering::Release);
             v
         }
         None => (None, None),
-    }
+    };
+    PRE_BITS.clear(fd);
+    r
+}
+
+/// [`PRE_BUFFERS`], locked.
+pub(crate) type PreBuffersGuard = MutexGuard<'static, BTreeMap<RawFd, Buffers>>;
+
+/// The buffer sizes remembered for kernel sockets, locked (also by the fork prepare
+/// handler, so that a child never inherits the lock held).
+pub(crate) fn lock_pre_buffers() -> PreBuffersGuard {
+    PRE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// State common to every xwarp socket (shared by all descriptors that `dup` it).
@@ -179,8 +195,14 @@ impl Common {
         self.generation == GENERATION.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn opts(&self) -> MutexGuard<'_, Opts> {
-        self.opts.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn opts(&self) -> Counted<'_, Opts> {
+        Counted::lock(&self.opts)
+    }
+
+    /// [`Common::opts`] for a read or write (`EDEADLK` instead of waiting from a signal
+    /// handler that interrupted this thread, see [`Counted::lock_io`]).
+    pub(crate) fn opts_io(&self) -> Result<Counted<'_, Opts>, c_int> {
+        Counted::lock_io(&self.opts)
     }
 }
 
@@ -263,19 +285,43 @@ impl Sock {
 // ---------------------------------------------------------------------------------------
 // fd table
 
+// The table is only locked with every signal blocked (a handler running on a thread
+// that holds it would deadlock on its next call), and a descriptor whose bit in [`OWNED`]
+// is clear is not looked up at all: calls on the program's own descriptors (a
+// self-pipe) take no lock (see `sigsafe.rs`).
+
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static TABLE: RwLock<BTreeMap<RawFd, Arc<Sock>>> = RwLock::new(BTreeMap::new());
+/// The descriptors [`TABLE`] may hold.
+static OWNED: FdBits = FdBits::new();
 
 /// The socket behind `fd`, if it is one of the shim's.
 pub(crate) fn lookup(fd: RawFd) -> Option<Arc<Sock>> {
-    if LIVE.load(Ordering::Acquire) == 0 || fd < 0 {
+    if LIVE.load(Ordering::Acquire) == 0 || !OWNED.maybe(fd) {
         return None;
     }
-    TABLE
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&fd)
-        .cloned()
+    let _blocked = SignalsBlocked::new();
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.get(&fd).cloned()
+}
+
+/// [`lookup`] for a call a signal handler may make: when this thread already holds socket
+/// locks (the handler interrupted the shim) it only tries the table's lock, and gives
+/// `EDEADLK` when the table is taken (a `fork` prepare handler on another thread may hold
+/// it while it waits for a socket lock this thread holds).
+pub(crate) fn lookup_io(fd: RawFd) -> Result<Option<Arc<Sock>>, c_int> {
+    if LIVE.load(Ordering::Acquire) == 0 || !OWNED.maybe(fd) {
+        return Ok(None);
+    }
+    if !nested() {
+        return Ok(lookup(fd));
+    }
+    let _blocked = SignalsBlocked::new();
+    match TABLE.try_read() {
+        Ok(t) => Ok(t.get(&fd).cloned()),
+        Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().get(&fd).cloned()),
+        Err(TryLockError::WouldBlock) => Err(libc::EDEADLK),
+    }
 }
 
 /// `true` if any descriptor is the shim's (fast path for kernel-only programs).
@@ -285,27 +331,31 @@ pub(crate) fn any() -> bool {
 
 /// Make `fd` refer to `sock`.
 pub(crate) fn insert(fd: RawFd, sock: Arc<Sock>) {
+    let _blocked = SignalsBlocked::new();
     let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
-    if t.insert(fd, sock).is_none() {
+    OWNED.set(fd);
+    let old = t.insert(fd, sock);
+    if old.is_none() {
         LIVE.fetch_add(1, Ordering::Release);
     }
+    drop(t);
+    // A replaced socket is dropped with signals still blocked and the table unlocked.
+    drop(old);
 }
 
 /// Forget `fd`; returns what it was.
 pub(crate) fn remove(fd: RawFd) -> Option<Arc<Sock>> {
-    if !any() {
+    if !any() || !OWNED.maybe(fd) {
         return None;
     }
+    let _blocked = SignalsBlocked::new();
     let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
-    let r = t.remove(&fd);
-    if r.is_some() {
-        LIVE.fetch_sub(1, Ordering::Release);
-    }
-    r
+    remove_locked(&mut t, fd)
 }
 
 /// The table, write-locked (the fork handlers hold it across `fork`, so the child's copy
-/// is consistent: no other thread can be half-way through an update).
+/// is consistent: no other thread can be half-way through an update). The caller blocks
+/// signals while it holds it (the fork handlers do, for the whole `fork`).
 pub(crate) type TableGuard = std::sync::RwLockWriteGuard<'static, BTreeMap<RawFd, Arc<Sock>>>;
 
 /// Write-lock the table (see [`TableGuard`]).
@@ -319,11 +369,13 @@ pub(crate) fn remove_locked(t: &mut TableGuard, fd: RawFd) -> Option<Arc<Sock>> 
     if r.is_some() {
         LIVE.fetch_sub(1, Ordering::Release);
     }
+    OWNED.clear(fd);
     r
 }
 
 /// Every stream in the table (for the exit flush).
 pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
+    let _blocked = SignalsBlocked::new();
     TABLE
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -427,8 +479,14 @@ impl StreamSock {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, StreamInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn lock(&self) -> Counted<'_, StreamInner> {
+        Counted::lock(&self.inner)
+    }
+
+    /// [`StreamSock::lock`] for a read or write: `EDEADLK` instead of waiting when this
+    /// thread already holds socket locks (a signal handler's call, [`Counted::lock_io`]).
+    fn lock_io(&self) -> Result<Counted<'_, StreamInner>, c_int> {
+        Counted::lock_io(&self.inner)
     }
 
     /// One non-blocking attempt to fill `pending` from the ring. `Ok(true)`: readable
@@ -477,7 +535,7 @@ impl StreamSock {
     /// Non-blocking read into `bufs` (scatter). `peek` leaves the bytes in place.
     pub(crate) fn read_once(&self, bufs: &mut [&mut [u8]], peek: bool) -> Result<usize, c_int> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        let mut g = self.lock();
+        let mut g = self.lock_io()?;
         if g.read_shut {
             return Ok(0);
         }
@@ -571,7 +629,7 @@ impl StreamSock {
 
     /// Non-blocking write of `bufs` (gather): as many bytes as the ring takes.
     pub(crate) fn write_once(&self, bufs: &[&[u8]]) -> Result<usize, c_int> {
-        let mut g = self.lock();
+        let mut g = self.lock_io()?;
         if g.write_shut {
             return Err(libc::EPIPE);
         }
@@ -666,7 +724,10 @@ impl StreamSock {
     /// Cheap check (no syscall, no copy) whether a read may make progress now: buffered
     /// bytes, bytes in the ring, or a state change to report. For spinning readers.
     pub(crate) fn read_hint(&self) -> bool {
-        let g = self.lock();
+        // Taken: let the read itself say why (`EDEADLK`).
+        let Ok(g) = self.lock_io() else {
+            return true;
+        };
         g.pos < g.plen || g.eof || g.read_shut || g.so_error.is_some() || g.stream.rx_ready()
     }
 

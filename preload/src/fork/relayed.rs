@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 use libc::c_int;
 
+use crate::sigsafe::FdBits;
 use crate::sock::Opts;
 
 /// What a child knows about a connection relayed by its parent.
@@ -35,6 +36,8 @@ pub(super) type RelayedMap = BTreeMap<RawFd, Arc<Relayed>>;
 
 static RELAYED_COUNT: AtomicUsize = AtomicUsize::new(0);
 static RELAYED: RwLock<RelayedMap> = RwLock::new(BTreeMap::new());
+/// The descriptors [`RELAYED`] may hold (a `close` of any other takes no lock).
+static RELAYED_BITS: FdBits = FdBits::new();
 
 pub(super) fn relayed_write() -> RwLockWriteGuard<'static, RelayedMap> {
     RELAYED.write().unwrap_or_else(|p| p.into_inner())
@@ -42,7 +45,7 @@ pub(super) fn relayed_write() -> RwLockWriteGuard<'static, RelayedMap> {
 
 /// The relayed connection behind `fd`, if any.
 pub(crate) fn relayed(fd: RawFd) -> Option<Arc<Relayed>> {
-    if RELAYED_COUNT.load(Ordering::Acquire) == 0 {
+    if RELAYED_COUNT.load(Ordering::Acquire) == 0 || !RELAYED_BITS.maybe(fd) {
         return None;
     }
     RELAYED
@@ -53,6 +56,7 @@ pub(crate) fn relayed(fd: RawFd) -> Option<Arc<Relayed>> {
 }
 
 pub(super) fn insert_locked(m: &mut RelayedMap, fd: RawFd, r: Arc<Relayed>) {
+    RELAYED_BITS.set(fd);
     if m.insert(fd, r).is_none() {
         RELAYED_COUNT.fetch_add(1, Ordering::Release);
     }
@@ -60,12 +64,14 @@ pub(super) fn insert_locked(m: &mut RelayedMap, fd: RawFd, r: Arc<Relayed>) {
 
 /// `fd` was closed (or reused): forget it.
 pub(crate) fn forget(fd: RawFd) {
-    if RELAYED_COUNT.load(Ordering::Acquire) == 0 {
+    if RELAYED_COUNT.load(Ordering::Acquire) == 0 || !RELAYED_BITS.maybe(fd) {
         return;
     }
-    if relayed_write().remove(&fd).is_some() {
+    let mut m = relayed_write();
+    if m.remove(&fd).is_some() {
         RELAYED_COUNT.fetch_sub(1, Ordering::Release);
     }
+    RELAYED_BITS.clear(fd);
 }
 
 /// `new` was made a duplicate of `old` (`dup*`, `F_DUPFD*`).
@@ -77,6 +83,7 @@ pub(crate) fn after_dup(old: RawFd, new: RawFd) {
     if m.remove(&new).is_some() {
         RELAYED_COUNT.fetch_sub(1, Ordering::Release);
     }
+    RELAYED_BITS.clear(new);
     if let Some(r) = m.get(&old).cloned() {
         insert_locked(&mut m, new, r);
     }

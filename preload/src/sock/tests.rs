@@ -332,7 +332,7 @@ fn shim_threads_block_every_signal_and_leave_the_callers_mask_alone() {
 }
 
 /// Wait (bounded) until `f` holds.
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -341,7 +341,7 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// Write all of `data` on the client stream.
-fn client_write(client: &mut Stream, data: &[u8]) {
+pub(crate) fn client_write(client: &mut Stream, data: &[u8]) {
     let mut off = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
     while off < data.len() {
@@ -357,7 +357,7 @@ fn client_write(client: &mut Stream, data: &[u8]) {
 }
 
 /// Read on the client until end of stream or failure: the bytes and how it ended.
-fn client_read_to_end(client: &mut Stream) -> (Vec<u8>, io::Result<()>) {
+pub(crate) fn client_read_to_end(client: &mut Stream) -> (Vec<u8>, io::Result<()>) {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let deadline = Instant::now() + Duration::from_secs(10);
