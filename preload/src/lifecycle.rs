@@ -11,6 +11,7 @@ use libc::{c_int, sockaddr, socklen_t};
 use crate::addr;
 use crate::call::{fail, forget_descriptor, kernel_tcp_domain, sockopt_int, spin, xw};
 use crate::engine::engine;
+use crate::epoll;
 use crate::errno::{errno_of, set_errno};
 use crate::fork;
 use crate::process::{config, xlog};

@@ -83,6 +83,7 @@ fn bound() -> Arc<Sock> {
         domain: libc::AF_INET,
         listening: None,
         kernel_listening: false,
+        epoll: Vec::new(),
     })))
 }
 
