@@ -60,6 +60,16 @@ fn hostile_mpa_request_flood() {
 }
 
 #[test]
+fn hostile_out_of_order_segment_flood() {
+    case("ooo-segment-flood");
+}
+
+#[test]
+fn hostile_mid_fpdu_send_invalidate_from_other_qp() {
+    case("mid-fpdu-send-inv-other-qp");
+}
+
+#[test]
 fn hostile_tiny_fpdu_flood() {
     case("tiny-fpdu-flood");
 }

@@ -277,23 +277,36 @@ pub fn connection_flood(n: u64) -> io::Result<Outcome> {
         held.len()
     });
     c.begin();
-    let (mut ok, mut refused) = (0u64, 0u64);
+    // Non-blocking: beyond the limit the victim may drop SYNs rather than reset them.
     let mut conns = Vec::new();
+    let mut refused = 0u64;
     for _ in 0..n {
-        match TcpStream::connect_timeout(c.lab.peer.stack(), addr, Duration::from_secs(2)) {
-            Ok(s) => {
-                ok += 1;
-                conns.push(s);
-            }
+        match TcpStream::connect_nonblocking(c.lab.peer.stack(), addr) {
+            Ok(s) => conns.push((s, None)),
             Err(_) => refused += 1,
         }
     }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && conns.iter().any(|(_, r)| r.is_none()) {
+        for (s, r) in conns.iter_mut().filter(|(_, r)| r.is_none()) {
+            match s.poll_connect() {
+                Ok(true) => *r = Some(true),
+                Ok(false) => {}
+                Err(_) => *r = Some(false),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = conns.iter().filter(|(_, r)| *r == Some(true)).count() as u64;
+    refused += conns.iter().filter(|(_, r)| *r == Some(false)).count() as u64;
+    let unanswered = n - ok - refused;
     std::thread::sleep(Duration::from_millis(100));
     c.end();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let accepted = acceptor.join().unwrap_or(0);
     drop(conns);
-    c.out.attacker_got = format!("{ok} connected ({accepted} accepted), {refused} refused");
+    c.out.attacker_got =
+        format!("{ok} connected ({accepted} accepted), {refused} refused, {unanswered} unanswered");
     let held = c.out.during.connections();
     c.check(
         format!(
@@ -363,6 +376,144 @@ pub fn mpa_request_flood(n: u64) -> io::Result<Outcome> {
     c.check(
         format!("pending MPA Requests {pending} <= {}", knobs::MPA_BACKLOG),
         pending as usize <= knobs::MPA_BACKLOG,
+    );
+    c.finish(knobs::RSS_BOUND)
+}
+
+/// The byte at stream offset `off` of the out-of-order flood's connection.
+fn ooo_byte(off: u64) -> u8 {
+    (off % 239) as u8 ^ 0x3c
+}
+
+/// A spoofed source completes a handshake by hand, then sends segments scattered over
+/// the receive window and never the first bytes (reassembly flood). The victim answers
+/// each with an immediate duplicate ACK (RFC 9293 §3.10.7.4, RFC 5681 §4.2), holds no
+/// more than its receive buffer, and once the hole is filled delivers correct bytes.
+pub fn ooo_flood(n: u64) -> io::Result<Outcome> {
+    let mut c = Case::new(
+        "ooo-segment-flood",
+        n,
+        "segments",
+        format!("receive buffer {} KiB", knobs::SOCKET_BUFFER >> 10),
+    )?;
+    let addr = SocketAddr::from((VICTIM_IP, FLOOD_PORT));
+    let mut listener = TcpListener::bind(c.lab.victim.stack(), addr)?;
+    listener.set_nonblocking(true)?;
+    let src = Ipv4Addr::new(10, 77, 0, 150);
+    let sport = 40_000;
+    let isn = 0x1000_0000u32;
+    let seg = |seq: u32, ack: u32, flags: u8, payload: &[u8]| {
+        Segment {
+            src,
+            sport,
+            dport: FLOOD_PORT,
+            seq,
+            ack,
+            flags,
+            window: 65535,
+            payload,
+        }
+        .frame()
+    };
+    c.lab.raw.send(seg(isn, 0, tcp_flags::SYN, &[]));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut their = None;
+    while their.is_none() && Instant::now() < deadline {
+        for f in c.lab.raw.drain() {
+            if let Some(s) = parse_segment(&f) {
+                if s.dport == sport && s.flags & (tcp_flags::SYN | tcp_flags::ACK) == 0x12 {
+                    their = Some(s.seq);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let y = their.ok_or_else(|| io::Error::other("no SYN-ACK to the spoofed handshake"))?;
+    c.lab.raw.send(seg(isn + 1, y + 1, tcp_flags::ACK, &[]));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut app = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(e),
+        }
+    };
+    let data = |off: u64, len: usize| {
+        (0..len as u64)
+            .map(|k| ooo_byte(off + k))
+            .collect::<Vec<u8>>()
+    };
+    let window = (knobs::SOCKET_BUFFER as u64 / 2).max(8192);
+    let mut rng = Rng::new(16);
+    let mut dupacks = 0u64;
+    let count = |lab: &Lab, dupacks: &mut u64| {
+        for f in lab.raw.drain() {
+            if let Some(s) = parse_segment(&f) {
+                if s.dport == sport && s.ack == isn + 1 && s.flags & tcp_flags::ACK != 0 {
+                    *dupacks += 1;
+                }
+            }
+        }
+    };
+    c.begin();
+    for i in 0..n {
+        let off = 1024 + (rng.next_u64() % (window - 2048)) / 512 * 512;
+        let f = seg(
+            isn + 1 + off as u32,
+            y + 1,
+            tcp_flags::ACK | tcp_flags::PSH,
+            &data(off, 512),
+        );
+        c.lab.raw.send(f);
+        if i % 256 == 0 {
+            count(&c.lab, &mut dupacks);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    count(&c.lab, &mut dupacks);
+    c.end();
+    // Fill the hole and read what the application gets.
+    for off in [0u64, 512] {
+        c.lab.raw.send(seg(
+            isn + 1 + off as u32,
+            y + 1,
+            tcp_flags::ACK | tcp_flags::PSH,
+            &data(off, 512),
+        ));
+    }
+    app.set_read_timeout(Some(Duration::from_millis(300)))?;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(800) {
+        match std::io::Read::read(&mut app, &mut buf) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(_) => break,
+        }
+    }
+    let wrong = got
+        .iter()
+        .enumerate()
+        .filter(|(k, &b)| b != ooo_byte(*k as u64))
+        .count();
+    c.lab
+        .raw
+        .send(seg(isn + 1 + window as u32, y + 1, tcp_flags::RST, &[]));
+    c.out.attacker_got = format!(
+        "{dupacks} duplicate ACKs; app read {} bytes after the hole was filled",
+        got.len()
+    );
+    c.check(
+        format!("duplicate ACKs for out-of-order segments ({dupacks})"),
+        dupacks > 0,
+    );
+    c.check(
+        format!(
+            "reassembled bytes correct ({} read, {wrong} wrong)",
+            got.len()
+        ),
+        got.len() >= 1024 && wrong == 0,
     );
     c.finish(knobs::RSS_BOUND)
 }
@@ -545,6 +696,9 @@ pub enum MidFpdu {
     Reregister,
     /// Destroy the QP.
     DestroyQp,
+    /// A second attacker QP in the same PD invalidates the target with a Send with
+    /// Invalidate (allowed: the target is a remote-access region of its PD).
+    OtherQpInvalidate,
 }
 
 /// A 60 KiB Write FPDU split after its header and 1000 bytes; the victim revokes the
@@ -556,6 +710,7 @@ pub fn mid_fpdu(what: MidFpdu) -> io::Result<Outcome> {
         MidFpdu::LocalInvalidate => "mid-fpdu-invalidate",
         MidFpdu::Reregister => "mid-fpdu-reregister",
         MidFpdu::DestroyQp => "mid-fpdu-destroy-qp",
+        MidFpdu::OtherQpInvalidate => "mid-fpdu-send-inv-other-qp",
     };
     let mut c = Case::new(name, 60_000, "bytes", "0 bytes after revocation".into())?;
     let dev = c.lab.victim.device().clone();
@@ -573,6 +728,7 @@ pub fn mid_fpdu(what: MidFpdu) -> io::Result<Outcome> {
     std::thread::sleep(Duration::from_millis(100));
     let mut target = Some(target);
     let mut note = String::new();
+    let mut keep = None;
     match what {
         MidFpdu::LocalInvalidate => {
             let stag = target.as_ref().map(|t| t.rkey()).expect("target");
@@ -606,6 +762,23 @@ pub fn mid_fpdu(what: MidFpdu) -> io::Result<Outcome> {
             drop(v.qp.take());
             std::thread::sleep(Duration::from_millis(100));
         }
+        MidFpdu::OtherQpInvalidate => {
+            let (mut b, vb) = accept_attacker(&c.lab, &listener, &pd, 1)?;
+            let recv = pd.alloc_mr(4096, Access::LOCAL_WRITE, false)?;
+            vb.qp
+                .as_ref()
+                .expect("qp")
+                .post_recv(1, &[recv.sge_all().expect("sge")])
+                .map_err(|e| io::Error::other(format!("{e:?}")))?;
+            let stag = target.as_ref().map(|t| t.rkey().0).expect("target");
+            let f = b.send_fpdu(b"invalidate", Some(stag));
+            b.raw(&f)?;
+            note = match vb.rcq.next(Duration::from_secs(1)) {
+                Ok(wc) => format!("other QP's Send with Invalidate: {:?}", wc.status),
+                Err(_) => "other QP's Send with Invalidate: no receive completion".into(),
+            };
+            keep = Some((b, vb, recv));
+        }
     }
     let _ = evil.raw(&fpdu[head..]);
     let (saw, _) = evil.watch(Duration::from_secs(2));
@@ -628,7 +801,7 @@ pub fn mid_fpdu(what: MidFpdu) -> io::Result<Outcome> {
             format!(" ({note})")
         }
     );
-    let _ = &v.rcq;
+    let _ = (&v.rcq, &keep);
     match what {
         MidFpdu::DestroyQp => c.check(
             format!("the connection ends when the QP is destroyed (got {saw})"),

@@ -29,9 +29,12 @@ pub mod knobs {
 
     /// Handshakes in progress per listening port: `StackConfig::syn_backlog` (exists).
     pub const SYN_BACKLOG: usize = 64;
-    /// Connections the victim engine holds at most. ASSUMED knob of the stack fix
-    /// (e.g. `StackConfig::max_connections`); set it in [`victim_stack`] when it lands.
+    /// Sockets the victim engine holds at most (connections, handshakes, armed
+    /// listeners). Knob of the stack fix (branch h-stack: `StackConfig::max_sockets`);
+    /// set in [`victim_stack`] once it is merged.
     pub const MAX_CONNECTIONS: usize = 64;
+    /// Flows the ACK watch tracks at most (h-stack: `StackConfig::max_tracked_flows`).
+    pub const MAX_TRACKED_FLOWS: usize = 1024;
     /// Backlog of the victim's verbs listener (`Device::listen`'s argument): pending MPA
     /// Requests beyond it must be refused (verbs fix).
     pub const MPA_BACKLOG: usize = 8;
@@ -54,7 +57,9 @@ pub mod knobs {
         cfg.rx_buffer = SOCKET_BUFFER;
         cfg.tx_buffer = SOCKET_BUFFER;
         cfg.ring_size = SOCKET_BUFFER / 2;
-        // When the stack fix lands: cfg.max_connections = MAX_CONNECTIONS;
+        // Knobs of the stack fix (h-stack); uncomment once it is merged:
+        // cfg.max_sockets = MAX_CONNECTIONS;
+        // cfg.max_tracked_flows = MAX_TRACKED_FLOWS;
     }
 }
 
@@ -120,6 +125,8 @@ pub struct Volumes {
     pub connections: u64,
     /// MPA Requests never accepted.
     pub mpa_requests: u64,
+    /// Out-of-order segments of 512 bytes.
+    pub ooo_segments: u64,
     /// 1-byte Write FPDUs.
     pub tiny_fpdus: u64,
     /// Read Requests at once.
@@ -132,10 +139,11 @@ impl Volumes {
     /// Small volumes: each case well under 30 s on a loaded 2-core machine.
     pub fn test() -> Volumes {
         Volumes {
-            acks: 60_000,
+            acks: 100_000,
             syns: 2_000,
             connections: 160,
             mpa_requests: 40,
+            ooo_segments: 5_000,
             tiny_fpdus: 50_000,
             reads: 16,
             guesses: 24,
@@ -149,6 +157,7 @@ impl Volumes {
             syns: 20_000,
             connections: 400,
             mpa_requests: 200,
+            ooo_segments: 50_000,
             tiny_fpdus: 400_000,
             reads: 64,
             guesses: 96,
@@ -162,11 +171,13 @@ pub const ATTACKS: &[&str] = &[
     "syn-flood",
     "connection-flood",
     "mpa-request-flood",
+    "ooo-segment-flood",
     "tiny-fpdu-flood",
     "read-beyond-ird",
     "mid-fpdu-invalidate",
     "mid-fpdu-reregister",
     "mid-fpdu-destroy-qp",
+    "mid-fpdu-send-inv-other-qp",
     "send-inv-cross-pd",
     "send-inv-local-only",
     "stag-guessing",
@@ -180,11 +191,13 @@ pub fn run(name: &str, v: &Volumes) -> std::io::Result<Outcome> {
         "syn-flood" => syn_flood(v.syns),
         "connection-flood" => connection_flood(v.connections),
         "mpa-request-flood" => mpa_request_flood(v.mpa_requests),
+        "ooo-segment-flood" => ooo_flood(v.ooo_segments),
         "tiny-fpdu-flood" => tiny_fpdu_flood(v.tiny_fpdus),
         "read-beyond-ird" => read_beyond_ird(v.reads),
         "mid-fpdu-invalidate" => mid_fpdu(MidFpdu::LocalInvalidate),
         "mid-fpdu-reregister" => mid_fpdu(MidFpdu::Reregister),
         "mid-fpdu-destroy-qp" => mid_fpdu(MidFpdu::DestroyQp),
+        "mid-fpdu-send-inv-other-qp" => mid_fpdu(MidFpdu::OtherQpInvalidate),
         "send-inv-cross-pd" => send_invalidate(SendInv::CrossPd),
         "send-inv-local-only" => send_invalidate(SendInv::LocalOnly),
         "stag-guessing" => stag_guessing(v.guesses),

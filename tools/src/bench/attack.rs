@@ -66,6 +66,7 @@ fn scaled(v: Volumes, k: u64) -> Volumes {
         syns: v.syns * k,
         connections: v.connections * k,
         mpa_requests: v.mpa_requests * k,
+        ooo_segments: v.ooo_segments * k,
         tiny_fpdus: v.tiny_fpdus * k,
         reads: v.reads * k,
         guesses: v.guesses * k,
