@@ -69,6 +69,10 @@ fn command_words(argv: &[OsString]) -> usize {
     }
 }
 
+/// Counts live heap bytes for `xwarp bench attack` (a relaxed atomic per allocation).
+#[global_allocator]
+static ALLOC: xwarp_tools::attack::lab::CountingAlloc = xwarp_tools::attack::lab::CountingAlloc;
+
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let n = command_words(&argv);

@@ -11,7 +11,11 @@
 
 use std::sync::Mutex;
 
+use xwarp_tools::attack::lab::CountingAlloc;
 use xwarp_tools::attack::{run, Volumes};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -19,9 +23,12 @@ fn case(name: &str) {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let o = run(name, &Volumes::test()).unwrap_or_else(|e| panic!("{name}: {e}"));
     eprintln!(
-        "{name}: {} {}; RSS {} -> {} -> {} KiB; bound {}; legit {:.1} of {:.1} MB/s ({:.2}); attacker got: {}; outside changed {}",
+        "{name}: {} {}; heap {} -> {} -> {} KiB; RSS {} -> {} -> {} KiB; bound {}; legit {:.1} of {:.1} MB/s ({:.2}); attacker got: {}; outside changed {}",
         o.volume,
         o.unit,
+        o.before.heap >> 10,
+        o.during.heap >> 10,
+        o.after.heap >> 10,
         o.before.rss >> 10,
         o.during.rss >> 10,
         o.after.rss >> 10,

@@ -94,7 +94,13 @@ pub struct PendingIwarp {
 impl PendingIwarp {
     /// Connect from `stack` to `addr` and send an MPA v2 Request (enhanced, IRD/ORD given).
     pub fn start(stack: &StackHandle, addr: SocketAddr, ird: u16, ord: u16) -> io::Result<Self> {
-        let mut stream = TcpStream::connect_timeout(stack, addr, Duration::from_secs(10))?;
+        let stream = TcpStream::connect_timeout(stack, addr, Duration::from_secs(10))?;
+        Self::over(stream, ird, ord)
+    }
+
+    /// Send an MPA v2 Request (enhanced, IRD/ORD given) over the connected `stream`.
+    pub fn over(mut stream: TcpStream, ird: u16, ord: u16) -> io::Result<Self> {
+        stream.set_nonblocking(false)?;
         let mut neg = Negotiator::initiator(
             InitiatorConfig {
                 ird,

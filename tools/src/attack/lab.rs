@@ -268,9 +268,57 @@ impl Lab {
     pub fn memory(&self) -> Memory {
         Memory {
             rss: rss_bytes(),
+            heap: heap_bytes().unwrap_or(0),
             stats: self.victim.stack_stats(),
         }
     }
+}
+
+/// A global allocator that counts live heap bytes, so the attacks can measure what the
+/// engines hold (RSS hides growth that reuses freed heap). Install it in the binary:
+/// `#[global_allocator] static A: CountingAlloc = CountingAlloc;`. Without it
+/// [`Memory::heap`] stays 0 and the bounds apply to RSS.
+pub struct CountingAlloc;
+
+static HEAP_LIVE: AtomicU64 = AtomicU64::new(0);
+static HEAP_COUNTING: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: every call forwards to the system allocator with the same layout; the counter
+// is only arithmetic on the sizes.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        HEAP_COUNTING.store(true, Ordering::Relaxed);
+        HEAP_LIVE.fetch_add(l.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        HEAP_COUNTING.store(true, Ordering::Relaxed);
+        HEAP_LIVE.fetch_add(l.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { std::alloc::System.alloc_zeroed(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        HEAP_LIVE.fetch_sub(l.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        HEAP_LIVE.fetch_add(new as u64, Ordering::Relaxed);
+        HEAP_LIVE.fetch_sub(l.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+/// Live heap bytes of the process when [`CountingAlloc`] is installed, else `None`.
+pub fn heap_bytes() -> Option<u64> {
+    HEAP_COUNTING
+        .load(Ordering::Relaxed)
+        .then(|| HEAP_LIVE.load(Ordering::Relaxed))
 }
 
 /// What the victim holds at one moment.
@@ -278,11 +326,22 @@ impl Lab {
 pub struct Memory {
     /// Resident set of the whole process (both engines and the attacker live in it).
     pub rss: u64,
+    /// Live heap bytes of the process ([`CountingAlloc`]; 0 when not installed).
+    pub heap: u64,
     /// The victim's TCP counters.
     pub stats: StackStats,
 }
 
 impl Memory {
+    /// The measure the bounds apply to: live heap bytes when counted, else RSS.
+    pub fn held(&self) -> u64 {
+        if self.heap > 0 {
+            self.heap
+        } else {
+            self.rss
+        }
+    }
+
     /// Connections the victim holds: established minus recycled sockets (an estimate:
     /// `StackStats` has no live-connection gauge).
     pub fn connections(&self) -> u64 {

@@ -3,7 +3,8 @@
 //! expectation asserted) and `xwarp bench attack` (bigger volumes, a table and JSON).
 //!
 //! Each attack returns an [`Outcome`]: the volume sent, what the victim held before, during
-//! and after (RSS of the process and the victim's `StackStats`), the bound it must stay
+//! and after (live heap bytes through [`lab::CountingAlloc`], RSS of the process, the
+//! victim's `StackStats`), the bound it must stay
 //! within, the legitimate flow's throughput during the attack against without, what the
 //! attacker received (Terminate layer/EType/code per docs/ddp-rdmap.md §3.4–3.5 and
 //! §2.6, RST, MPA Reject), the bytes changed outside what the peer may touch (regions in
@@ -38,10 +39,11 @@ pub mod knobs {
     /// Backlog of the victim's verbs listener (`Device::listen`'s argument): pending MPA
     /// Requests beyond it must be refused (verbs fix).
     pub const MPA_BACKLOG: usize = 8;
-    /// Growth of the process RSS a spoofed-ACK flood may cause (the stack fix bounds the
+    /// Growth of the process's live heap (RSS without the counting allocator) a
+    /// spoofed-ACK flood may cause (the stack fix bounds the
     /// per-flow table; with 4096 flows of a 66-byte frame copy that is well under this).
     pub const ACK_FLOOD_RSS_BOUND: u64 = 8 << 20;
-    /// Growth of the process RSS any other attack may cause.
+    /// Growth of the live heap (or RSS) any other attack may cause.
     pub const RSS_BOUND: u64 = 64 << 20;
     /// The victim's socket buffers (small, so connection floods measure quickly).
     pub const SOCKET_BUFFER: usize = 256 << 10;
@@ -150,17 +152,17 @@ impl Volumes {
         }
     }
 
-    /// The bench's volumes (about 4-10× the test's).
+    /// The bench's volumes (about 2-5× the test's).
     pub fn bench() -> Volumes {
         Volumes {
             acks: 400_000,
-            syns: 20_000,
+            syns: 10_000,
             connections: 400,
             mpa_requests: 200,
-            ooo_segments: 50_000,
-            tiny_fpdus: 400_000,
+            ooo_segments: 30_000,
+            tiny_fpdus: 300_000,
             reads: 64,
-            guesses: 96,
+            guesses: 64,
         }
     }
 }

@@ -82,16 +82,19 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| attack | volume | RSS MiB before/during/after | bound | conns held | legit MB/s during/without | attacker got | outside changed | failed checks |"
+        "| attack | volume | heap MiB before/during/after | RSS MiB before/during/after | bound | conns held | legit MB/s during/without | attacker got | outside changed | failed checks |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
     for o in outcomes {
         let _ = writeln!(
             s,
-            "| {} | {} {} | {}/{}/{} | {} | {} | {:.1}/{:.1} ({:.2}×) | {} | {} | {} |",
+            "| {} | {} {} | {}/{}/{} | {}/{}/{} | {} | {} | {:.1}/{:.1} ({:.2}×) | {} | {} | {} |",
             o.attack,
             o.volume,
             o.unit,
+            mib(o.before.heap),
+            mib(o.during.heap),
+            mib(o.after.heap),
             mib(o.before.rss),
             mib(o.during.rss),
             mib(o.after.rss),
@@ -127,10 +130,13 @@ pub fn json(outcomes: &[Outcome]) -> String {
                 .map(|(c, ok)| format!("{{\"check\":\"{}\",\"ok\":{ok}}}", esc(c)))
                 .collect();
             format!(
-                "{{\"attack\":\"{}\",\"volume\":{},\"unit\":\"{}\",\"rss_before\":{},\"rss_during\":{},\"rss_after\":{},\"bound\":\"{}\",\"connections_held\":{},\"legit_bytes_per_s_during\":{:.0},\"legit_bytes_per_s_without\":{:.0},\"legit_fraction\":{:.3},\"attacker_got\":\"{}\",\"outside_changed\":{},\"checks\":[{}]}}",
+                "{{\"attack\":\"{}\",\"volume\":{},\"unit\":\"{}\",\"heap_before\":{},\"heap_during\":{},\"heap_after\":{},\"rss_before\":{},\"rss_during\":{},\"rss_after\":{},\"bound\":\"{}\",\"connections_held\":{},\"legit_bytes_per_s_during\":{:.0},\"legit_bytes_per_s_without\":{:.0},\"legit_fraction\":{:.3},\"attacker_got\":\"{}\",\"outside_changed\":{},\"checks\":[{}]}}",
                 esc(&o.attack),
                 o.volume,
                 o.unit,
+                o.before.heap,
+                o.during.heap,
+                o.after.heap,
                 o.before.rss,
                 o.during.rss,
                 o.after.rss,
