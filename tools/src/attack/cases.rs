@@ -163,7 +163,7 @@ pub fn spoofed_ack_flood(n: u64) -> io::Result<Outcome> {
         n,
         "ACKs",
         format!(
-            "RSS +{} MiB (flow table bounded)",
+            "heap +{} MiB (flow table bounded)",
             knobs::ACK_FLOOD_RSS_BOUND >> 20
         ),
     )?;
