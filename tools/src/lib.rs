@@ -6,6 +6,7 @@
 //! `xwarp-rdma-cm-echo`) share [`support`]. See `tools/README.md`.
 #![warn(missing_docs)]
 
+pub mod attack;
 pub mod bench;
 pub mod cli;
 pub mod demo;

@@ -43,6 +43,10 @@ enum Bench {
     /// shim --help`.
     #[command(disable_help_flag = true)]
     Shim(Passthrough),
+    /// Attack suite: hostile peers against an engine on the virtual wire (no root); see
+    /// `xwarp bench attack --help`.
+    #[command(disable_help_flag = true)]
+    Attack(Passthrough),
 }
 
 /// The arguments of a command with a clap parser of its own (`xwarp run`: `launcher`;
@@ -60,10 +64,14 @@ fn command_words(argv: &[OsString]) -> usize {
     let word = |i: usize| argv.get(i).and_then(|a| a.to_str());
     match (word(1), word(2)) {
         (Some("run"), _) => 2,
-        (Some("bench"), Some("tcp" | "rdma" | "shim")) => 3,
+        (Some("bench"), Some("tcp" | "rdma" | "shim" | "attack")) => 3,
         _ => argv.len(),
     }
 }
+
+/// Counts live heap bytes for `xwarp bench attack` (a relaxed atomic per allocation).
+#[global_allocator]
+static ALLOC: xwarp_tools::attack::lab::CountingAlloc = xwarp_tools::attack::lab::CountingAlloc;
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -77,6 +85,7 @@ fn main() -> ExitCode {
             Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
             Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
             Bench::Shim(_) => xwarp_tools::bench::shim::main(rest),
+            Bench::Attack(_) => xwarp_tools::bench::attack::main(rest),
         },
     }
 }

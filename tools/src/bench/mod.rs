@@ -8,7 +8,10 @@
 //! * `xwarp bench shim`: redis-server and sockperf server under the LD_PRELOAD shim vs on
 //!   the kernel, redis-benchmark and sockperf ping-pong clients on the kernel (root). See
 //!   [`shim`].
+//! * `xwarp bench attack`: the attack suite on the virtual wire with bigger volumes (no
+//!   root): memory, legitimate throughput, what the attacker got. See [`attack`].
 
+pub mod attack;
 pub mod ceiling;
 pub mod common;
 pub mod rdma;
