@@ -327,7 +327,11 @@ pub fn connection_flood(n: u64) -> io::Result<Outcome> {
         ),
         held as usize <= knobs::MAX_CONNECTIONS + 1,
     );
-    c.finish(knobs::RSS_BOUND)
+    // The heap is the process's: the attacker's own engine (every socket it opened, `n`)
+    // lives in it beside the victim (at most `MAX_CONNECTIONS + 1` connections).
+    let victim = (knobs::MAX_CONNECTIONS as u64 + 1) * knobs::BYTES_PER_CONNECTION;
+    let attacker = n * knobs::BYTES_PER_CONNECTION;
+    c.finish(victim + attacker + knobs::RSS_BOUND)
 }
 
 /// Valid MPA Requests the application never looks at: at most `knobs::MPA_BACKLOG`

@@ -231,9 +231,9 @@ impl Lab {
         let pcfg = StackConfig {
             mac: PEER_MAC,
             ipv4: Some((PEER_IP, 24)),
-            rx_buffer: 256 << 10,
-            tx_buffer: 256 << 10,
-            ring_size: 128 << 10,
+            rx_buffer: knobs::SOCKET_BUFFER,
+            tx_buffer: knobs::SOCKET_BUFFER,
+            ring_size: knobs::SOCKET_BUFFER / 2,
             ..StackConfig::default()
         };
         let victim = Context::start(

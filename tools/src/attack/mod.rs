@@ -32,7 +32,7 @@ pub mod knobs {
     pub const SYN_BACKLOG: usize = 64;
     /// Sockets the victim engine holds at most (connections, handshakes, armed
     /// listeners). Knob of the stack fix (branch h-stack: `StackConfig::max_sockets`);
-    /// set in [`victim_stack`] once it is merged.
+    /// set in [`victim_stack`].
     pub const MAX_CONNECTIONS: usize = 64;
     /// Flows the ACK watch tracks at most (h-stack: `StackConfig::max_tracked_flows`).
     pub const MAX_TRACKED_FLOWS: usize = 1024;
@@ -45,8 +45,12 @@ pub mod knobs {
     pub const ACK_FLOOD_RSS_BOUND: u64 = 8 << 20;
     /// Growth of the live heap (or RSS) any other attack may cause.
     pub const RSS_BOUND: u64 = 64 << 20;
-    /// The victim's socket buffers (small, so connection floods measure quickly).
+    /// The victim's socket buffers (small, so connection floods measure quickly); the
+    /// attacker's and legitimate peer's engine uses the same.
     pub const SOCKET_BUFFER: usize = 256 << 10;
+    /// What one connection costs an engine of the lab: receive + send buffer and the two
+    /// application rings (`ring_size` = half the buffer each).
+    pub const BYTES_PER_CONNECTION: u64 = (2 * SOCKET_BUFFER + SOCKET_BUFFER) as u64;
     /// Smallest fraction of its unattacked throughput the legitimate flow must keep.
     /// Low on purpose: the machines have 2 shared cores and the attacker runs on them.
     pub const MIN_LEGIT_FRACTION: f64 = 0.02;
@@ -59,9 +63,8 @@ pub mod knobs {
         cfg.rx_buffer = SOCKET_BUFFER;
         cfg.tx_buffer = SOCKET_BUFFER;
         cfg.ring_size = SOCKET_BUFFER / 2;
-        // Knobs of the stack fix (h-stack); uncomment once it is merged:
-        // cfg.max_sockets = MAX_CONNECTIONS;
-        // cfg.max_tracked_flows = MAX_TRACKED_FLOWS;
+        cfg.max_sockets = MAX_CONNECTIONS;
+        cfg.max_tracked_flows = MAX_TRACKED_FLOWS;
     }
 }
 
