@@ -612,27 +612,6 @@ fn nginx_with_two_workers_serves_every_request_on_the_engine_and_the_second_work
     );
 }
 
-/// `iperf3` "receiver" line: bits per second.
-fn iperf_receiver_bps(out: &Output) -> f64 {
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("receiver"))
-        .unwrap_or_else(|| panic!("no receiver line in:\n{text}"));
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let i = f
-        .iter()
-        .position(|w| w.ends_with("bits/sec"))
-        .expect("unit");
-    let v: f64 = f[i - 1].parse().expect("rate");
-    v * match f[i].chars().next() {
-        Some('G') => 1e9,
-        Some('M') => 1e6,
-        Some('K') => 1e3,
-        _ => 1.0,
-    }
-}
-
 #[test]
 fn iperf3_server_and_client_under_shim() {
     require_root_and_afxdp!();

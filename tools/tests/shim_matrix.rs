@@ -22,16 +22,17 @@
 #[macro_use]
 #[path = "../../tests/support/afxdp_skip.rs"]
 mod afxdp_skip;
-#[path = "support/shim_net.rs"]
-mod shim_net;
+#[path = "support/shim_env.rs"]
+mod shim_env;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use shim_net::{
-    ensure_tool, random_file, report, run, scratch, serial, sha256, spawn, wait_port, Net,
+use shim_env::{
+    ensure_tool, iperf_receiver_bps, random_file, report, run, scratch, serial, sha256, spawn,
+    wait_port, Net,
 };
 
 /// What one load run measured and checked.
@@ -46,6 +47,52 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
+/// Both runs of a row, the shim's first, then its `MATRIX` line: `one(shim)` runs and
+/// checks it once.
+fn both_runs(program: &str, unit: &str, one: &dyn Fn(bool) -> Load) {
+    let results: Vec<Load> = [true, false].into_iter().map(one).collect();
+    report(
+        program,
+        &results[0].verified,
+        unit,
+        results[0].value,
+        results[1].value,
+    );
+}
+
+/// The checks of one run: under the shim, `on_engine` (the log `err` said so, else the
+/// program did not `engine_what`) and A's kernel TCP counters did not move from `before` to
+/// `after`; on the kernel, its `PassiveOpens` (a server, `passive`) or `ActiveOpens` moved.
+#[allow(clippy::too_many_arguments)]
+fn check_run(
+    program: &str,
+    shim_on: bool,
+    err: &str,
+    on_engine: bool,
+    engine_what: &str,
+    passive: bool,
+    before: (u64, u64),
+    after: (u64, u64),
+) {
+    if shim_on {
+        assert!(on_engine, "{program} did not {engine_what}:\n{err}");
+        assert_eq!(
+            before, after,
+            "{program} under the shim: A's kernel saw TCP opens (active, passive):\n{err}"
+        );
+    } else {
+        let (name, moved) = if passive {
+            ("PassiveOpens", after.1 > before.1)
+        } else {
+            ("ActiveOpens", after.0 > before.0)
+        };
+        assert!(
+            moved,
+            "{program} on the kernel: {name} did not move ({before:?} -> {after:?})"
+        );
+    }
+}
+
 /// A server row: `start(shim)` is the server command in A (under the shim or on A's
 /// kernel), `load(ip)` runs the kernel clients in B against it; `log` is a file the server
 /// writes its stderr to (nginx, lighttpd), if any.
@@ -58,8 +105,7 @@ fn server_row(
     start: &dyn Fn(bool) -> Command,
     load: &dyn Fn(Ipv4Addr) -> Load,
 ) {
-    let mut results = Vec::new();
-    for shim_on in [true, false] {
+    both_runs(program, unit, &|shim_on| {
         let ip = net.server_ip(shim_on);
         if let Some(l) = log {
             let _ = std::fs::remove_file(l);
@@ -69,70 +115,47 @@ fn server_row(
         let before = net.a_tcp_opens();
         let l = load(ip);
         let after = net.a_tcp_opens();
-        let out = srv.stop(Duration::from_millis(200));
+        let out = srv.wait_output(Duration::from_millis(200));
         let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
         if let Some(l) = log {
             err += &std::fs::read_to_string(l).unwrap_or_default();
         }
-        if shim_on {
-            assert!(
-                err.contains("(engine)") && err.contains("listening on"),
-                "{program} did not listen on the engine:\n{err}"
-            );
-            assert_eq!(
-                before, after,
-                "{program} under the shim: A's kernel saw TCP opens (active, passive):\n{err}"
-            );
-        } else {
-            assert!(
-                after.1 > before.1,
-                "{program} on the kernel: PassiveOpens did not move ({before:?} -> {after:?})"
-            );
-        }
-        results.push(l);
-    }
-    report(
-        program,
-        &results[0].verified,
-        unit,
-        results[0].value,
-        results[1].value,
-    );
+        let on_engine = err.contains("(engine)") && err.contains("listening on");
+        check_run(
+            program,
+            shim_on,
+            &err,
+            on_engine,
+            "listen on the engine",
+            true,
+            before,
+            after,
+        );
+        l
+    });
 }
 
 /// A client row: `client(shim)` runs the client in A (under the shim or on A's kernel)
 /// against kernel servers in B.
 fn client_row(net: &Net, program: &str, unit: &str, client: &dyn Fn(bool) -> (Output, Load)) {
-    let mut results = Vec::new();
-    for shim_on in [true, false] {
+    both_runs(program, unit, &|shim_on| {
         let before = net.a_tcp_opens();
         let (out, l) = client(shim_on);
         let after = net.a_tcp_opens();
         let err = String::from_utf8_lossy(&out.stderr);
-        if shim_on {
-            assert!(
-                err.contains("engine started"),
-                "{program} did not start the engine:\n{err}"
-            );
-            assert_eq!(
-                before, after,
-                "{program} under the shim: A's kernel saw TCP opens (active, passive):\n{err}"
-            );
-        } else {
-            assert!(
-                after.0 > before.0,
-                "{program} on the kernel: ActiveOpens did not move ({before:?} -> {after:?})"
-            );
-        }
-        results.push(l);
-    }
-    report(
-        program,
-        &results[0].verified,
-        unit,
-        results[0].value,
-        results[1].value,
-    );
+        let on_engine = err.contains("engine started");
+        check_run(
+            program,
+            shim_on,
+            &err,
+            on_engine,
+            "start the engine",
+            false,
+            before,
+            after,
+        );
+        l
+    });
 }
 
 /// The echo programs: an asyncio server (`serve`), a threaded server (`tserve`,
@@ -216,7 +239,7 @@ fn echo_script(dir: &Path) -> String {
 fn echo_load(mut c: Command, ip: Ipv4Addr, port: u16, conns: u32, bytes: u32) -> (Output, Load) {
     c.args(["client", &ip.to_string(), &port.to_string()])
         .args([conns.to_string(), bytes.to_string()]);
-    let out = run(c, "echo client", &[]);
+    let out = run(c, "echo client");
     let t = String::from_utf8_lossy(&out.stdout).into_owned();
     let f: Vec<&str> = t.split_whitespace().collect();
     assert!(
@@ -235,23 +258,47 @@ fn echo_load(mut c: Command, ip: Ipv4Addr, port: u16, conns: u32, bytes: u32) ->
     (out, load)
 }
 
+/// An echo server row on a fresh pair `net_id`: `start(net, shim, py)` is the server on
+/// `port` (`py` the echo script, in scratch directory `name`), the load `conns` kernel
+/// echo clients in B sending `bytes` each.
+#[allow(clippy::too_many_arguments)]
+fn echo_server_row(
+    net_id: u8,
+    name: &str,
+    program: &str,
+    port: u16,
+    conns: u32,
+    bytes: u32,
+    start: &dyn Fn(&Net, bool, &str) -> Command,
+) {
+    let net = Net::new(net_id);
+    let dir = scratch(name);
+    let py = echo_script(&dir);
+    server_row(
+        &net,
+        program,
+        "MiB/s",
+        port,
+        None,
+        &|shim| start(&net, shim, &py),
+        &|ip| echo_load(net.in_b(60, "python3", &[&py]), ip, port, conns, bytes).1,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn asyncio_server() {
     require_root_and_afxdp!();
     let _g = serial();
-    let net = Net::new(101);
-    let dir = scratch("asyncio-srv");
-    let py = echo_script(&dir);
-    server_row(
-        &net,
+    echo_server_row(
+        101,
+        "asyncio-srv",
         "python3 asyncio start_server",
-        "MiB/s",
         9000,
-        None,
-        &|shim| net.in_a(shim, 120, "python3", &[&py, "serve", "0.0.0.0", "9000"]),
-        &|ip| echo_load(net.in_b(60, "python3", &[&py]), ip, 9000, 200, 256 << 10).1,
+        200,
+        256 << 10,
+        &|net, shim, py| net.in_a(shim, 120, "python3", &[py, "serve", "0.0.0.0", "9000"]),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -283,19 +330,15 @@ fn asyncio_client() {
 fn python_threading_tcp_server() {
     require_root_and_afxdp!();
     let _g = serial();
-    let net = Net::new(103);
-    let dir = scratch("threaded");
-    let py = echo_script(&dir);
-    server_row(
-        &net,
+    echo_server_row(
+        103,
+        "threaded",
         "python3 socketserver.ThreadingTCPServer (thread per connection)",
-        "MiB/s",
         9002,
-        None,
-        &|shim| net.in_a(shim, 120, "python3", &[&py, "tserve", "0.0.0.0", "9002"]),
-        &|ip| echo_load(net.in_b(60, "python3", &[&py]), ip, 9002, 64, 512 << 10).1,
+        64,
+        512 << 10,
+        &|net, shim, py| net.in_a(shim, 120, "python3", &[py, "tserve", "0.0.0.0", "9002"]),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -303,16 +346,14 @@ fn socat_forking_echo_server() {
     require_root_and_afxdp!();
     let _g = serial();
     ensure_tool("socat", "socat");
-    let net = Net::new(104);
-    let dir = scratch("socat");
-    let py = echo_script(&dir);
-    server_row(
-        &net,
+    echo_server_row(
+        104,
+        "socat",
         "socat TCP-LISTEN,fork EXEC:cat (fork per connection, exec)",
-        "MiB/s",
         9003,
-        None,
-        &|shim| {
+        8,
+        4 << 20,
+        &|net, shim, _| {
             net.in_a(
                 shim,
                 120,
@@ -320,9 +361,7 @@ fn socat_forking_echo_server() {
                 &["TCP-LISTEN:9003,reuseaddr,fork", "EXEC:cat"],
             )
         },
-        &|ip| echo_load(net.in_b(60, "python3", &[&py]), ip, 9003, 8, 4 << 20).1,
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -351,7 +390,6 @@ fn memcached_memccapable_and_memcaslap() {
             let cap = run(
                 net.in_b(60, "memccapable", &["-h", &host, "-p", "11211", "-t", "5"]),
                 "memccapable",
-                &[],
             );
             let cap = text(&cap);
             let passed = cap.matches("[pass]").count();
@@ -377,7 +415,6 @@ fn memcached_memccapable_and_memcaslap() {
                     ],
                 ),
                 "memcaslap",
-                &[],
             );
             let slap = text(&slap);
             let field = |k: &str| -> f64 {
@@ -447,18 +484,13 @@ fn redis_server() {
             run(
                 net.in_b(10, "redis-cli", &["-h", &host, "set", "m", &value]),
                 "set",
-                &[],
             );
-            let get = run(
-                net.in_b(10, "redis-cli", &["-h", &host, "get", "m"]),
-                "get",
-                &[],
-            );
+            let get = run(net.in_b(10, "redis-cli", &["-h", &host, "get", "m"]), "get");
             assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), value);
             let args = [
                 "-h", &host, "-t", "set,get", "-c", "50", "-n", "20000", "-q",
             ];
-            let r = redis_rps(&run(net.in_b(60, "redis-benchmark", &args), "bench", &[]));
+            let r = redis_rps(&run(net.in_b(60, "redis-benchmark", &args), "bench"));
             let get = r.iter().find(|(n, _)| n == "GET").map(|(_, v)| *v);
             assert!(r.iter().any(|(n, _)| n == "SET"), "{r:?}");
             Load {
@@ -476,7 +508,6 @@ fn curl_check(net: &Net, dir: &Path, url: &str, want: &str) {
     run(
         net.in_b(60, "curl", &["-sS", "-o", dl.to_str().unwrap(), url]),
         "curl",
-        &[],
     );
     assert_eq!(sha256(&dl), want, "{url}: downloaded bytes differ");
 }
@@ -484,7 +515,7 @@ fn curl_check(net: &Net, dir: &Path, url: &str, want: &str) {
 /// wrk (kernel, B, or the given command): requests per second, no socket errors, no non-2xx.
 fn wrk_rps(mut c: Command, url: &str, conns: u32) -> (Output, f64) {
     c.args(["-t2", &format!("-c{conns}"), "-d3s", url]);
-    let out = run(c, "wrk", &[]);
+    let out = run(c, "wrk");
     let t = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         !t.contains("Socket errors") && !t.contains("Non-2xx"),
@@ -501,7 +532,7 @@ fn wrk_rps(mut c: Command, url: &str, conns: u32) -> (Output, f64) {
 /// A document root with `index.html` and a 10 MiB `blob`; the blob's hash.
 fn docroot(name: &str) -> (PathBuf, String) {
     let dir = scratch(name);
-    let blob = random_file(&dir, "blob", 10);
+    let blob = random_file(&dir, 10);
     std::fs::write(dir.join("index.html"), "hello from the matrix\n").expect("index");
     let h = sha256(&blob);
     (dir, h)
@@ -520,6 +551,26 @@ fn web_load(net: &Net, dir: &Path, want: &str, ip: Ipv4Addr, port: u16) -> Load 
             "3 x 10 MiB curl downloads SHA-256 equal; wrk -c20 3 s without socket errors or non-2xx"
                 .into(),
     }
+}
+
+/// A web server row: `start(shim)` serves `dir` (from `docroot`, blob hash `want`) on
+/// `port`, writing its log to `dir/error.log` when `log`; the load is `web_load`. Removes
+/// `dir` after.
+#[allow(clippy::too_many_arguments)]
+fn web_row(
+    net: &Net,
+    dir: &Path,
+    want: &str,
+    program: &str,
+    port: u16,
+    log: bool,
+    start: &dyn Fn(bool) -> Command,
+) {
+    let log = log.then(|| dir.join("error.log"));
+    server_row(net, program, "req/s", port, log.as_deref(), start, &|ip| {
+        web_load(net, dir, want, ip, port)
+    });
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn nginx_conf(dir: &Path, listen: &str) -> String {
@@ -549,16 +600,15 @@ fn nginx_serves_curl_and_wrk() {
     let (dir, want) = docroot("nginx");
     let conf = nginx_conf(&dir, "8080");
     let d = dir.to_str().unwrap().to_string();
-    server_row(
+    web_row(
         &net,
+        &dir,
+        &want,
         "nginx (epoll ET, sendfile, keep-alive)",
-        "req/s",
         8080,
-        Some(&dir.join("error.log")),
+        true,
         &|shim| net.in_a(shim, 120, "nginx", &["-c", &conf, "-p", &d]),
-        &|ip| web_load(&net, &dir, &want, ip, 8080),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -581,16 +631,15 @@ fn lighttpd_serves_curl_and_wrk() {
     )
     .expect("lighttpd.conf");
     let conf = conf.to_str().unwrap().to_string();
-    server_row(
+    web_row(
         &net,
+        &dir,
+        &want,
         "lighttpd (single process, own event loop)",
-        "req/s",
         8081,
-        Some(&dir.join("error.log")),
+        true,
         &|shim| net.in_a(shim, 120, "lighttpd", &["-D", "-f", &conf]),
-        &|ip| web_load(&net, &dir, &want, ip, 8081),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -619,16 +668,15 @@ fn node_http_server() {
         js.to_str().unwrap().to_string(),
         dir.to_str().unwrap().to_string(),
     );
-    server_row(
+    web_row(
         &net,
+        &dir,
+        &want,
         "node.js http.createServer (libuv, V8 and worker threads)",
-        "req/s",
         8082,
-        None,
+        false,
         &|shim| net.in_a(shim, 120, "node", &[&js, &d]),
-        &|ip| web_load(&net, &dir, &want, ip, 8082),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -661,37 +709,15 @@ fn haproxy_proxies_to_a_kernel_backend() {
     )
     .expect("haproxy.cfg");
     let cfg = cfg.to_str().unwrap().to_string();
-    server_row(
+    web_row(
         &net,
+        &dir,
+        &want,
         "haproxy nbthread 2 (threads, proxy to a kernel nginx in B)",
-        "req/s",
         8090,
-        None,
+        false,
         &|shim| net.in_a(shim, 120, "haproxy", &["-db", "-f", &cfg]),
-        &|ip| web_load(&net, &dir, &want, ip, 8090),
     );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `iperf3` "receiver" line: bits per second.
-fn iperf_receiver_bps(out: &Output) -> f64 {
-    let t = String::from_utf8_lossy(&out.stdout);
-    let line = t
-        .lines()
-        .find(|l| l.contains("receiver"))
-        .unwrap_or_else(|| panic!("no receiver line in:\n{t}"));
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let i = f
-        .iter()
-        .position(|w| w.ends_with("bits/sec"))
-        .expect("unit");
-    let v: f64 = f[i - 1].parse().expect("rate");
-    v * match f[i].chars().next() {
-        Some('G') => 1e9,
-        Some('M') => 1e6,
-        Some('K') => 1e3,
-        _ => 1.0,
-    }
 }
 
 #[test]
@@ -715,7 +741,6 @@ fn iperf3_server() {
                     &["-c", &ip.to_string(), "-p", "5201", "-t", "3"],
                 ),
                 "iperf3 -c",
-                &[],
             );
             let bps = iperf_receiver_bps(&out);
             assert!(bps > 10e6, "iperf3: {bps} bit/s");
@@ -734,7 +759,7 @@ fn curl_client_downloads_from_a_kernel_server() {
     ensure_tool("curl", "curl");
     let net = Net::new(112);
     let dir = scratch("curl");
-    let blob = random_file(&dir, "blob", 50);
+    let blob = random_file(&dir, 50);
     let want = sha256(&blob);
     let b = net.pair.addr_b.to_string();
     let mut srv = net.in_b(120, "python3", &["-m", "http.server", "8600", "--bind", &b]);
@@ -749,7 +774,6 @@ fn curl_client_downloads_from_a_kernel_server() {
         let out = run(
             net.in_a(shim, 60, "curl", &["-sS", "-o", dl.to_str().unwrap(), &url]),
             "curl",
-            &[],
         );
         let secs = t.elapsed().as_secs_f64();
         assert_eq!(sha256(&dl), want, "downloaded bytes differ");

@@ -1,6 +1,10 @@
 //! What the root tests of programs under the LD_PRELOAD shim share (`preload_programs`,
-//! `shim_asyncio`): the shim built once, a veth test network with the shim's environment,
-//! child processes killed on drop, tools installed on demand, hashes and scratch files.
+//! `shim_asyncio`, `shim_matrix`): the shim built once, a veth test network with the shim's
+//! environment (namespaces A and B; programs under the shim in A with the engine bound by
+//! AF_XDP to `veth-a` and owning `10.88.<net>.10`, an address A's kernel does not have;
+//! kernel peers in B), A's kernel TCP counters (to prove the kernel never saw a connection),
+//! child processes killed on drop, tools installed on demand, hashes and scratch files, the
+//! parsers of tool output the tests share and the matrix's row printer.
 //! Include with `#[path = "support/shim_env.rs"] mod shim_env;` (each test binary uses
 //! part of it).
 #![allow(dead_code)]
@@ -15,12 +19,14 @@ use std::time::{Duration, Instant};
 
 use xwarp::poll_driver::netns::{self, VethPair};
 
-pub static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: Mutex<()> = Mutex::new(());
 
+/// One test at a time: the machine has two cores and the numbers are compared.
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether `bin` is on `PATH`.
 pub fn have(bin: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {bin}")])
@@ -91,6 +97,7 @@ pub fn shim() -> &'static Path {
 pub struct Proc(pub Option<Child>, pub &'static str);
 
 impl Proc {
+    /// Wait for it (SIGKILL to the group after `limit`) and return what it wrote.
     pub fn wait_output(mut self, limit: Duration) -> Output {
         let child = self.0.take().expect("child");
         let start = Instant::now();
@@ -129,11 +136,14 @@ impl Drop for Proc {
 
 /// One test network: the pair, the engine's address and the shim environment.
 pub struct Net {
+    /// Namespaces A (shim) and B (kernel peers).
     pub pair: VethPair,
+    /// The engine's address on `veth-a`.
     pub engine: Ipv4Addr,
 }
 
 impl Net {
+    /// The pair `10.88.<net>.0/24`, the shim built first.
     pub fn new(net: u8) -> Net {
         // Build the shim now, before a test starts peers or clocks: the first `shimmed`
         // call otherwise runs `cargo build --release -p xwarp-preload` (tens of seconds
@@ -175,8 +185,59 @@ impl Net {
         c.arg(secs.to_string()).arg(prog).args(args);
         c
     }
+
+    /// `timeout SECS prog args...` in namespace A, under the shim when `shim_on`, else on
+    /// A's kernel.
+    pub fn in_a(&self, shim_on: bool, secs: u32, prog: &str, args: &[&str]) -> Command {
+        if shim_on {
+            self.shimmed(secs, prog, args)
+        } else {
+            self.kernel(true, secs, prog, args)
+        }
+    }
+
+    /// `timeout SECS prog args...` in namespace B (kernel).
+    pub fn in_b(&self, secs: u32, prog: &str, args: &[&str]) -> Command {
+        self.kernel(false, secs, prog, args)
+    }
+
+    /// The address a server in A listens on: the engine's under the shim, else the kernel's.
+    pub fn server_ip(&self, shim_on: bool) -> Ipv4Addr {
+        if shim_on {
+            self.engine
+        } else {
+            self.pair.addr_a
+        }
+    }
+
+    /// A's kernel TCP counters `(ActiveOpens, PassiveOpens)` from its `/proc/net/snmp`.
+    pub fn a_tcp_opens(&self) -> (u64, u64) {
+        let mut c = self.pair.a.command("cat").expect("ns A");
+        c.arg("/proc/net/snmp");
+        let out = run(c, "snmp");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+        let (names, values) = (
+            tcp.next().expect("Tcp names"),
+            tcp.next().expect("Tcp values"),
+        );
+        let field = |want: &str| -> u64 {
+            let i = names
+                .split_whitespace()
+                .position(|n| n == want)
+                .unwrap_or_else(|| panic!("no {want} in {names}"));
+            values
+                .split_whitespace()
+                .nth(i)
+                .expect("value")
+                .parse()
+                .expect("number")
+        };
+        (field("ActiveOpens"), field("PassiveOpens"))
+    }
 }
 
+/// Spawn `c` in its own process group with piped output.
 pub fn spawn(mut c: Command, name: &'static str) -> Proc {
     // Its own process group, so the program under `timeout` dies with it.
     c.process_group(0);
@@ -189,6 +250,7 @@ pub fn spawn(mut c: Command, name: &'static str) -> Proc {
     Proc(Some(child), name)
 }
 
+/// Run `c` to completion; panic with its output unless it succeeds.
 pub fn run(mut c: Command, what: &str) -> Output {
     let out = c
         .stdin(Stdio::null())
@@ -225,6 +287,7 @@ pub fn wait_port(net: &Net, ip: Ipv4Addr, port: u16) {
     panic!("nothing listens on {ip}:{port}");
 }
 
+/// SHA-256 of a file, hex.
 pub fn sha256(path: &Path) -> String {
     let out = run(
         {
@@ -241,6 +304,7 @@ pub fn sha256(path: &Path) -> String {
         .to_string()
 }
 
+/// A fresh scratch directory.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("xwarp-preload-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -263,4 +327,40 @@ pub fn random_file(dir: &Path, mb: usize) -> PathBuf {
         "make blob",
     );
     p
+}
+
+/// `iperf3` "receiver" line: bits per second.
+pub fn iperf_receiver_bps(out: &Output) -> f64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("receiver"))
+        .unwrap_or_else(|| panic!("no receiver line in:\n{text}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let i = f
+        .iter()
+        .position(|w| w.ends_with("bits/sec"))
+        .expect("unit");
+    let v: f64 = f[i - 1].parse().expect("rate");
+    v * match f[i].chars().next() {
+        Some('G') => 1e9,
+        Some('M') => 1e6,
+        Some('K') => 1e3,
+        _ => 1.0,
+    }
+}
+
+/// Print one row of the matrix (stderr, so that it shows without `--nocapture` only on
+/// failure, and with it always):
+/// `MATRIX | program | accelerated | verified | shim | kernel | shim/kernel`.
+pub fn report(program: &str, verified: &str, unit: &str, shim_v: f64, kernel_v: f64) {
+    let ratio = if kernel_v > 0.0 {
+        shim_v / kernel_v
+    } else {
+        f64::NAN
+    };
+    let _ = writeln!(
+        io::stderr(),
+        "MATRIX | {program} | yes | {verified} | {shim_v:.0} {unit} | {kernel_v:.0} {unit} | {ratio:.2}x"
+    );
 }
