@@ -372,7 +372,12 @@ pub fn mpa_pending(input: &[u8]) {
     let sel = cur.u8();
     let second = cur.u8();
     if sel & 1 == 0 {
-        pending_responder(sel, second, &mut cur, input);
+        if let Some((probe, real)) = pending_responder(sel, second, &mut cur) {
+            probe.finish(input);
+            if let Some(r) = real {
+                r.finish(input);
+            }
+        }
         return;
     }
     let Some(mut d) = Drive::new(sel, sel, true) else {
@@ -417,10 +422,9 @@ pub fn mpa_pending(input: &[u8]) {
     d.finish(input);
 }
 
-fn pending_responder(sel: u8, second: u8, cur: &mut Cursor, input: &[u8]) {
-    let Some(mut probe) = Drive::new(sel, sel, false) else {
-        return;
-    };
+/// The probe and, once it reported the Request, the Responder that replayed its bytes.
+fn pending_responder(sel: u8, second: u8, cur: &mut Cursor) -> Option<(Drive, Option<Drive>)> {
+    let mut probe = Drive::new(sel, sel, false)?;
     probe.accept = false;
     let mut raw = Vec::new();
     let mut real: Option<Drive> = None;
@@ -460,10 +464,7 @@ fn pending_responder(sel: u8, second: u8, cur: &mut Cursor, input: &[u8]) {
         }
         probe.arena.check_writes();
     }
-    probe.finish(input);
-    if let Some(r) = real {
-        r.finish(input);
-    }
+    Some((probe, real))
 }
 
 #[cfg(test)]
@@ -495,5 +496,37 @@ mod tests {
             assert!(found || sel & 4 != 0, "seed {k}: no Read Response");
             d.finish(input);
         }
+    }
+
+    /// The pending path's Responder seeds get the replayed Request accepted and the
+    /// FPDUs after it placed; bytes behind the Request in the replay fail it instead.
+    #[test]
+    fn pending_seeds_replay_and_place() {
+        let mut checked = 0;
+        for (k, input) in crate::corpus::seeds("mpa_pending").iter().enumerate() {
+            let mut cur = Cursor::new(input);
+            let sel = cur.u8();
+            let second = cur.u8();
+            if sel & 9 != 0 {
+                continue;
+            }
+            let (probe, real) = pending_responder(sel, second, &mut cur).unwrap();
+            let r = real.unwrap_or_else(|| panic!("seed {k}: no replayed Responder"));
+            if k % 3 == 1 {
+                // Bytes behind the Request before the Reply: the replay fails the
+                // connection (docs/iwarp-wire.md §4.5) and places nothing.
+                assert_eq!(r.arena.bytes(RW), r.arena.regions[RW].fill, "seed {k}");
+            } else {
+                assert!(
+                    r.conn.negotiated().is_some(),
+                    "seed {k}: replay did not open"
+                );
+                assert_eq!(&r.arena.bytes(RW)[100..164], &[0x11; 64][..], "seed {k}");
+            }
+            probe.finish(input);
+            r.finish(input);
+            checked += 1;
+        }
+        assert!(checked >= 2);
     }
 }
