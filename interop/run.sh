@@ -52,6 +52,19 @@ if [[ $brc -ne 0 ]]; then
 fi
 python3 "$HERE/vm.py" --cleanup
 
+# Every xwarp-tools binary the cases run, built once here so that no case spends its
+# CASE_TIMEOUT compiling (`cargo test --workspace` builds them with the whole workspace's
+# features, so a case's own `cargo build -p xwarp-tools --bin ...` would rebuild crates).
+# The cases still call cargo (then a no-op) so that each also runs alone.
+echo "== build xwarp-tools binaries"
+t0=$(date +%s.%N)
+(cd "$HERE/.." && cargo build --release -q -p xwarp-tools --bins) &
+child=$!
+wait $child
+trc=$?
+child=""
+echo "   built in $(echo "$(date +%s.%N) - $t0" | bc) s (rc=$trc)"
+
 mkdir -p "$RESULTS"
 passed=0
 failed=0
