@@ -100,6 +100,11 @@ pub(crate) struct AppEnd {
     /// stream) while `unread` still held bytes: the outcome is reported once they are all
     /// in the rx ring.
     pub(crate) outcome_pending: Option<bool>,
+    /// The socket's state when a RST of its flow was about to be fed to smoltcp
+    /// ([`ConnTable::save_unread`]): a RST in TIME-WAIT, CLOSING or LAST-ACK (the peer's
+    /// FIN received) ends a complete stream, even when the engine did not serve the
+    /// connection between the FIN and the RST.
+    pub(crate) state_at_rst: Option<State>,
 }
 
 /// The protocol host's end of a connection (the host itself lives in `hosted.rs`).
@@ -410,6 +415,7 @@ impl ConnTable {
                 continue;
             }
             let s = self.sockets.get_mut::<tcp::Socket>(c.tcp.handle);
+            a.state_at_rst = Some(s.state());
             let mut room = s.recv_capacity().saturating_sub(a.unread.len());
             while room > 0 && s.can_recv() {
                 let unread = &mut a.unread;
@@ -827,11 +833,12 @@ fn serve_app(
             a.shared.set_fin_acked();
         }
         if state == State::Closed {
+            let peer_done =
+                |st: State| matches!(st, State::LastAck | State::TimeWait | State::Closing);
             let graceful = a.outcome_pending.unwrap_or_else(|| {
-                matches!(
-                    c.last_state,
-                    State::LastAck | State::TimeWait | State::Closing
-                ) || (c.last_state == State::Closed)
+                peer_done(c.last_state)
+                    || c.last_state == State::Closed
+                    || a.state_at_rst.is_some_and(peer_done)
             });
             if !a.unread.is_empty() {
                 // Closed with bytes acknowledged before the RST still to deliver: they

@@ -614,6 +614,7 @@ fn app_conn(
             app_closed: false,
             unread: Vec::new(),
             outcome_pending: None,
+            state_at_rst: None,
         }),
     }
 }

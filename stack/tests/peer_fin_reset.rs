@@ -119,6 +119,12 @@ impl Peer {
     }
 
     fn send(&mut self, control: TcpControl, payload: &[u8], seq: u32, window_scale: Option<u8>) {
+        self.queue(control, payload, seq, window_scale);
+        self.poll();
+    }
+
+    /// A segment for the engine's next poll (the test polls later).
+    fn queue(&mut self, control: TcpControl, payload: &[u8], seq: u32, window_scale: Option<u8>) {
         let tcp = TcpRepr {
             src_port: PEER_PORT,
             dst_port: PORT,
@@ -154,7 +160,6 @@ impl Peer {
             &caps,
         );
         self.nic.rx.push_back(buf);
-        self.poll();
     }
 
     fn arp(&mut self) {
@@ -188,6 +193,14 @@ fn byte(i: u32) -> u8 {
 /// An engine with a small application ring, an accepted connection, and the peer's data
 /// sent (the window nearly closed) with its FIN.
 fn setup(half_close_first: bool) -> (Peer, Stream, xwarp_stack::ListenSocket, u32) {
+    setup_with(half_close_first, false)
+}
+
+/// [`setup`]; `rst_behind_fin`: the peer's RST arrives in the same poll as its FIN.
+fn setup_with(
+    half_close_first: bool,
+    rst_behind_fin: bool,
+) -> (Peer, Stream, xwarp_stack::ListenSocket, u32) {
     let cfg = StackConfig {
         mac: US_MAC,
         ipv4: Some((US, 24)),
@@ -257,6 +270,13 @@ fn setup(half_close_first: bool) -> (Peer, Stream, xwarp_stack::ListenSocket, u3
     assert!(sent > (48 << 10), "only {sent} bytes fit");
     let seq = peer.next;
     peer.fin_end = Some(seq.wrapping_add(1));
+    if rst_behind_fin {
+        peer.queue(TcpControl::Fin, &[], seq, None);
+        peer.queue(TcpControl::Rst, &[], seq.wrapping_add(1), None);
+        peer.poll();
+        peer.next = seq.wrapping_add(1);
+        return (peer, stream, listener, sent);
+    }
     peer.send(TcpControl::Fin, &[], seq, None);
     peer.next = seq.wrapping_add(1);
     assert!(peer.fin_acked, "FIN acknowledged");
@@ -348,4 +368,17 @@ fn a_reset_keeps_the_bytes_already_acknowledged() {
             }
         }
     }
+}
+
+#[test]
+fn a_reset_right_behind_the_peers_fin_in_time_wait_ends_the_stream_cleanly() {
+    // We closed first; the peer's FIN (TIME-WAIT) and its RST arrive in one poll, with
+    // bytes still in the ring and the socket buffer: every byte, then a clean end.
+    let (mut peer, mut stream, _l, sent) = setup_with(true, true);
+    let mut got = Vec::new();
+    let end = read_slowly(&mut stream, &mut peer, &mut got, usize::MAX);
+    let expect: Vec<u8> = (0..sent).map(byte).collect();
+    assert_eq!(got.len(), expect.len(), "bytes read before the end");
+    assert!(got == expect, "stream content");
+    assert!(matches!(end, Some(Ok(()))), "end of stream: {end:?}");
 }
