@@ -92,6 +92,19 @@ pub(crate) struct AppEnd {
     pub(crate) shutdown: bool,
     /// The application closed (or never accepted) the connection.
     pub(crate) app_closed: bool,
+    /// Bytes taken out of the socket's receive buffer when a RST arrived for the flow
+    /// (see [`ConnTable::save_unread`]), delivered to the rx ring before anything else; at
+    /// most the socket's receive buffer capacity.
+    pub(crate) unread: Vec<u8>,
+    /// The connection closed (`Some(graceful)`: a RST in TIME-WAIT ends a complete
+    /// stream) while `unread` still held bytes: the outcome is reported once they are all
+    /// in the rx ring.
+    pub(crate) outcome_pending: Option<bool>,
+    /// The socket's state when a RST of its flow was about to be fed to smoltcp
+    /// ([`ConnTable::save_unread`]): a RST in TIME-WAIT, CLOSING or LAST-ACK (the peer's
+    /// FIN received) ends a complete stream, even when the engine did not serve the
+    /// connection between the FIN and the RST.
+    pub(crate) state_at_rst: Option<State>,
 }
 
 /// The protocol host's end of a connection (the host itself lives in `hosted.rs`).
@@ -387,6 +400,41 @@ impl ConnTable {
         }
     }
 
+    /// A RST for `key` is about to be fed to smoltcp, which would throw away what its
+    /// receive buffer still holds: move those bytes (received and acknowledged, not yet
+    /// in the application's rx ring because the ring was full) into the connection's
+    /// `unread` first, so the application reads them before the reset error, as on Linux.
+    /// At most the socket's receive capacity is held (a RST smoltcp then rejects leaves
+    /// the connection open and `unread` is drained first).
+    pub(crate) fn save_unread(&mut self, key: &FlowKey) {
+        for c in self.conns.values_mut() {
+            let Sink::App(a) = &mut c.sink else {
+                continue;
+            };
+            if c.tcp.flow.as_ref() != Some(key) || c.tcp.finished || a.app_closed {
+                continue;
+            }
+            let s = self.sockets.get_mut::<tcp::Socket>(c.tcp.handle);
+            a.state_at_rst = Some(s.state());
+            let mut room = s.recv_capacity().saturating_sub(a.unread.len());
+            while room > 0 && s.can_recv() {
+                let unread = &mut a.unread;
+                let n = s
+                    .recv(|d| {
+                        let n = d.len().min(room);
+                        unread.extend_from_slice(&d[..n]);
+                        (n, n)
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                room -= n;
+            }
+            return;
+        }
+    }
+
     /// The stalled-flow rescue scan (`rescue.rs`): queue replayed ACKs into `replay` for
     /// every open connection with data outstanding whose flow made no progress for
     /// `floor`. Returns whether any connection has data outstanding.
@@ -671,7 +719,24 @@ fn serve_app(
     if c.connecting.is_none() && !c.finished {
         // Receive: TCP buffer -> rx ring, straight through smoltcp's ring slices.
         let mut pushed = 0usize;
-        while s.can_recv() {
+        // First what was saved from the socket when a RST arrived (`save_unread`).
+        if a.app_closed {
+            a.unread = Vec::new();
+        }
+        while !a.unread.is_empty() {
+            let (_, rest) = a.rx.push_partial_slice(&a.unread);
+            let n = a.unread.len() - rest.len();
+            a.unread.drain(..n);
+            pushed += n;
+            if !a.unread.is_empty() && a.rx.slots() == 0 {
+                a.shared.rx_stalled.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if a.rx.slots() == 0 {
+                    break;
+                }
+            }
+        }
+        while a.unread.is_empty() && s.can_recv() {
             if a.app_closed {
                 let _ = s.recv(|d| (d.len(), ()));
                 continue;
@@ -768,22 +833,30 @@ fn serve_app(
             a.shared.set_fin_acked();
         }
         if state == State::Closed {
-            let graceful = matches!(
-                c.last_state,
-                State::LastAck | State::TimeWait | State::Closing
-            ) || (c.last_state == State::Closed);
-            if graceful {
+            let peer_done =
+                |st: State| matches!(st, State::LastAck | State::TimeWait | State::Closing);
+            let graceful = a.outcome_pending.unwrap_or_else(|| {
+                peer_done(c.last_state)
+                    || c.last_state == State::Closed
+                    || a.state_at_rst.is_some_and(peer_done)
+            });
+            if !a.unread.is_empty() {
+                // Closed with bytes acknowledged before the RST still to deliver: they
+                // come first, then the outcome (Linux's read returns queued data first).
+                a.outcome_pending = Some(graceful);
+            } else if graceful {
                 if c.fin_queued {
                     a.shared.set_fin_acked();
                 }
                 a.shared.set_rx_eof();
                 a.shared.set_closed();
+                c.finished = true;
             } else {
                 stats.resets += 1;
                 a.shared.set_error(SocketError::Reset);
+                c.finished = true;
             }
-            c.finished = true;
-        } else if !s.may_recv() && s.recv_queue() == 0 {
+        } else if !s.may_recv() && s.recv_queue() == 0 && a.unread.is_empty() {
             // FIN received and every byte before it delivered.
             a.shared.set_rx_eof();
         }
@@ -797,7 +870,7 @@ fn serve_app(
     }
 
     let s = sockets.get::<tcp::Socket>(c.handle);
-    if s.state() == State::Closed && s.local_endpoint().is_none() {
+    if s.state() == State::Closed && s.local_endpoint().is_none() && a.unread.is_empty() {
         if !c.finished {
             a.shared.set_closed();
             c.finished = true;

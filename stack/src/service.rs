@@ -612,6 +612,9 @@ fn app_conn(
             tx,
             shutdown: false,
             app_closed: false,
+            unread: Vec::new(),
+            outcome_pending: None,
+            state_at_rst: None,
         }),
     }
 }
@@ -674,6 +677,27 @@ impl<B: Backend> Service<B> for TcpService {
                     while dev.watch.split_fins.len() > SPLIT_FINS_MAX {
                         dev.watch.split_fins.pop_front();
                     }
+                }
+                // A RST of one of our flows was held back (rescue.rs `held_rsts`): save
+                // what the socket still holds for the application, then feed it.
+                if !dev.watch.held_rsts.is_empty() {
+                    for frame in &dev.watch.held_rsts {
+                        if let Some(key) = crate::rescue::rst_flow(frame) {
+                            self.table.save_unread(&key);
+                        }
+                    }
+                    let mut replay = ReplayDevice {
+                        inner: &mut *dev.inner,
+                        max_frame,
+                        frames: &mut dev.watch.held_rsts,
+                    };
+                    while !matches!(
+                        iface.poll_ingress_single(t, &mut replay, &mut self.table.sockets),
+                        PollIngressSingleResult::None
+                    ) {}
+                    // One the TX ring had no room for is dropped (the peer's next segment
+                    // is answered with another RST).
+                    dev.watch.held_rsts.clear();
                 }
                 match result {
                     PollIngressSingleResult::None => break,
