@@ -105,14 +105,6 @@ pub(crate) struct AckWatch {
     pub(crate) split_fins: VecDeque<Vec<u8>>,
     /// Data+FIN segments split that way.
     pub(crate) fins_split: u64,
-    /// Flows whose peer sent its FIN (tracked flows only; see [`PeerFin`]).
-    peer_fins: HashMap<u64, PeerFin>,
-    /// Window updates not sent after the peer's FIN was acknowledged (see
-    /// [`AckWatch::suppress_tx`]).
-    pub(crate) window_updates_dropped: u64,
-    /// Where an outgoing frame is built while some flow is in `peer_fins` (so that it can
-    /// be dropped before it reaches the device).
-    tx_scratch: Vec<u8>,
     /// RSTs of tracked flows held back from smoltcp until the engine saved what the
     /// socket's receive buffer still holds (`ConnTable::save_unread`); then fed as they
     /// are. At most [`HELD_RSTS_MAX`].
@@ -121,14 +113,6 @@ pub(crate) struct AckWatch {
 
 /// Most RSTs held at once ([`AckWatch::held_rsts`]); one more goes to smoltcp directly.
 const HELD_RSTS_MAX: usize = 64;
-
-/// The peer's FIN on one flow: the sequence number after it, and whether we sent its
-/// acknowledgement (a segment whose ACK number is `end`).
-#[derive(Debug, Clone, Copy)]
-struct PeerFin {
-    end: u32,
-    acked: bool,
-}
 
 impl Default for AckWatch {
     fn default() -> Self {
@@ -145,9 +129,6 @@ impl Default for AckWatch {
             dup_acks_withheld: 0,
             split_fins: VecDeque::new(),
             fins_split: 0,
-            peer_fins: HashMap::new(),
-            window_updates_dropped: 0,
-            tx_scratch: Vec::new(),
             held_rsts: VecDeque::new(),
         }
     }
@@ -389,56 +370,6 @@ impl AckWatch {
                 .is_some_and(|f| f.ack == fin && f.template_ack == Some((fin, p.window)))
     }
 
-    /// Record a received segment carrying the peer's FIN (tracked flows): from the moment
-    /// we acknowledge it, window updates are no longer sent ([`AckWatch::suppress_tx`]).
-    fn observe_peer_fin(&mut self, p: &Parsed<'_>) {
-        let key = pack(&p.key);
-        if !self.flows.contains_key(&key) {
-            return;
-        }
-        let end = (p.tcp.seq_number().0 as u32)
-            .wrapping_add(p.tcp.payload().len() as u32)
-            .wrapping_add(1);
-        let e = self
-            .peer_fins
-            .entry(key)
-            .or_insert(PeerFin { end, acked: false });
-        if e.end != end {
-            *e = PeerFin { end, acked: false };
-        }
-    }
-
-    /// `true` if the outgoing `frame` is a window update after the peer's FIN, which is
-    /// not sent: a pure ACK (no data, SYN, FIN or RST) repeating the ACK number of the
-    /// acknowledgement of the peer's FIN we already sent. A peer that has sent its FIN has
-    /// nothing more to send, so Linux sends no window updates then; smoltcp does, as the
-    /// application reads, and a peer whose socket is gone answers each one with a RST.
-    /// Everything else goes out: the ACK of the FIN itself, our data and FIN, their
-    /// retransmissions, keep-alives (they carry one byte). Immediate replies (the reply
-    /// token of a received frame, e.g. the ACK of a retransmitted FIN) are not filtered.
-    fn suppress_tx(&mut self, frame: &[u8]) -> bool {
-        let Some((ip, tcp)) = ipv4_tcp(frame) else {
-            return false;
-        };
-        if !tcp.ack() {
-            return false;
-        }
-        let key = pack(&(ip.dst_addr(), tcp.dst_port(), tcp.src_port()));
-        let Some(pf) = self.peer_fins.get_mut(&key) else {
-            return false;
-        };
-        let ack = tcp.ack_number().0 as u32;
-        if ack != pf.end {
-            return false;
-        }
-        let pure = tcp.payload().is_empty() && !tcp.syn() && !tcp.fin() && !tcp.rst();
-        if pf.acked && pure {
-            return true;
-        }
-        pf.acked = true;
-        false
-    }
-
     /// Forget a flow (its connection is gone).
     pub(crate) fn forget(&mut self, key: &FlowKey) {
         self.forget_packed(pack(key));
@@ -447,7 +378,6 @@ impl AckWatch {
     fn forget_packed(&mut self, key: u64) {
         self.flows.remove(&key);
         self.fins.remove(&key);
-        self.peer_fins.remove(&key);
         if self.last.is_some_and(|l| l.0 == key) {
             self.last = None;
         }
@@ -654,9 +584,6 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
                     return f(&[]);
                 }
                 watch.observe_parsed(frame, &p, now);
-                if p.tcp.fin() {
-                    watch.observe_peer_fin(&p);
-                }
                 if p.tcp.fin() && !p.tcp.payload().is_empty() {
                     split_fin(frame, &p, &watch.checksums)
                 } else {
@@ -689,28 +616,11 @@ impl<T: TxToken> TxToken for WatchedTx<'_, T> {
         let Some(watch) = self.watch else {
             return self.inner.consume(len, f);
         };
-        if watch.peer_fins.is_empty() {
-            return self.inner.consume(len, |buf| {
-                let r = f(buf);
-                watch.observe_tx(buf);
-                r
-            });
-        }
-        // Some flow is past the peer's FIN: build the frame aside, so that a window update
-        // can be dropped (an unconsumed token sends nothing).
-        let mut scratch = std::mem::take(&mut watch.tx_scratch);
-        scratch.clear();
-        scratch.resize(len, 0);
-        let r = f(&mut scratch);
-        watch.observe_tx(&scratch);
-        if watch.suppress_tx(&scratch) {
-            watch.window_updates_dropped += 1;
-        } else {
-            self.inner
-                .consume(len, |buf| buf.copy_from_slice(&scratch[..len]));
-        }
-        watch.tx_scratch = scratch;
-        r
+        self.inner.consume(len, |buf| {
+            let r = f(buf);
+            watch.observe_tx(buf);
+            r
+        })
     }
 }
 
