@@ -12,166 +12,19 @@
 //! that the end of stream comes only after the peer retransmitted the trimmed tail.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
 
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
-};
-use xwarp_poll_driver::engine::Service;
-use xwarp_stack::{new_stack, StackConfig, Stream, TcpService};
+use smoltcp::wire::TcpControl;
+use xwarp_stack::{new_stack, Stream};
 
+#[path = "support/peer.rs"]
+mod peer;
 #[path = "support/scripted_nic.rs"]
 mod scripted_nic;
-use scripted_nic::ScriptedNic;
+use peer::{byte, Peer, MSS};
 
-const US_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const US: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 2);
-const PORT: u16 = 80;
-const PEER_PORT: u16 = 40000;
-const MSS: usize = 1460;
-
-/// The peer's view of what the engine last sent on the connection.
-#[derive(Debug, Clone, Copy, Default)]
-struct Heard {
-    ack: u32,
-    win: u32,
-    fin: bool,
-}
-
-struct Peer {
-    svc: TcpService,
-    nic: ScriptedNic,
-    /// The engine's window shift (from its SYN-ACK).
-    shift: u8,
-    /// The engine's ISN + 1 (our ACK number).
-    their_next: u32,
-    /// Our next sequence number.
-    next: u32,
-    heard: Heard,
-}
-
-fn eth(frame_payload_len: usize, ethertype: EthernetProtocol) -> (Vec<u8>, EthernetRepr) {
-    (
-        vec![0u8; 14 + frame_payload_len],
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress(US_MAC),
-            ethertype,
-        },
-    )
-}
-
-impl Peer {
-    fn poll(&mut self) {
-        // Enough rounds for commands, ingress and egress to settle.
-        for _ in 0..4 {
-            self.svc.poll(&mut self.nic, Instant::now());
-        }
-        for f in std::mem::take(&mut self.nic.tx) {
-            let Ok(e) = EthernetFrame::new_checked(&f[..]) else {
-                continue;
-            };
-            if e.ethertype() != EthernetProtocol::Ipv4 {
-                continue;
-            }
-            let ip = Ipv4Packet::new_checked(e.payload()).unwrap();
-            if ip.next_header() != IpProtocol::Tcp {
-                continue;
-            }
-            let t = TcpPacket::new_checked(ip.payload()).unwrap();
-            if t.syn() {
-                self.their_next = (t.seq_number().0 as u32).wrapping_add(1);
-                let repr = TcpRepr::parse(
-                    &t,
-                    &IpAddress::Ipv4(ip.src_addr()),
-                    &IpAddress::Ipv4(ip.dst_addr()),
-                    &ChecksumCapabilities::default(),
-                )
-                .unwrap();
-                self.shift = repr.window_scale.unwrap_or(0);
-            }
-            if t.ack() {
-                self.heard = Heard {
-                    ack: t.ack_number().0 as u32,
-                    win: u32::from(t.window_len()) << self.shift,
-                    fin: self.heard.fin || t.fin(),
-                };
-            }
-        }
-    }
-
-    fn send(&mut self, control: TcpControl, payload: &[u8], seq: u32, window_scale: Option<u8>) {
-        let tcp = TcpRepr {
-            src_port: PEER_PORT,
-            dst_port: PORT,
-            control,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: (control != TcpControl::Syn)
-                .then_some(TcpSeqNumber(self.their_next as i32)),
-            window_len: 65535,
-            window_scale,
-            max_seg_size: (control == TcpControl::Syn).then_some(MSS as u16),
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: None,
-            payload,
-        };
-        let ip = Ipv4Repr {
-            src_addr: PEER,
-            dst_addr: US,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let (mut buf, e) = eth(20 + tcp.buffer_len(), EthernetProtocol::Ipv4);
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        e.emit(&mut f);
-        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut p, &caps);
-        tcp.emit(
-            &mut TcpPacket::new_unchecked(p.payload_mut()),
-            &IpAddress::Ipv4(PEER),
-            &IpAddress::Ipv4(US),
-            &caps,
-        );
-        self.nic.rx.push_back(buf);
-        self.poll();
-    }
-
-    fn arp(&mut self) {
-        let arp = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Request,
-            source_hardware_addr: EthernetAddress(PEER_MAC),
-            source_protocol_addr: PEER,
-            target_hardware_addr: EthernetAddress([0; 6]),
-            target_protocol_addr: US,
-        };
-        let (mut buf, mut e) = eth(arp.buffer_len(), EthernetProtocol::Arp);
-        e.dst_addr = EthernetAddress::BROADCAST;
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        e.emit(&mut f);
-        arp.emit(&mut ArpPacket::new_unchecked(f.payload_mut()));
-        self.nic.rx.push_back(buf);
-        self.poll();
-    }
-
-    /// Right edge of the window the engine last advertised.
-    fn edge(&self) -> u32 {
-        self.heard.ack.wrapping_add(self.heard.win)
-    }
-}
-
-/// The stream byte at offset `i`.
-fn byte(i: u32) -> u8 {
-    (i.wrapping_mul(131) >> 3) as u8
-}
 
 /// Read until the end of stream (`true`) or until nothing more arrives (`false`).
 fn read_all(s: &mut Stream, peer: &mut Peer, got: &mut Vec<u8>) -> bool {
@@ -196,41 +49,13 @@ fn read_all(s: &mut Stream, peer: &mut Peer, got: &mut Vec<u8>) -> bool {
 
 #[test]
 fn rfc9293_fin_past_a_retreated_window_edge_does_not_end_the_stream_early() {
-    let cfg = StackConfig {
-        mac: US_MAC,
-        ipv4: Some((US, 24)),
-        // 1 MiB: window scale 5, so advertised windows are multiples of 32 bytes.
-        rx_buffer: 1 << 20,
-        tx_buffer: 64 << 10,
-        ring_size: 64 << 10,
-        timestamps: false,
-        // Every segment acknowledged at once: the test reads each window the engine sends.
-        tcp: xwarp_stack::TcpOptions {
-            ack_delay: None,
-            ..Default::default()
-        },
-        ..StackConfig::default()
-    };
+    // 1 MiB: window scale 5, so advertised windows are multiples of 32 bytes. Every
+    // segment acknowledged at once: the test reads each window the engine sends.
+    let cfg = peer::config(US, 24, 1 << 20, 64 << 10, 64 << 10);
     let (svc, h) = new_stack(cfg).unwrap();
-    let mut peer = Peer {
-        svc,
-        nic: ScriptedNic::default(),
-        shift: 0,
-        their_next: 0,
-        next: 1000,
-        heard: Heard::default(),
-    };
+    let mut peer = Peer::new(svc, US, PEER, ());
     // Listen (the call waits for the engine, which this thread drives).
-    let listener = std::thread::scope(|sc| {
-        let t = sc.spawn(|| {
-            h.listen(SocketAddr::from((US, PORT)), 8, Duration::from_secs(10))
-                .unwrap()
-        });
-        while !t.is_finished() {
-            peer.poll();
-        }
-        t.join().unwrap()
-    });
+    let listener = peer.listen(&h);
     peer.arp();
     peer.send(TcpControl::Syn, &[], 999, Some(7));
     assert!(
@@ -242,23 +67,7 @@ fn rfc9293_fin_past_a_retreated_window_edge_does_not_end_the_stream_early() {
     let mut stream = listener.try_accept().expect("accepted");
 
     // Fill the connection (the application reads nothing) until the window is small.
-    let mut sent = 0u32;
-    loop {
-        let room = peer.edge().wrapping_sub(peer.next) as usize;
-        if room <= MSS / 2 {
-            break;
-        }
-        let n = MSS.min(room - MSS / 2);
-        let data: Vec<u8> = (sent..sent + n as u32).map(byte).collect();
-        let seq = peer.next;
-        peer.send(TcpControl::None, &data, seq, None);
-        peer.next = peer.next.wrapping_add(n as u32);
-        sent += n as u32;
-        assert_eq!(
-            peer.heard.ack, peer.next,
-            "every byte is taken while there is room"
-        );
-    }
+    let mut sent = peer.fill();
     // Make the right edge retreat: small segments until one moves it left.
     let old_edge = peer.edge();
     let mut retreated = false;

@@ -7,26 +7,18 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
-};
-use xwarp_poll_driver::engine::Service;
+use smoltcp::wire::TcpControl;
 use xwarp_stack::{new_stack, ListenSocket, StackConfig, StackHandle, Stream, TcpService};
 
 #[path = "support/scripted_nic.rs"]
 mod scripted_nic;
 use scripted_nic::ScriptedNic;
+#[path = "support/peer.rs"]
+mod peer;
+use peer::{byte, PEER_PORT, PORT};
 
-const US_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const US: Ipv4Addr = Ipv4Addr::new(10, 67, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 67, 0, 2);
-const PORT: u16 = 80;
-const PEER_PORT: u16 = 40000;
-const MSS: usize = 1460;
 /// Socket buffers of the test engine (each socket holds both).
 const BUF: usize = 16 << 10;
 
@@ -51,45 +43,7 @@ fn frame(
     ack: Option<u32>,
     payload: &[u8],
 ) -> Vec<u8> {
-    let tcp = TcpRepr {
-        src_port: src.1,
-        dst_port,
-        control,
-        seq_number: TcpSeqNumber(seq as i32),
-        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-        window_len: 65535,
-        window_scale: None,
-        max_seg_size: (control == TcpControl::Syn).then_some(MSS as u16),
-        sack_permitted: false,
-        sack_ranges: [None, None, None],
-        timestamp: None,
-        payload,
-    };
-    let ip = Ipv4Repr {
-        src_addr: src.0,
-        dst_addr: US,
-        next_header: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
-        hop_limit: 64,
-    };
-    let mut buf = vec![0u8; 14 + 20 + tcp.buffer_len()];
-    let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: EthernetAddress(PEER_MAC),
-        dst_addr: EthernetAddress(US_MAC),
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut f);
-    let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-    let caps = ChecksumCapabilities::default();
-    ip.emit(&mut p, &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(p.payload_mut()),
-        &IpAddress::Ipv4(src.0),
-        &IpAddress::Ipv4(US),
-        &caps,
-    );
-    buf
+    peer::tcp_frame(src, (US, dst_port), control, seq, ack, None, payload)
 }
 
 /// xorshift64: the flood's source addresses, ports and sequence numbers.
@@ -121,19 +75,7 @@ struct Harness {
 
 impl Harness {
     fn new(cfg: impl FnOnce(&mut StackConfig)) -> Harness {
-        let mut c = StackConfig {
-            mac: US_MAC,
-            ipv4: Some((US, 16)),
-            rx_buffer: BUF,
-            tx_buffer: BUF,
-            ring_size: 64 << 10,
-            timestamps: false,
-            tcp: xwarp_stack::TcpOptions {
-                ack_delay: None,
-                ..Default::default()
-            },
-            ..StackConfig::default()
-        };
+        let mut c = peer::config(US, 16, BUF, BUF, 64 << 10);
         cfg(&mut c);
         let (svc, h) = new_stack(c).unwrap();
         let mut hs = Harness {
@@ -147,22 +89,9 @@ impl Harness {
     }
 
     fn poll(&mut self) {
-        for _ in 0..4 {
-            self.svc.poll(&mut self.nic, Instant::now());
-        }
-        for f in std::mem::take(&mut self.nic.tx) {
-            let Ok(e) = EthernetFrame::new_checked(&f[..]) else {
-                continue;
-            };
-            if e.ethertype() != EthernetProtocol::Ipv4 {
-                continue;
-            }
-            let ip = Ipv4Packet::new_checked(e.payload()).unwrap();
-            if ip.next_header() != IpProtocol::Tcp {
-                continue;
-            }
-            let t = TcpPacket::new_checked(ip.payload()).unwrap();
-            self.sent.push(Seg {
+        let sent = &mut self.sent;
+        peer::drive(&mut self.svc, &mut self.nic, |ip, t| {
+            sent.push(Seg {
                 dst: ip.dst_addr(),
                 dst_port: t.dst_port(),
                 src_port: t.src_port(),
@@ -171,7 +100,7 @@ impl Harness {
                 seq: t.seq_number().0 as u32,
                 ack: t.ack().then_some(t.ack_number().0 as u32),
             });
-        }
+        });
     }
 
     fn inject(&mut self, f: Vec<u8>) {
@@ -179,43 +108,14 @@ impl Harness {
     }
 
     fn arp(&mut self) {
-        let arp = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Request,
-            source_hardware_addr: EthernetAddress(PEER_MAC),
-            source_protocol_addr: PEER,
-            target_hardware_addr: EthernetAddress([0; 6]),
-            target_protocol_addr: US,
-        };
-        let mut buf = vec![0u8; 14 + arp.buffer_len()];
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress::BROADCAST,
-            ethertype: EthernetProtocol::Arp,
-        }
-        .emit(&mut f);
-        arp.emit(&mut ArpPacket::new_unchecked(f.payload_mut()));
-        self.inject(buf);
+        self.inject(peer::arp_request(PEER, US));
         self.poll();
     }
 
     /// Listen on `PORT` (the call waits for the engine, which this thread drives).
     fn listen(&mut self, backlog: usize) -> ListenSocket {
         let h = self.h.clone();
-        std::thread::scope(|sc| {
-            let t = sc.spawn(|| {
-                h.listen(
-                    SocketAddr::from((US, PORT)),
-                    backlog,
-                    Duration::from_secs(10),
-                )
-                .unwrap()
-            });
-            while !t.is_finished() {
-                self.poll();
-            }
-            t.join().unwrap()
-        })
+        peer::listen_driving(&h, SocketAddr::from((US, PORT)), backlog, || self.poll())
     }
 
     /// The engine's SYN-ACK to `src`, if it sent one since the last call.
@@ -303,11 +203,6 @@ impl Legit {
         );
         self.sent += data.len() as u32;
     }
-}
-
-/// The stream byte at offset `i`.
-fn byte(i: u32) -> u8 {
-    (i.wrapping_mul(131) >> 3) as u8
 }
 
 /// Issue 14 item 1 against a running engine: 100,000 spoofed pure ACKs with valid

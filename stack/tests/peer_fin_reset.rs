@@ -5,48 +5,23 @@
 //! and in smoltcp's receive buffer, leaves every byte readable, then `ConnectionReset`.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
 
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
-};
-use xwarp_poll_driver::engine::Service;
-use xwarp_stack::{new_stack, StackConfig, Stream, TcpService};
+use smoltcp::wire::{TcpControl, TcpPacket};
+use xwarp_stack::{new_stack, Stream};
 
+#[path = "support/peer.rs"]
+mod peer;
 #[path = "support/scripted_nic.rs"]
 mod scripted_nic;
-use scripted_nic::ScriptedNic;
+use peer::{byte, Watch};
 
-const US_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const US: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 2);
-const PORT: u16 = 80;
-const PEER_PORT: u16 = 40000;
-const MSS: usize = 1460;
 
-/// The peer's view of what the engine last sent on the connection.
-#[derive(Debug, Clone, Copy, Default)]
-struct Heard {
-    ack: u32,
-    win: u32,
-    fin: bool,
-}
-
-struct Peer {
-    svc: TcpService,
-    nic: ScriptedNic,
-    /// The engine's window shift (from its SYN-ACK).
-    shift: u8,
-    /// The engine's ISN + 1 (our ACK number).
-    their_next: u32,
-    /// Our next sequence number.
-    next: u32,
-    heard: Heard,
+/// The peer's FIN and what the engine sent after acknowledging it.
+#[derive(Default)]
+struct FinWatch {
     /// Sequence number after the peer's FIN, once sent.
     fin_end: Option<u32>,
     /// The engine acknowledged the FIN.
@@ -55,140 +30,25 @@ struct Peer {
     window_updates: usize,
 }
 
-fn eth(frame_payload_len: usize, ethertype: EthernetProtocol) -> (Vec<u8>, EthernetRepr) {
-    (
-        vec![0u8; 14 + frame_payload_len],
-        EthernetRepr {
-            src_addr: EthernetAddress(PEER_MAC),
-            dst_addr: EthernetAddress(US_MAC),
-            ethertype,
-        },
-    )
-}
-
-impl Peer {
-    fn poll(&mut self) {
-        // Enough rounds for commands, ingress and egress to settle.
-        for _ in 0..4 {
-            self.svc.poll(&mut self.nic, Instant::now());
+impl Watch for FinWatch {
+    fn segment(&mut self, t: &TcpPacket<&[u8]>, their_next: &mut u32) {
+        if t.fin() {
+            // The engine's FIN: the peer acknowledges it from now on.
+            *their_next = (t.seq_number().0 as u32)
+                .wrapping_add(t.payload().len() as u32)
+                .wrapping_add(1);
         }
-        for f in std::mem::take(&mut self.nic.tx) {
-            let Ok(e) = EthernetFrame::new_checked(&f[..]) else {
-                continue;
-            };
-            if e.ethertype() != EthernetProtocol::Ipv4 {
-                continue;
+        if t.ack() && Some(t.ack_number().0 as u32) == self.fin_end {
+            let pure = t.payload().is_empty() && !t.syn() && !t.fin() && !t.rst();
+            if self.fin_acked && pure {
+                self.window_updates += 1;
             }
-            let ip = Ipv4Packet::new_checked(e.payload()).unwrap();
-            if ip.next_header() != IpProtocol::Tcp {
-                continue;
-            }
-            let t = TcpPacket::new_checked(ip.payload()).unwrap();
-            if t.fin() {
-                // The engine's FIN: the peer acknowledges it from now on.
-                self.their_next = (t.seq_number().0 as u32)
-                    .wrapping_add(t.payload().len() as u32)
-                    .wrapping_add(1);
-            }
-            if t.syn() {
-                self.their_next = (t.seq_number().0 as u32).wrapping_add(1);
-                let repr = TcpRepr::parse(
-                    &t,
-                    &IpAddress::Ipv4(ip.src_addr()),
-                    &IpAddress::Ipv4(ip.dst_addr()),
-                    &ChecksumCapabilities::default(),
-                )
-                .unwrap();
-                self.shift = repr.window_scale.unwrap_or(0);
-            }
-            if t.ack() && Some(t.ack_number().0 as u32) == self.fin_end {
-                let pure = t.payload().is_empty() && !t.syn() && !t.fin() && !t.rst();
-                if self.fin_acked && pure {
-                    self.window_updates += 1;
-                }
-                self.fin_acked = true;
-            }
-            if t.ack() {
-                self.heard = Heard {
-                    ack: t.ack_number().0 as u32,
-                    win: u32::from(t.window_len()) << self.shift,
-                    fin: self.heard.fin || t.fin(),
-                };
-            }
+            self.fin_acked = true;
         }
     }
-
-    fn send(&mut self, control: TcpControl, payload: &[u8], seq: u32, window_scale: Option<u8>) {
-        self.queue(control, payload, seq, window_scale);
-        self.poll();
-    }
-
-    /// A segment for the engine's next poll (the test polls later).
-    fn queue(&mut self, control: TcpControl, payload: &[u8], seq: u32, window_scale: Option<u8>) {
-        let tcp = TcpRepr {
-            src_port: PEER_PORT,
-            dst_port: PORT,
-            control,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: (control != TcpControl::Syn)
-                .then_some(TcpSeqNumber(self.their_next as i32)),
-            window_len: 65535,
-            window_scale,
-            max_seg_size: (control == TcpControl::Syn).then_some(MSS as u16),
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: None,
-            payload,
-        };
-        let ip = Ipv4Repr {
-            src_addr: PEER,
-            dst_addr: US,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let (mut buf, e) = eth(20 + tcp.buffer_len(), EthernetProtocol::Ipv4);
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        e.emit(&mut f);
-        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut p, &caps);
-        tcp.emit(
-            &mut TcpPacket::new_unchecked(p.payload_mut()),
-            &IpAddress::Ipv4(PEER),
-            &IpAddress::Ipv4(US),
-            &caps,
-        );
-        self.nic.rx.push_back(buf);
-    }
-
-    fn arp(&mut self) {
-        let arp = ArpRepr::EthernetIpv4 {
-            operation: ArpOperation::Request,
-            source_hardware_addr: EthernetAddress(PEER_MAC),
-            source_protocol_addr: PEER,
-            target_hardware_addr: EthernetAddress([0; 6]),
-            target_protocol_addr: US,
-        };
-        let (mut buf, mut e) = eth(arp.buffer_len(), EthernetProtocol::Arp);
-        e.dst_addr = EthernetAddress::BROADCAST;
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        e.emit(&mut f);
-        arp.emit(&mut ArpPacket::new_unchecked(f.payload_mut()));
-        self.nic.rx.push_back(buf);
-        self.poll();
-    }
-
-    /// Right edge of the window the engine last advertised.
-    fn edge(&self) -> u32 {
-        self.heard.ack.wrapping_add(self.heard.win)
-    }
 }
 
-/// The stream byte at offset `i`.
-fn byte(i: u32) -> u8 {
-    (i.wrapping_mul(131) >> 3) as u8
-}
+type Peer = peer::Peer<FinWatch>;
 
 /// An engine with a small application ring, an accepted connection, and the peer's data
 /// sent (the window nearly closed) with its FIN.
@@ -201,41 +61,10 @@ fn setup_with(
     half_close_first: bool,
     rst_behind_fin: bool,
 ) -> (Peer, Stream, xwarp_stack::ListenSocket, u32) {
-    let cfg = StackConfig {
-        mac: US_MAC,
-        ipv4: Some((US, 24)),
-        rx_buffer: 64 << 10,
-        tx_buffer: 64 << 10,
-        ring_size: 16 << 10,
-        timestamps: false,
-        tcp: xwarp_stack::TcpOptions {
-            ack_delay: None,
-            ..Default::default()
-        },
-        ..StackConfig::default()
-    };
+    let cfg = peer::config(US, 24, 64 << 10, 64 << 10, 16 << 10);
     let (svc, h) = new_stack(cfg).unwrap();
-    let mut peer = Peer {
-        svc,
-        nic: ScriptedNic::default(),
-        shift: 0,
-        their_next: 0,
-        next: 1000,
-        heard: Heard::default(),
-        fin_end: None,
-        fin_acked: false,
-        window_updates: 0,
-    };
-    let listener = std::thread::scope(|sc| {
-        let t = sc.spawn(|| {
-            h.listen(SocketAddr::from((US, PORT)), 8, Duration::from_secs(10))
-                .unwrap()
-        });
-        while !t.is_finished() {
-            peer.poll();
-        }
-        t.join().unwrap()
-    });
+    let mut peer = Peer::new(svc, US, PEER, FinWatch::default());
+    let listener = peer.listen(&h);
     peer.arp();
     peer.send(TcpControl::Syn, &[], 999, Some(7));
     peer.send(TcpControl::None, &[], 1000, None);
@@ -250,26 +79,10 @@ fn setup_with(
         peer.send(TcpControl::None, &[], seq, None);
     }
     // Fill ring and socket buffer (the application reads nothing yet).
-    let mut sent = 0u32;
-    loop {
-        let room = peer.edge().wrapping_sub(peer.next) as usize;
-        if room <= MSS / 2 {
-            break;
-        }
-        let n = MSS.min(room - MSS / 2);
-        let data: Vec<u8> = (sent..sent + n as u32).map(byte).collect();
-        let seq = peer.next;
-        peer.send(TcpControl::None, &data, seq, None);
-        peer.next = peer.next.wrapping_add(n as u32);
-        sent += n as u32;
-        assert_eq!(
-            peer.heard.ack, peer.next,
-            "every byte is taken while there is room"
-        );
-    }
+    let sent = peer.fill();
     assert!(sent > (48 << 10), "only {sent} bytes fit");
     let seq = peer.next;
-    peer.fin_end = Some(seq.wrapping_add(1));
+    peer.watch.fin_end = Some(seq.wrapping_add(1));
     if rst_behind_fin {
         peer.queue(TcpControl::Fin, &[], seq, None);
         peer.queue(TcpControl::Rst, &[], seq.wrapping_add(1), None);
@@ -279,7 +92,7 @@ fn setup_with(
     }
     peer.send(TcpControl::Fin, &[], seq, None);
     peer.next = seq.wrapping_add(1);
-    assert!(peer.fin_acked, "FIN acknowledged");
+    assert!(peer.watch.fin_acked, "FIN acknowledged");
     (peer, stream, listener, sent)
 }
 
@@ -326,7 +139,7 @@ fn no_window_updates_after_the_peers_fin() {
             got.len()
         );
         assert_eq!(
-            peer.window_updates, 0,
+            peer.watch.window_updates, 0,
             "window updates sent after the FIN was acknowledged (we closed first: \
              {half_close_first})"
         );

@@ -1,6 +1,6 @@
-//! The scripted NIC of the hand-driven `TcpService` tests (`fin_trim.rs`, `hostile.rs`): the
-//! test pushes the frames the engine receives and reads the frames it sent; no threads, no
-//! timing. Included by `#[path]`.
+//! The scripted NIC of the hand-driven `TcpService` tests (`fin_trim.rs`, `hostile.rs`,
+//! `peer_fin_reset.rs`): the test pushes the frames the engine receives and reads the frames
+//! it sent; no threads, no timing. Included by `#[path]`; `peer.rs` builds the frames.
 
 use std::collections::VecDeque;
 use std::io;
