@@ -207,8 +207,8 @@ impl RegionMemory for Guarded {
         );
         self.0[offset..offset + data.len()].copy_from_slice(data);
     }
-    fn read_at(&self, offset: usize, len: usize) -> &[u8] {
-        &self.0[offset..offset + len]
+    fn read_into(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
     }
 }
 
@@ -333,9 +333,7 @@ fn run_rdmap_rx(input: &[u8]) {
         }
         // Drive the send side too (Read Responses, Terminates).
         for _ in 0..8 {
-            match qp.poll_segment(&res, 1024, |h, p| {
-                h.len() + p.iter().map(|x| x.len()).sum::<usize>()
-            }) {
+            match qp.poll_segment(&res, 1024, |h, p| h.len() + p.len()) {
                 Ok(Some(n)) => assert!(n <= 1024),
                 _ => break,
             }
