@@ -195,7 +195,6 @@ impl Arena {
         self.res
             .stags
             .read(r.stag, 0, REGION_LEN)
-            .map(<[u8]>::to_vec)
             .unwrap_or_else(|_| r.fill.clone())
     }
 
@@ -218,7 +217,7 @@ impl Arena {
             };
             // One memcmp in the common case (the fuzzer's comparison hooks make a
             // byte-by-byte loop slow).
-            if now == &r.fill[..] {
+            if now[..] == r.fill[..] {
                 continue;
             }
             let mut allowed = vec![false; REGION_LEN];

@@ -156,10 +156,8 @@ pub fn rdmap_rx(input: &[u8]) {
         for _ in 0..16 {
             let r = qp.poll_segment(&arena.res, 1024, |h, p| {
                 tx.extend_from_slice(h);
-                for x in p {
-                    tx.extend_from_slice(x);
-                }
-                h.len() + p.iter().map(|x| x.len()).sum::<usize>()
+                tx.extend_from_slice(&p.to_vec());
+                h.len() + p.len()
             });
             match r {
                 Ok(Some(n)) => assert!(n <= 1024, "segment of {n} bytes for a 1024-byte room"),

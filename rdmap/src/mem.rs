@@ -30,6 +30,8 @@
 //!
 //! Region bytes live behind [`RegionMemory`], so tests use `Vec<u8>` and the engine can
 //! back regions with registered application memory (with its unsafe code elsewhere).
+//! Region bytes are only ever copied out ([`RegionMemory::read_into`], [`RegionBytes`]),
+//! never borrowed: the application may be writing them.
 
 use std::collections::HashMap;
 
@@ -47,8 +49,10 @@ pub trait RegionMemory: Send {
     }
     /// Copy `data` to `offset`. Callers (this crate) guarantee `offset + data.len() <= len()`.
     fn write_at(&mut self, offset: usize, data: &[u8]);
-    /// Borrow `len` bytes at `offset`. Callers guarantee the range is in bounds.
-    fn read_at(&self, offset: usize, len: usize) -> &[u8];
+    /// Copy `dst.len()` bytes at `offset` into `dst`. Callers (this crate) guarantee
+    /// `offset + dst.len() <= len()`. A copy, never a borrow: region bytes may be memory
+    /// the application writes concurrently, over which no `&[u8]` may be formed.
+    fn read_into(&self, offset: usize, dst: &mut [u8]);
 }
 
 impl RegionMemory for Vec<u8> {
@@ -58,8 +62,80 @@ impl RegionMemory for Vec<u8> {
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         self[offset..offset + data.len()].copy_from_slice(data);
     }
-    fn read_at(&self, offset: usize, len: usize) -> &[u8] {
-        &self[offset..offset + len]
+    fn read_into(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+}
+
+impl dyn RegionMemory + '_ {
+    /// A copy of `len` bytes at `offset` (tests, diagnostics; the transmit path copies
+    /// straight into the FPDU through [`RegionBytes`]). Panics if out of bounds.
+    pub fn read_at(&self, offset: usize, len: usize) -> Vec<u8> {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= self.len()),
+            "read outside a region: {offset}+{len}"
+        );
+        let mut v = vec![0; len];
+        self.read_into(offset, &mut v);
+        v
+    }
+}
+
+/// An in-bounds byte range of one region, checked by the [`StagTable`]: the transmit
+/// path copies from it straight into its output ([`RegionBytes::copy_to`]) instead of
+/// borrowing the bytes.
+#[derive(Clone, Copy)]
+pub struct RegionBytes<'a> {
+    mem: &'a dyn RegionMemory,
+    offset: usize,
+    len: usize,
+}
+
+/// Backing of [`RegionBytes::EMPTY`].
+static NO_BYTES: Vec<u8> = Vec::new();
+
+impl<'a> RegionBytes<'a> {
+    /// No bytes.
+    pub const EMPTY: RegionBytes<'static> = RegionBytes {
+        mem: &NO_BYTES,
+        offset: 0,
+        len: 0,
+    };
+
+    /// Number of bytes in the range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copy `dst.len()` bytes starting `from` bytes into the range into `dst`. Panics if
+    /// `from + dst.len()` exceeds [`len`](Self::len).
+    pub fn copy_to(&self, from: usize, dst: &mut [u8]) {
+        assert!(
+            from.checked_add(dst.len()).is_some_and(|e| e <= self.len),
+            "copy outside the checked range"
+        );
+        self.mem.read_into(self.offset + from, dst);
+    }
+
+    /// A copy of the whole range.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(0, &mut v);
+        v
+    }
+}
+
+impl core::fmt::Debug for RegionBytes<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RegionBytes")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -522,8 +598,21 @@ impl StagTable {
         self.write(pin.stag, off, data)
     }
 
-    /// Borrow `len` bytes at tagged offset `to` of the pinned registration, after
-    /// repeating every check ([`check_pinned`](Self::check_pinned)).
+    /// The `len` bytes at tagged offset `to` of the pinned registration, after repeating
+    /// every check ([`check_pinned`](Self::check_pinned)), to copy from.
+    pub fn bytes_pinned(
+        &self,
+        pin: RegionPin,
+        pd: PdId,
+        access: Access,
+        to: u64,
+        len: usize,
+    ) -> Result<RegionBytes<'_>, MemError> {
+        let off = self.check_pinned(pin, pd, to, len as u64, access)?;
+        self.bytes(pin.stag, off, len)
+    }
+
+    /// A copy of what [`bytes_pinned`](Self::bytes_pinned) designates.
     pub fn read_pinned(
         &self,
         pin: RegionPin,
@@ -531,9 +620,9 @@ impl StagTable {
         access: Access,
         to: u64,
         len: usize,
-    ) -> Result<&[u8], MemError> {
-        let off = self.check_pinned(pin, pd, to, len as u64, access)?;
-        self.read(pin.stag, off, len)
+    ) -> Result<Vec<u8>, MemError> {
+        self.bytes_pinned(pin, pd, access, to, len)
+            .map(|b| b.to_vec())
     }
 
     /// Copy `data` into the region at byte `offset` (after a successful [`check`](Self::check)).
@@ -550,13 +639,35 @@ impl StagTable {
         Ok(())
     }
 
-    /// Borrow `len` bytes of the region at byte `offset`.
-    pub fn read(&self, stag: Stag, offset: usize, len: usize) -> Result<&[u8], MemError> {
+    /// The `len` bytes of the region at byte `offset`, to copy from (checks key and
+    /// bounds only, like [`write`](Self::write)).
+    pub fn bytes(
+        &self,
+        stag: Stag,
+        offset: usize,
+        len: usize,
+    ) -> Result<RegionBytes<'_>, MemError> {
         let mr = self.get(stag)?;
         if offset.checked_add(len).is_none_or(|e| e > mr.mem.len()) {
             return Err(MemError::Bounds);
         }
-        Ok(mr.mem.read_at(offset, len))
+        Ok(RegionBytes {
+            mem: &*mr.mem,
+            offset,
+            len,
+        })
+    }
+
+    /// Copy `dst.len()` bytes of the region at byte `offset` into `dst` (checks key and
+    /// bounds only); nothing is copied on error.
+    pub fn read_into(&self, stag: Stag, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        self.bytes(stag, offset, dst.len())?.copy_to(0, dst);
+        Ok(())
+    }
+
+    /// A copy of `len` bytes of the region at byte `offset` (tests, diagnostics).
+    pub fn read(&self, stag: Stag, offset: usize, len: usize) -> Result<Vec<u8>, MemError> {
+        self.bytes(stag, offset, len).map(|b| b.to_vec())
     }
 }
 

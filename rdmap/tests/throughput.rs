@@ -35,11 +35,8 @@ fn run(mulpdu: usize, msg: usize, total: usize) -> f64 {
             let n =
                 a.qp.poll_segment(&a.res, mulpdu, |h, p| {
                     tx[..h.len()].copy_from_slice(h);
-                    let mut n = h.len();
-                    for s in p {
-                        tx[n..n + s.len()].copy_from_slice(s);
-                        n += s.len();
-                    }
+                    let n = h.len() + p.len();
+                    p.reader().fill(&mut tx[h.len()..n]);
                     n
                 })
                 .unwrap();

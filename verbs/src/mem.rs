@@ -57,8 +57,9 @@ pub(crate) struct RawBuf {
 // the lifetime of the RawBuf regardless of thread. Concurrent copies of the same bytes
 // follow the contract documented at module level.
 unsafe impl Send for RawBuf {}
-// SAFETY: see `Send`: shared access never creates references to the bytes outside the
-// engine's `read_at` (bounded by the StagTable check; see its comment).
+// SAFETY: see `Send`: shared access never creates references to the bytes; every access
+// (both the application's and the engine's, `EngineRegion::read_into`/`write_at`) is a
+// raw-pointer copy inside the allocation.
 unsafe impl Sync for RawBuf {}
 
 impl RawBuf {
@@ -241,26 +242,12 @@ impl RegionMemory for EngineRegion {
         let _ = self.0.copy_in(offset, data);
     }
 
-    /// The one place a `&[u8]` over application-writable bytes is still formed:
-    /// `RegionMemory::read_at` (rdmap's trait, used by the QP's transmit path and read
-    /// responder to gather payload slices for the FPDU encoder) must return a slice.
-    /// Under Rust's rules that slice asserts the bytes do not change while it lives, which
-    /// an application writing the source of an in-flight Send/Write or exposed for remote
-    /// Read breaks (the contract above says it must not, but it can). Every other access
-    /// (`copy_in`, `copy_out`, `fill`, `load_volatile`, `write_at`) copies through raw
-    /// pointers without forming a reference. Removing this one needs a copying method on
-    /// `RegionMemory` (`read_into(offset, &mut [u8])`, filled by `RawBuf::copy_out`) and
-    /// callers that copy into the FPDU instead of gathering slices (rdmap `mem.rs`,
-    /// `qp/tx.rs`, `qp/read_responder.rs`).
-    fn read_at(&self, offset: usize, len: usize) -> &[u8] {
-        if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.0.len) {
-            return &[];
-        }
-        // SAFETY: `[offset, offset+len)` is inside the allocation (checked above), which
-        // lives as long as `self` (the Arc). The slice is used by the engine only while
-        // encoding one segment; concurrent application writes break the module contract
-        // (see the doc comment above: the bytes then read are unspecified).
-        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr().add(offset), len) }
+    /// Copies through raw pointers (`RawBuf::copy_out`), never forming a `&[u8]` over
+    /// the application-writable bytes: the transmit path and read responder copy payload
+    /// from here straight into the FPDU. Out of bounds copies nothing (`dst` is left as it
+    /// is); the StagTable checked the bounds before.
+    fn read_into(&self, offset: usize, dst: &mut [u8]) {
+        let _ = self.0.copy_out(offset, dst);
     }
 }
 
@@ -328,11 +315,214 @@ mod tests {
         let mut out = [0u8; 3];
         assert!(buf.copy_out(4000, &mut out));
         assert_eq!(out, [1, 2, 3]);
-        assert_eq!(r.read_at(4000, 3), &[1, 2, 3]);
+        let mut got = [0u8; 3];
+        r.read_into(4000, &mut got);
+        assert_eq!(got, [1, 2, 3]);
         // Out of bounds: nothing written, nothing read.
         r.write_at(4095, &[9, 9]);
         assert_eq!(buf.load_volatile(4095), Some(0));
-        assert!(r.read_at(4095, 2).is_empty());
-        assert!(r.read_at(usize::MAX, 2).is_empty());
+        let mut two = [7u8; 2];
+        r.read_into(4095, &mut two);
+        assert_eq!(two, [7, 7]);
+        r.read_into(usize::MAX, &mut two);
+        assert_eq!(two, [7, 7]);
+    }
+
+    #[test]
+    fn read_into_copies_exactly_the_bytes_in_bounds_for_both_backings() {
+        for b in backings() {
+            let data: Vec<u8> = (0..8192u32).map(|i| (i * 31 + 3) as u8).collect();
+            assert!(b.copy_in(0, &data));
+            let r = EngineRegion(Arc::new(b));
+            // In bounds: exactly the bytes, at the start, middle and the very end.
+            for (off, n) in [
+                (0, 1),
+                (0, 8192),
+                (100, 300),
+                (8191, 1),
+                (8192, 0),
+                (4000, 0),
+            ] {
+                let mut dst = vec![0xeeu8; n];
+                r.read_into(off, &mut dst);
+                assert_eq!(&dst[..], &data[off..off + n], "{off}+{n}");
+            }
+            // Out of bounds (past the end, straddling it, overflowing): nothing copied.
+            for (off, n) in [(8192, 1), (8191, 2), (8193, 0), (usize::MAX, 1), (1, 8192)] {
+                let mut dst = vec![0xeeu8; n];
+                r.read_into(off, &mut dst);
+                assert!(dst.iter().all(|&x| x == 0xee), "{off}+{n} copied");
+            }
+            // Through the trait object, as the STag table reads it.
+            let m: &dyn RegionMemory = &r;
+            assert_eq!(m.read_at(10, 5), &data[10..15]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod fpdu_tests {
+    //! The transmit path copies payload from engine regions straight into the FPDU: the
+    //! FPDUs (bytes and CRC) are the same as with `Vec<u8>` regions framed the old way
+    //! (header and payload slices concatenated by `FpduEncoder::encode`).
+    use super::*;
+    use xwarp_ddp::mpa::FpduEncoder;
+    use xwarp_rdmap::qp::Payload;
+    use xwarp_rdmap::{
+        Access, PdId, QpConfig, QueuePair, Resources, RqConfig, SendOp, SendWr, Sge, Stag,
+        StagTable,
+    };
+
+    /// Region bytes: three SGE sources of odd lengths, then a Read source.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len as u32).map(|i| (i * 89 + i / 251) as u8).collect()
+    }
+
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Vec,
+        Mmap,
+        Boxed,
+    }
+
+    fn side(kind: Kind, data: &[u8]) -> (Resources, PdId, QueuePair, Stag) {
+        let mut res = Resources::with_stags(StagTable::sequential());
+        let pd = res.stags.alloc_pd();
+        let mem: Box<dyn RegionMemory> = match kind {
+            Kind::Vec => Box::new(data.to_vec()),
+            Kind::Mmap => {
+                let b = RawBuf::alloc(data.len(), false).unwrap();
+                assert!(b.copy_in(0, data));
+                Box::new(EngineRegion(Arc::new(b)))
+            }
+            Kind::Boxed => Box::new(EngineRegion(Arc::new(RawBuf::from_box(
+                data.to_vec().into_boxed_slice(),
+            )))),
+        };
+        let access = Access::LOCAL_WRITE | Access::REMOTE_READ;
+        let stag = res.stags.register(pd, access, 0x10_0000, mem).unwrap();
+        let mut qp = QueuePair::new(QpConfig {
+            pd,
+            ird: 4,
+            ord: 4,
+            sq_depth: 16,
+            rq: RqConfig::Own(4),
+        });
+        qp.set_rts().unwrap();
+        (res, pd, qp, stag)
+    }
+
+    /// The FPDU of one segment, framed as the connection does (payload copied straight
+    /// from the region into the output).
+    fn frame_new(enc: &mut FpduEncoder, h: &[u8], p: &Payload<'_>) -> Vec<u8> {
+        let mut out = vec![0u8; enc.max_encoded_len(h.len() + p.len())];
+        let (mut hdr, mut rd) = (h, p.reader());
+        let fill = |dst: &mut [u8]| {
+            let k = hdr.len().min(dst.len());
+            dst[..k].copy_from_slice(&hdr[..k]);
+            hdr = &hdr[k..];
+            rd.fill(&mut dst[k..]);
+        };
+        let n = enc.encode_with(h.len() + p.len(), fill, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// The FPDU framed the old way: the header and one slice per payload range.
+    fn frame_old(enc: &mut FpduEncoder, h: &[u8], p: &Payload<'_>) -> Vec<u8> {
+        let owned: Vec<Vec<u8>> = p.parts().iter().map(|b| b.to_vec()).collect();
+        let mut parts: Vec<&[u8]> = vec![h];
+        parts.extend(owned.iter().map(|v| &v[..]));
+        enc.encode_to_vec(&parts).unwrap()
+    }
+
+    /// Every FPDU the QP emits now, new way (and, for `Vec` regions, checked equal to the
+    /// old way on a parallel encoder).
+    fn drain(res: &Resources, qp: &mut QueuePair, kind: Kind, markers: bool) -> Vec<Vec<u8>> {
+        let mut enc = FpduEncoder::new(true, markers);
+        let mut old = FpduEncoder::new(true, markers);
+        let mut out = Vec::new();
+        while let Some(f) = qp
+            .poll_segment(res, 1000, |h, p| {
+                let f = frame_new(&mut enc, h, p);
+                if matches!(kind, Kind::Vec) {
+                    assert_eq!(f, frame_old(&mut old, h, p), "framed unlike before");
+                }
+                f
+            })
+            .unwrap()
+        {
+            out.push(f);
+        }
+        out
+    }
+
+    #[test]
+    fn multi_sge_send_and_read_response_fpdus_match_vec_regions() {
+        let data = pattern(9000);
+        let base = 0x10_0000u64;
+        for markers in [false, true] {
+            let mut sends = Vec::new();
+            let mut resps = Vec::new();
+            for kind in [Kind::Vec, Kind::Mmap, Kind::Boxed] {
+                // A Send gathering three SGEs (crossing segment boundaries).
+                let (mut res, _, mut qp, stag) = side(kind, &data);
+                let sge = |addr: u64, len: u32| Sge {
+                    lkey: stag,
+                    addr: base + addr,
+                    len,
+                };
+                qp.post_send(SendWr {
+                    wr_id: 1,
+                    op: SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    },
+                    sgl: vec![sge(3, 777), sge(5000, 1501), sge(100, 13)],
+                    signaled: true,
+                    fence: false,
+                })
+                .unwrap();
+                sends.push(drain(&res, &mut qp, kind, markers));
+
+                // A Read Response: a peer's Read Request of 2500 bytes at an odd offset.
+                let (mut req_res, req_pd, mut req_qp, _) = side(Kind::Vec, &[0u8; 4096]);
+                let sink = req_res
+                    .stags
+                    .register(req_pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; 4096]))
+                    .unwrap();
+                req_qp
+                    .post_send(SendWr {
+                        wr_id: 2,
+                        op: SendOp::Read {
+                            remote_stag: stag,
+                            remote_to: base + 4321,
+                        },
+                        sgl: vec![Sge {
+                            lkey: sink,
+                            addr: 0,
+                            len: 2500,
+                        }],
+                        signaled: true,
+                        fence: false,
+                    })
+                    .unwrap();
+                let rr = req_qp
+                    .poll_segment(&req_res, 1000, |h, p| {
+                        let mut v = h.to_vec();
+                        v.extend_from_slice(&p.to_vec());
+                        v
+                    })
+                    .unwrap()
+                    .unwrap();
+                qp.on_segment(&mut res, &rr).unwrap();
+                resps.push(drain(&res, &mut qp, kind, markers));
+            }
+            assert!(sends[0].len() >= 3 && resps[0].len() >= 3);
+            assert_eq!(sends[1], sends[0], "mmap region Send, markers {markers}");
+            assert_eq!(sends[2], sends[0], "boxed region Send, markers {markers}");
+            assert_eq!(resps[1], resps[0], "mmap region Read Response");
+            assert_eq!(resps[2], resps[0], "boxed region Read Response");
+        }
     }
 }

@@ -133,6 +133,39 @@ impl FpduEncoder {
     /// FPDU length. On error nothing is written and the stream position is unchanged.
     pub fn encode(&mut self, ulpdu_parts: &[&[u8]], out: &mut [u8]) -> Result<usize, MpaError> {
         let ulpdu_len: usize = ulpdu_parts.iter().map(|p| p.len()).sum();
+        let (mut part, mut off) = (0, 0);
+        self.encode_with(
+            ulpdu_len,
+            |mut dst| {
+                while !dst.is_empty() {
+                    let p = ulpdu_parts[part];
+                    let n = (p.len() - off).min(dst.len());
+                    dst[..n].copy_from_slice(&p[off..off + n]);
+                    dst = &mut dst[n..];
+                    off += n;
+                    if off == p.len() {
+                        part += 1;
+                        off = 0;
+                    }
+                }
+            },
+            out,
+        )
+    }
+
+    /// Frames one ULPDU of `ulpdu_len` bytes into the start of `out`, returning the FPDU
+    /// length. The ULPDU bytes are written by `fill`, called with consecutive pieces of
+    /// `out` (split around markers) that together take the `ulpdu_len` bytes in order;
+    /// each call must fill its whole piece. This lets a caller copy payload straight from
+    /// where it lives into the FPDU (one copy); the CRC is computed over the bytes as
+    /// written into `out`. On error `fill` is not called, nothing is written and the
+    /// stream position is unchanged.
+    pub fn encode_with(
+        &mut self,
+        ulpdu_len: usize,
+        mut fill: impl FnMut(&mut [u8]),
+        out: &mut [u8],
+    ) -> Result<usize, MpaError> {
         if ulpdu_len > MAX_ULPDU_LEN {
             return Err(LocalError::UlpduTooLong(ulpdu_len).into());
         }
@@ -150,10 +183,8 @@ impl FpduEncoder {
             let mut idx = 0;
             out[..2].copy_from_slice(&len_field);
             idx += 2;
-            for p in ulpdu_parts {
-                out[idx..idx + p.len()].copy_from_slice(p);
-                idx += p.len();
-            }
+            fill(&mut out[idx..idx + ulpdu_len]);
+            idx += ulpdu_len;
             out[idx..idx + pad].fill(0);
             idx += pad;
             let trailer = if self.crc {
@@ -183,9 +214,7 @@ impl FpduEncoder {
             fpdu_start: self.pos,
         };
         w.put(&len_field);
-        for p in ulpdu_parts {
-            w.put(p);
-        }
+        w.put_with(ulpdu_len, &mut fill);
         w.put(&[0u8; 3][..pad]);
         w.marker_if_due();
         let trailer = if self.crc {
@@ -229,15 +258,24 @@ impl MarkerWriter<'_> {
         }
     }
 
-    fn put(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
+    fn put(&mut self, data: &[u8]) {
+        let mut at = 0;
+        self.put_with(data.len(), &mut |dst: &mut [u8]| {
+            dst.copy_from_slice(&data[at..at + dst.len()]);
+            at += dst.len();
+        });
+    }
+
+    /// Writes `len` bytes produced by `fill` (consecutive pieces between markers).
+    fn put_with(&mut self, mut len: usize, fill: &mut impl FnMut(&mut [u8])) {
+        while len > 0 {
             self.marker_if_due();
             let room = MARKER_INTERVAL - (self.pos % MARKER_INTERVAL as u64) as usize;
-            let n = room.min(data.len());
-            self.out[self.idx..self.idx + n].copy_from_slice(&data[..n]);
+            let n = room.min(len);
+            fill(&mut self.out[self.idx..self.idx + n]);
             self.idx += n;
             self.pos += n as u64;
-            data = &data[n..];
+            len -= n;
         }
     }
 }
@@ -265,5 +303,47 @@ mod tests {
         assert_eq!(e.encoded_len(14), 20 + 4);
         // 2+506+0+4 = 512 bytes of FPDU plus the leading marker = 516, crossing 512 once more.
         assert_eq!(e.encoded_len(506), 512 + 8);
+    }
+
+    #[test]
+    fn encode_with_matches_encode_with_and_without_markers() {
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 13 + 5) as u8).collect();
+        let parts: [&[u8]; 3] = [&payload[..14], &payload[14..1000], &payload[1000..]];
+        for (crc, markers) in [(true, false), (true, true), (false, true), (false, false)] {
+            let (mut a, mut b) = (
+                FpduEncoder::new(crc, markers),
+                FpduEncoder::new(crc, markers),
+            );
+            for round in 0..3 {
+                let len = 1000 + round * 700;
+                let want = a.encode_to_vec(&[&payload[..len]]).unwrap();
+                let mut got = vec![0u8; b.max_encoded_len(len)];
+                let mut at = 0;
+                let n = b
+                    .encode_with(
+                        len,
+                        |dst| {
+                            dst.copy_from_slice(&payload[at..at + dst.len()]);
+                            at += dst.len();
+                        },
+                        &mut got,
+                    )
+                    .unwrap();
+                assert_eq!(&got[..n], &want[..], "crc {crc} markers {markers}");
+                assert_eq!(a.stream_position(), b.stream_position());
+            }
+            // Parts split anywhere give the same FPDU as one slice.
+            let mut c = FpduEncoder::new(crc, markers);
+            let mut d = FpduEncoder::new(crc, markers);
+            assert_eq!(
+                c.encode_to_vec(&parts).unwrap(),
+                d.encode_to_vec(&[&payload[..]]).unwrap()
+            );
+        }
+        // Errors call nothing.
+        let mut e = FpduEncoder::new(true, false);
+        let r = e.encode_with(100, |_| panic!("filled"), &mut [0u8; 10]);
+        assert!(r.is_err());
+        assert_eq!(e.stream_position(), 0);
     }
 }

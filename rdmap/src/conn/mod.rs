@@ -11,8 +11,9 @@
 //! (received bytes go through the streaming [`FpduParser`](xwarp_ddp::mpa::FpduParser) straight into
 //! [`QueuePair::on_header_bytes`]/[`QueuePair::on_payload`]/[`QueuePair::on_end`], so
 //! payload is copied once, from the receive buffer into the target region; transmitted
-//! FPDUs are framed by [`FpduEncoder`] straight from the header and region slices that
-//! [`QueuePair::poll_segment`] hands out), and *dead* (closed or failed: nothing is read,
+//! FPDUs are framed by [`FpduEncoder`] straight from the header and the region ranges
+//! ([`Payload`]) that [`QueuePair::poll_segment`] hands out, the payload copied once from
+//! region memory into the FPDU), and *dead* (closed or failed: nothing is read,
 //! only an already queued Terminate is still sent, then [`Connection::wants_close`]).
 //!
 //! Rules (docs/mpa.md §1.5, docs/siw.md §4.5, docs/mpa.md §1.9; the tests in `rdmap/tests/conn_*.rs` are named
@@ -64,7 +65,7 @@ mod phase;
 use phase::{Handshake, Phase, Stream};
 
 use crate::mem::{Access, Stag};
-use crate::qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
+use crate::qp::{Payload, QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
 use crate::verbs::{
     Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, Sge, WcOpcode,
     MAX_SGE,
@@ -1016,24 +1017,13 @@ fn rtr_wr(rtr: RtrType, qcfg: QpConfig, res: Option<&mut Resources>) -> Option<S
 fn encode_segment(
     enc: &mut FpduEncoder,
     hdr: &[u8],
-    payload: &[&[u8]],
+    payload: &Payload<'_>,
     out: &mut Vec<u8>,
 ) -> Result<usize, MpaError> {
-    let mut parts: [&[u8]; 1 + MAX_SGE] = [&[]; 1 + MAX_SGE];
-    let mut n = 1;
-    parts[0] = hdr;
-    let mut ulpdu_len = hdr.len();
-    for p in payload {
-        if n == parts.len() {
-            return Err(xwarp_ddp::mpa::LocalError::InvalidState.into());
-        }
-        parts[n] = p;
-        n += 1;
-        ulpdu_len += p.len();
-    }
+    let ulpdu_len = hdr.len() + payload.len();
     let start = out.len();
     out.resize(start + enc.max_encoded_len(ulpdu_len), 0);
-    match enc.encode(&parts[..n], &mut out[start..]) {
+    match encode_ulpdu(enc, hdr, payload, &mut out[start..]) {
         Ok(k) => {
             out.truncate(start + k);
             Ok(k)
@@ -1045,25 +1035,41 @@ fn encode_segment(
     }
 }
 
+/// Frames header + payload into the start of `out`: the payload is copied once, from
+/// region memory straight into the FPDU (the CRC covers the copied bytes).
+fn encode_ulpdu(
+    enc: &mut FpduEncoder,
+    hdr: &[u8],
+    payload: &Payload<'_>,
+    out: &mut [u8],
+) -> Result<usize, MpaError> {
+    let mut hdr_left = hdr;
+    let mut rd = payload.reader();
+    enc.encode_with(
+        hdr.len() + payload.len(),
+        |dst| {
+            let h = hdr_left.len().min(dst.len());
+            dst[..h].copy_from_slice(&hdr_left[..h]);
+            hdr_left = &hdr_left[h..];
+            rd.fill(&mut dst[h..]);
+        },
+        out,
+    )
+}
+
 /// Frames one ULPDU into the start of `out` when the largest FPDU it can become fits;
 /// otherwise into `spill` (empty on entry), copying what fits into `out` and leaving the
 /// rest at the start of `spill`. Returns the bytes written into `out`.
 fn encode_segment_into(
     enc: &mut FpduEncoder,
     hdr: &[u8],
-    payload: &[&[u8]],
+    payload: &Payload<'_>,
     out: &mut [u8],
     spill: &mut Vec<u8>,
 ) -> Result<usize, MpaError> {
-    let ulpdu_len = hdr.len() + payload.iter().map(|p| p.len()).sum::<usize>();
+    let ulpdu_len = hdr.len() + payload.len();
     if enc.max_encoded_len(ulpdu_len) <= out.len() {
-        let mut parts: [&[u8]; 1 + MAX_SGE] = [&[]; 1 + MAX_SGE];
-        if payload.len() >= parts.len() {
-            return Err(xwarp_ddp::mpa::LocalError::InvalidState.into());
-        }
-        parts[0] = hdr;
-        parts[1..=payload.len()].copy_from_slice(payload);
-        return enc.encode(&parts[..=payload.len()], out);
+        return encode_ulpdu(enc, hdr, payload, out);
     }
     let k = encode_segment(enc, hdr, payload, spill)?;
     let fit = k.min(out.len());

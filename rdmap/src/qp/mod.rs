@@ -21,6 +21,7 @@
 //! private types they share). This file holds the [`QueuePair`], its public face, and the
 //! entry into TERMINATE and ERROR with the flushing of outstanding work.
 
+mod payload;
 mod read_responder;
 mod rx;
 mod state;
@@ -38,6 +39,7 @@ use crate::verbs::{
 };
 use crate::wire::{ParsedTerminate, Terminate, TerminateCause, MAX_TERMINATE_LEN};
 
+pub use payload::{Payload, PayloadReader};
 use state::PostRule;
 pub use state::QpState;
 use types::{

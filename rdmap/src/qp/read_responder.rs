@@ -4,9 +4,10 @@
 
 use xwarp_ddp::segment::{TaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 
+use super::payload::Payload;
 use super::types::{rdmap_protection, InboundRead, RxSeg, TxCur};
 use super::QueuePair;
-use crate::mem::{Access, MemError, Stag};
+use crate::mem::{Access, MemError, RegionBytes, Stag};
 use crate::verbs::Resources;
 use crate::wire::{
     Opcode, RdmapErrorCode, ReadRequest, Terminate, TerminateCause, TerminatedDdpHeader,
@@ -60,7 +61,7 @@ impl QueuePair {
 
     /// Emit the next Read Response segment of the Read Request being answered; hands
     /// `emit` back unused if its source region went away.
-    pub(super) fn emit_read_response<R, F: FnOnce(&[u8], &[&[u8]]) -> R>(
+    pub(super) fn emit_read_response<R, F: FnOnce(&[u8], &Payload<'_>) -> R>(
         &mut self,
         res: &Resources,
         max_ulpdu: usize,
@@ -76,12 +77,12 @@ impl QueuePair {
         let last = *sent + chunk == rr.size;
         let src = rr.src_to.wrapping_add(u64::from(*sent));
         let data = if chunk == 0 {
-            Ok(&[][..])
+            Ok(RegionBytes::EMPTY)
         } else {
             // Only from the registration the request was accepted against.
             req.pin.ok_or(MemError::InvalidStag).and_then(|p| {
                 res.stags
-                    .read_pinned(p, pd, Access::REMOTE_READ, src, chunk as usize)
+                    .bytes_pinned(p, pd, Access::REMOTE_READ, src, chunk as usize)
             })
         };
         let data = match data {
@@ -106,8 +107,11 @@ impl QueuePair {
             to: rr.sink_to.wrapping_add(u64::from(*sent)),
         }
         .emit(&mut hbuf);
-        let n = usize::from(chunk > 0);
-        let r = emit(&hbuf[..TAGGED_HEADER_LEN], &[data][..n]);
+        let mut payload = Payload::empty();
+        if chunk > 0 {
+            payload.push(data);
+        }
+        let r = emit(&hbuf[..TAGGED_HEADER_LEN], &payload);
         *sent += chunk;
         if last {
             self.tx_cur = None;

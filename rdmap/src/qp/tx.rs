@@ -6,11 +6,12 @@
 
 use xwarp_ddp::segment::{TaggedHeader, UntaggedHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 
+use super::payload::Payload;
 use super::read_responder::IRQ_BURST;
 use super::types::{error_cqe, wc_opcode, OutstandingRead, SqSlot, Start, TxCur};
 use super::{QpError, QpEvent, QpState, QueuePair, MAX_ULPDU, MIN_MULPDU};
 use crate::mem::{Access, Stag};
-use crate::verbs::{Completion, CompletionStatus, Resources, SendOp, MAX_SGE};
+use crate::verbs::{Completion, CompletionStatus, Resources, SendOp};
 use crate::wire::{
     qn, Opcode, RdmapErrorCode, RdmapEtype, ReadRequest, Terminate, TerminateCause,
     READ_REQUEST_LEN,
@@ -19,14 +20,14 @@ use crate::wire::{
 impl QueuePair {
     /// Produce the next DDP segment, if any, of at most `max_ulpdu` bytes (the MPA MULPDU).
     /// `emit(header, payload)` receives the DDP header plus any fixed RDMAP part (Read
-    /// Request body, Terminate body) and the payload as slices of region memory, so the
-    /// caller copies straight into its TX buffer. Returns `Ok(None)` when there is nothing
+    /// Request body, Terminate body) and the payload as checked ranges of region memory
+    /// ([`Payload`]), which the caller copies once, straight into its TX buffer. Returns `Ok(None)` when there is nothing
     /// to send now.
     pub fn poll_segment<R>(
         &mut self,
         res: &Resources,
         max_ulpdu: usize,
-        emit: impl FnOnce(&[u8], &[&[u8]]) -> R,
+        emit: impl FnOnce(&[u8], &Payload<'_>) -> R,
     ) -> Result<Option<R>, QpError> {
         let mut emit = emit;
         if max_ulpdu < MIN_MULPDU {
@@ -77,7 +78,7 @@ impl QueuePair {
     pub(super) fn emit_terminate<R>(
         &mut self,
         t: &Terminate,
-        emit: impl FnOnce(&[u8], &[&[u8]]) -> R,
+        emit: impl FnOnce(&[u8], &Payload<'_>) -> R,
     ) -> R {
         let mut buf = [0u8; MIN_MULPDU];
         let msn = self.tx_msn[qn::TERMINATE as usize];
@@ -92,7 +93,7 @@ impl QueuePair {
         };
         let n = h.emit(&mut buf).unwrap_or(0);
         let m = t.emit(&mut buf[n..]).unwrap_or(0);
-        emit(&buf[..n + m], &[])
+        emit(&buf[..n + m], &Payload::empty())
     }
 
     pub(super) fn sq_head_ready(&self) -> bool {
@@ -198,7 +199,7 @@ impl QueuePair {
 
     /// Emit one segment of the current message; hands `emit` back unused if a local error
     /// stopped the message.
-    pub(super) fn emit_cur<R, F: FnOnce(&[u8], &[&[u8]]) -> R>(
+    pub(super) fn emit_cur<R, F: FnOnce(&[u8], &Payload<'_>) -> R>(
         &mut self,
         res: &Resources,
         max_ulpdu: usize,
@@ -206,7 +207,7 @@ impl QueuePair {
     ) -> Result<R, F> {
         let pd = self.cfg.pd;
         let mut hbuf = [0u8; UNTAGGED_HEADER_LEN + READ_REQUEST_LEN];
-        let mut slices: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+        let mut payload = Payload::empty();
         let Some(cur) = self.tx_cur.as_mut() else {
             return Err(emit);
         };
@@ -247,7 +248,7 @@ impl QueuePair {
                         src_to: remote_to,
                     };
                     rr.emit(&mut hbuf[UNTAGGED_HEADER_LEN..]);
-                    let r = emit(&hbuf, &[]);
+                    let r = emit(&hbuf, &Payload::empty());
                     // Pin the sink: the Response lands only in this registration.
                     let sink_pin = res
                         .stags
@@ -278,8 +279,8 @@ impl QueuePair {
                 };
                 let chunk = (*total - *sent).min((max_ulpdu - hlen) as u32);
                 let last = *sent + chunk == *total;
-                // Gather the payload slices straight from region memory.
-                let (mut i, mut off, mut need, mut n) = (*sge, *sge_off, chunk, 0usize);
+                // Gather the payload as checked region ranges (copied by the caller, never borrowed).
+                let (mut i, mut off, mut need) = (*sge, *sge_off, chunk);
                 while need > 0 {
                     let Some(s) = wr.sgl.get(i).copied() else {
                         break;
@@ -295,12 +296,13 @@ impl QueuePair {
                     let data = res
                         .stags
                         .check(s.lkey, pd, addr, u64::from(take), Access::NONE)
-                        .and_then(|o| res.stags.read(s.lkey, o, take as usize));
+                        .and_then(|o| res.stags.bytes(s.lkey, o, take as usize));
                     let Ok(data) = data else {
                         break;
                     };
-                    slices[n] = data;
-                    n += 1;
+                    if !payload.push(data) {
+                        break;
+                    }
                     need -= take;
                     off += take;
                     if off == s.len {
@@ -360,7 +362,7 @@ impl QueuePair {
                     .emit(&mut hbuf)
                 }
                 .unwrap_or(0);
-                let r = emit(&hbuf[..hlen], &slices[..n]);
+                let r = emit(&hbuf[..hlen], &payload);
                 *sent += chunk;
                 *sge = i;
                 *sge_off = off;

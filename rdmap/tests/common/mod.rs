@@ -62,9 +62,7 @@ impl Side {
         self.qp
             .poll_segment(&self.res, mulpdu, |h, p| {
                 let mut v = h.to_vec();
-                for s in p {
-                    v.extend_from_slice(s);
-                }
+                v.extend_from_slice(&p.to_vec());
                 v
             })
             .unwrap()

@@ -133,11 +133,7 @@ impl<T: Transport> Endpoint<T> {
 
     /// The first `len` bytes of the region `stag` (empty if out of range).
     pub fn mem(&self, stag: Stag, len: usize) -> Vec<u8> {
-        self.res
-            .stags
-            .read(stag, 0, len)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
+        self.res.stags.read(stag, 0, len).unwrap_or_default()
     }
 
     /// Posts a signaled single-SGE send work request.
