@@ -298,8 +298,9 @@ impl Sock {
 // * The read side (every lookup, the hot path of each read/write/recv/send) is taken with
 //   the signal mask untouched, inside a [`ReadSection`]: a thread-local depth counted
 //   before the lock is touched and uncounted after it is released. A section only finds
-//   the entry and clones its `Arc` (no user code, no other lock, no allocation), and while
-//   it holds the guard, [`VIEW`] points at the map.
+//   the entry and clones its `Arc` (no user code, no other lock; [`all_streams`], at exit,
+//   also collects the streams into a vector), and while it holds the guard, [`VIEW`]
+//   points at the map.
 // * A handler that finds its thread inside a section ([`in_read_section`]: it interrupted
 //   that section) never waits for the table: it reads through [`VIEW`] (the guard belongs
 //   to the frame under the handler, so it outlives the handler, and no writer can change
