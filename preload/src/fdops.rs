@@ -50,6 +50,9 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, big: bool) -> c_int {
             0
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            if let Err(e) = sock::refuse_change(&[fd], false) {
+                return fail(e);
+            }
             let n = call(fd, cmd, arg);
             if n >= 0 {
                 sock::insert(n, s.clone());
@@ -121,6 +124,9 @@ pub(crate) unsafe fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
 
 /// `dup(2)`.
 pub(crate) unsafe fn dup(fd: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[fd], false) {
+        return fail(e);
+    }
     // SAFETY: forwarded.
     let n = unsafe { real::dup(fd) };
     if n >= 0 {
@@ -145,6 +151,9 @@ fn after_dup_onto(old: c_int, new: c_int) {
 
 /// `dup2(2)`.
 pub(crate) unsafe fn dup2(old: c_int, new: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[old, new], false) {
+        return fail(e);
+    }
     // SAFETY: forwarded.
     let n = unsafe { real::dup2(old, new) };
     if n >= 0 && old != new {
@@ -155,6 +164,9 @@ pub(crate) unsafe fn dup2(old: c_int, new: c_int) -> c_int {
 
 /// `dup3(2)`.
 pub(crate) unsafe fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[old, new], false) {
+        return fail(e);
+    }
     // SAFETY: forwarded.
     let n = unsafe { real::dup3(old, new, flags) };
     if n >= 0 {

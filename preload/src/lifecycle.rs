@@ -110,6 +110,9 @@ pub(crate) unsafe fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_in
                     if lookup(fd).is_some() {
                         return fail(libc::EINVAL);
                     }
+                    if let Err(e) = sock::refuse_change(&[fd], true) {
+                        return fail(e);
+                    }
                     xlog!(Debug, "bind fd {fd} to {sa}: engine");
                     sock::insert(
                         fd,
@@ -132,6 +135,9 @@ pub(crate) unsafe fn bind(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_in
 
 /// `listen(2)`: on an accelerated address only recorded; see [`activate`].
 pub(crate) unsafe fn listen(fd: c_int, backlog: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[fd], false) {
+        return fail(e);
+    }
     let Some(s) = lookup(fd) else {
         // SAFETY: forwarded.
         return unsafe { real::listen(fd, backlog) };
@@ -292,6 +298,9 @@ pub(crate) fn xwa(fd: c_int) -> Option<Arc<Sock>> {
 }
 
 unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[fd], false) {
+        return fail(e);
+    }
     let Some(s) = xwa(fd) else {
         // SAFETY: forwarded.
         let n = unsafe { real::accept4(fd, a, len, flags) };
@@ -373,6 +382,9 @@ pub(crate) unsafe fn accept4(
 
 /// `connect(2)`.
 pub(crate) unsafe fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c_int {
+    if let Err(e) = sock::refuse_change(&[fd], false) {
+        return fail(e);
+    }
     if let Some(s) = xw(fd) {
         return match &*s {
             Sock::Stream(st) => {
@@ -443,6 +455,9 @@ pub(crate) unsafe fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c
         Ok(nb) => nb,
         Err(e) => return fail(e),
     };
+    if let Err(e) = sock::refuse_change(&[], true) {
+        return fail(e);
+    }
     xlog!(Debug, "connect fd {fd} to {dst}: engine");
     let st = Arc::new(Sock::Stream(StreamSock::new(
         stream,
@@ -477,6 +492,9 @@ pub(crate) unsafe fn connect(fd: c_int, a: *const sockaddr, len: socklen_t) -> c
 
 /// `close(2)`.
 pub(crate) unsafe fn close(fd: c_int) -> c_int {
+    if let Err(e) = sock::refuse_change(&[fd], false) {
+        return fail(e);
+    }
     forget_descriptor(fd);
     // SAFETY: forwarded.
     unsafe { real::close(fd) }

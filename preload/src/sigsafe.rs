@@ -7,8 +7,12 @@
 //!   while the table may hold the descriptor. A call on a descriptor the shim does not own
 //!   (a self-pipe, a regular file) checks the bits and goes to the C library without
 //!   taking any lock;
-//! * the descriptor table is only locked with every signal blocked ([`SignalsBlocked`]),
-//!   so a handler never runs on a thread that holds it;
+//! * the descriptor table's write side is only taken with every signal blocked
+//!   ([`SignalsBlocked`]), so a handler never runs on a thread that holds it; its read side
+//!   (every lookup, the data calls' hot path) leaves the signal mask alone and counts a
+//!   [`ReadSection`] instead: a handler that interrupted one never waits for the table
+//!   (it reads the map its thread already holds, or only tries, or refuses with
+//!   `EDEADLK`; `sock.rs` has the argument);
 //! * a stream's own lock is counted per thread ([`LockCount`]): a read or write on an
 //!   engine descriptor that finds its thread already holding shim locks (it comes from a
 //!   handler that interrupted the shim) only tries the stream's lock, its options' lock
@@ -19,11 +23,11 @@
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 /// Descriptors below this have an ownership bit; calls on higher ones take the table's
-/// lock to find out (still with signals blocked). 2^20 covers the usual hard
+/// read side to find out. 2^20 covers the usual hard
 /// `RLIMIT_NOFILE`; the bits of one table take 128 KiB of zero pages, touched only where
 /// descriptors are set.
 pub(crate) const FD_BITS: usize = 1 << 20;
@@ -94,6 +98,38 @@ impl Drop for SignalsBlocked {
 
 thread_local! {
     static HELD: Cell<u32> = const { Cell::new(0) };
+    static READING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// This thread is in a read section of the descriptor table until dropped: counted before
+/// the table's lock is touched and uncounted after it is released, so a signal handler
+/// that interrupts the section sees it ([`in_read_section`]) and does not wait for the
+/// table (`sock.rs` explains the whole argument).
+pub(crate) struct ReadSection(());
+
+impl ReadSection {
+    /// Enter a read section.
+    pub(crate) fn enter() -> ReadSection {
+        READING.with(|r| r.set(r.get() + 1));
+        // The count is visible to a handler before the lock is touched (a plain store
+        // could otherwise move after the lock's acquire).
+        compiler_fence(Ordering::SeqCst);
+        ReadSection(())
+    }
+}
+
+impl Drop for ReadSection {
+    fn drop(&mut self) {
+        // The lock was released (before this drop) before the count goes.
+        compiler_fence(Ordering::SeqCst);
+        READING.with(|r| r.set(r.get().saturating_sub(1)));
+    }
+}
+
+/// `true` if this thread is inside a read section of the descriptor table: a call now
+/// comes from a signal handler that interrupted it, and must not wait for the table.
+pub(crate) fn in_read_section() -> bool {
+    READING.with(|r| r.get()) != 0
 }
 
 /// One socket lock held (or being taken) by this thread, counted while alive.
@@ -168,3 +204,6 @@ pub(crate) fn nested() -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cost_tests;

@@ -7,11 +7,12 @@
 //! work natively and spurious readiness is possible but a lost wakeup is not. The shim's
 //! own `poll`/`select`/`epoll_wait` then compute the exact readiness.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use xwarp_stack::{socket_buffer_size, KeepAlive, ListenSocket, Phase, SocketOpti
 use crate::errno::errno_of;
 use crate::linger::{self, closing, linger_wait, read_input, reap, Closing, Input};
 use crate::process::{xlog, GENERATION};
-use crate::sigsafe::{nested, Counted, FdBits, SignalsBlocked};
+use crate::sigsafe::{in_read_section, nested, Counted, FdBits, ReadSection, SignalsBlocked};
 use crate::wait::{drain, signal};
 
 /// How much a readiness probe pulls out of the receive ring into the socket's own buffer.
@@ -285,43 +286,114 @@ impl Sock {
 // ---------------------------------------------------------------------------------------
 // fd table
 
-// The table is only locked with every signal blocked (a handler running on a thread
-// that holds it would deadlock on its next call), and a descriptor whose bit in [`OWNED`]
-// is clear is not looked up at all: calls on the program's own descriptors (a
-// self-pipe) take no lock (see `sigsafe.rs`).
+// Who may wait for the table, and why no signal handler can deadlock on it (a handler may
+// call `read`/`write`/`close` on an engine descriptor while its own thread is anywhere in
+// the shim):
+//
+// * A descriptor whose bit in [`OWNED`] is clear is not looked up at all: calls on the
+//   program's own descriptors (a self-pipe) take no lock (see `sigsafe.rs`).
+// * The write side (socket creation, close, dup, the fork handlers) is only taken with
+//   every signal blocked ([`SignalsBlocked`]): no handler ever runs on a thread that holds
+//   the write side or waits for it.
+// * The read side (every lookup, the hot path of each read/write/recv/send) is taken with
+//   the signal mask untouched, inside a [`ReadSection`]: a thread-local depth counted
+//   before the lock is touched and uncounted after it is released. A section only finds
+//   the entry and clones its `Arc` (no user code, no other lock; [`all_streams`], at exit,
+//   also collects the streams into a vector), and while it holds the guard, [`VIEW`]
+//   points at the map.
+// * A handler that finds its thread inside a section ([`in_read_section`]: it interrupted
+//   that section) never waits for the table: it reads through [`VIEW`] (the guard belongs
+//   to the frame under the handler, so it outlives the handler, and no writer can change
+//   the map meanwhile) or, at the section's edges where [`VIEW`] is unset, only tries the
+//   read side and fails with `EDEADLK` when a writer holds or waits for it (it might be
+//   waiting for the very read guard the interrupted frame holds). The calls that change
+//   the table refuse to start in that state (`EDEADLK` before any lock, see
+//   [`refuse_change`]), so the write side is never wanted by a thread that may hold the
+//   read side.
+// * A thread that holds socket locks ([`nested`]: a handler that interrupted a socket
+//   operation) only tries the read side too, in the data calls: the `fork` prepare
+//   handler on another thread holds the write side while it waits for socket locks.
+// So a thread waits for the table only when it holds neither the table nor (for the data
+// calls) a socket lock; the thread that holds it is a reader (which waits for nothing) or
+// a writer with signals blocked, which waits only for socket locks this thread does not
+// hold.
+
+type Map = BTreeMap<RawFd, Arc<Sock>>;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
-static TABLE: RwLock<BTreeMap<RawFd, Arc<Sock>>> = RwLock::new(BTreeMap::new());
+static TABLE: RwLock<Map> = RwLock::new(BTreeMap::new());
 /// The descriptors [`TABLE`] may hold.
 static OWNED: FdBits = FdBits::new();
 
-/// The socket behind `fd`, if it is one of the shim's.
+thread_local! {
+    /// The map, while this thread's innermost [`ReadSection`] holds the read guard (null
+    /// otherwise).
+    static VIEW: Cell<*const Map> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Read the table without touching the signal mask (see the comment above): `wait` says
+/// whether this call may wait for the read side (`false`: only try, `EDEADLK` if taken).
+fn read_table<R>(wait: bool, f: impl FnOnce(&Map) -> R) -> Result<R, c_int> {
+    if in_read_section() {
+        let v = VIEW.with(|v| v.get());
+        if !v.is_null() {
+            // SAFETY: set only while the read guard of a section of this thread is held;
+            // that section is suspended under this call (a handler's), so the guard lives
+            // until this returns, and no writer changes the map while it does.
+            return Ok(f(unsafe { &*v }));
+        }
+    }
+    let wait = wait && !in_read_section();
+    let _section = ReadSection::enter();
+    let t = if wait {
+        TABLE.read().unwrap_or_else(|p| p.into_inner())
+    } else {
+        match TABLE.try_read() {
+            Ok(t) => t,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(libc::EDEADLK),
+        }
+    };
+    let outer = VIEW.with(|v| v.replace(&*t));
+    compiler_fence(Ordering::SeqCst);
+    let r = f(&t);
+    compiler_fence(Ordering::SeqCst);
+    VIEW.with(|v| v.set(outer));
+    compiler_fence(Ordering::SeqCst);
+    drop(t);
+    Ok(r)
+}
+
+/// The socket behind `fd`, if it is one of the shim's. Called by a handler that
+/// interrupted this thread's lookup while a writer waits for the table (the rare edge
+/// [`read_table`] cannot serve) it finds none.
 pub(crate) fn lookup(fd: RawFd) -> Option<Arc<Sock>> {
     if LIVE.load(Ordering::Acquire) == 0 || !OWNED.maybe(fd) {
         return None;
     }
-    let _blocked = SignalsBlocked::new();
-    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
-    t.get(&fd).cloned()
+    read_table(true, |t| t.get(&fd).cloned()).unwrap_or(None)
 }
 
-/// [`lookup`] for a call a signal handler may make: when this thread already holds socket
-/// locks (the handler interrupted the shim) it only tries the table's lock, and gives
-/// `EDEADLK` when the table is taken (a `fork` prepare handler on another thread may hold
-/// it while it waits for a socket lock this thread holds).
+/// [`lookup`] for a call a signal handler may make (the data calls): no signal mask
+/// change; when this thread already holds socket locks or is inside a table section (the
+/// handler interrupted the shim) it only tries the table's lock, and gives `EDEADLK` when
+/// the table is taken (see the comment above).
 pub(crate) fn lookup_io(fd: RawFd) -> Result<Option<Arc<Sock>>, c_int> {
     if LIVE.load(Ordering::Acquire) == 0 || !OWNED.maybe(fd) {
         return Ok(None);
     }
-    if !nested() {
-        return Ok(lookup(fd));
+    read_table(!nested(), |t| t.get(&fd).cloned())
+}
+
+/// `Err(EDEADLK)` if a call that may change the table must not start: this thread is
+/// inside a table section (a signal handler interrupted it there) and the call concerns a
+/// descriptor the shim may own, or `any_fd` (it may make one: `bind`, `connect`). Then it
+/// would wait for the write side while its own frame may hold the read side.
+pub(crate) fn refuse_change(fds: &[RawFd], any_fd: bool) -> Result<(), c_int> {
+    if in_read_section() && (any_fd || fds.iter().any(|&fd| OWNED.maybe(fd))) {
+        return Err(libc::EDEADLK);
     }
-    let _blocked = SignalsBlocked::new();
-    match TABLE.try_read() {
-        Ok(t) => Ok(t.get(&fd).cloned()),
-        Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().get(&fd).cloned()),
-        Err(TryLockError::WouldBlock) => Err(libc::EDEADLK),
-    }
+    Ok(())
 }
 
 /// `true` if any descriptor is the shim's (fast path for kernel-only programs).
@@ -356,7 +428,7 @@ pub(crate) fn remove(fd: RawFd) -> Option<Arc<Sock>> {
 /// The table, write-locked (the fork handlers hold it across `fork`, so the child's copy
 /// is consistent: no other thread can be half-way through an update). The caller blocks
 /// signals while it holds it (the fork handlers do, for the whole `fork`).
-pub(crate) type TableGuard = std::sync::RwLockWriteGuard<'static, BTreeMap<RawFd, Arc<Sock>>>;
+pub(crate) type TableGuard = std::sync::RwLockWriteGuard<'static, Map>;
 
 /// Write-lock the table (see [`TableGuard`]).
 pub(crate) fn lock_table() -> TableGuard {
@@ -375,14 +447,13 @@ pub(crate) fn remove_locked(t: &mut TableGuard, fd: RawFd) -> Option<Arc<Sock>> 
 
 /// Every stream in the table (for the exit flush).
 pub(crate) fn all_streams() -> Vec<Arc<Sock>> {
-    let _blocked = SignalsBlocked::new();
-    TABLE
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .values()
-        .filter(|s| matches!(***s, Sock::Stream(_)))
-        .cloned()
-        .collect()
+    read_table(true, |t| {
+        t.values()
+            .filter(|s| matches!(***s, Sock::Stream(_)))
+            .cloned()
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------

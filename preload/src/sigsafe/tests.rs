@@ -354,3 +354,82 @@ fn hostile_readv_with_aliased_iovecs_leaves_the_later_iovecs_bytes_like_linux() 
     // SAFETY: our descriptor.
     unsafe { libc::close(fd) };
 }
+
+static LOOKUP_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// A handler calling the data path on an engine descriptor, and asking whether a call
+/// changing the table may start, interrupting its thread's own lookups.
+extern "C" fn lookup_handler(_sig: c_int) {
+    let mut b = [0u8; 1];
+    // SAFETY: a local buffer; the descriptor is the test's (the calls fail or do nothing).
+    unsafe {
+        let e = LOOKUP_FD.load(Ordering::SeqCst);
+        if e >= 0 {
+            crate::io::read(e, b.as_mut_ptr().cast(), 1);
+            crate::io::write(e, b.as_ptr().cast(), 0);
+            if sock::refuse_change(&[e], false).is_err() {
+                DEADLK.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+    HANDLED.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn hostile_signal_handler_reading_an_engine_socket_while_its_thread_looks_it_up_and_another_changes_the_table_does_not_deadlock(
+) {
+    let (_a, _b, st, client) = connected();
+    wait_for("established", Duration::from_secs(5), || {
+        client.poll_connect().unwrap_or(false)
+    });
+    // SAFETY: a new descriptor for the connection, as the shim places it.
+    let fd = unsafe { libc::dup(st.common.evfd) };
+    sock::insert(fd, Arc::new(Sock::Stream(st)));
+    LOOKUP_FD.store(fd, Ordering::SeqCst);
+    // SAFETY: installing a plain extern "C" handler.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = lookup_handler as extern "C" fn(c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
+    }
+    // Writers keep wanting the table, so that a lookup's edges find it taken.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                sock::insert(FAKE_FD + 300 + (i % 4), bound());
+                sock::remove(FAKE_FD + 300 + (i % 4));
+                i += 1;
+            }
+        })
+    };
+    let before = HANDLED.load(Ordering::SeqCst);
+    // The program's thread looks the connection up (data and control calls) in a loop.
+    let finished = under_signals(libc::SIGURG, Duration::from_secs(60), move || {
+        let mut b = [0u8; 64];
+        for _ in 0..50_000 {
+            // SAFETY: a local buffer, the test's descriptor.
+            unsafe { crate::io::read(fd, b.as_mut_ptr().cast(), b.len()) };
+            assert!(sock::lookup(fd).is_some());
+        }
+    });
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    LOOKUP_FD.store(-1, Ordering::SeqCst);
+    assert!(
+        finished,
+        "a handler's read of an engine socket deadlocked the thread"
+    );
+    assert!(
+        HANDLED.load(Ordering::SeqCst) > before,
+        "no signal was handled"
+    );
+    assert!(sock::lookup(fd).is_some(), "the connection is still there");
+    sock::remove(fd);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+}
