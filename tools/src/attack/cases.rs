@@ -327,11 +327,16 @@ pub fn connection_flood(n: u64) -> io::Result<Outcome> {
         ),
         held as usize <= knobs::MAX_CONNECTIONS + 1,
     );
-    // The heap is the process's: the attacker's own engine (every socket it opened, `n`)
-    // lives in it beside the victim (at most `MAX_CONNECTIONS + 1` connections).
+    c.finish(two_engine_bound(n))
+}
+
+/// Heap bound of a flood of `n` connections: the heap is the process's, so the attacker's
+/// own engine (every socket it opened, `n`; rejected ones linger in TIME-WAIT) lives in it
+/// beside the victim (at most `MAX_CONNECTIONS + 1` sockets, its `max_sockets`).
+fn two_engine_bound(n: u64) -> u64 {
     let victim = (knobs::MAX_CONNECTIONS as u64 + 1) * knobs::BYTES_PER_CONNECTION;
     let attacker = n * knobs::BYTES_PER_CONNECTION;
-    c.finish(victim + attacker + knobs::RSS_BOUND)
+    victim + attacker + knobs::RSS_BOUND
 }
 
 /// Valid MPA Requests the application never looks at: at most `knobs::MPA_BACKLOG`
@@ -404,7 +409,7 @@ pub fn mpa_request_flood(n: u64) -> io::Result<Outcome> {
         format!("pending MPA Requests {pending} <= {}", knobs::MPA_BACKLOG),
         pending as usize <= knobs::MPA_BACKLOG,
     );
-    c.finish(knobs::RSS_BOUND)
+    c.finish(two_engine_bound(n))
 }
 
 /// The byte at stream offset `off` of the out-of-order flood's connection.
