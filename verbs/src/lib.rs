@@ -27,6 +27,9 @@
 //!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`;
 //!   a reset (modify to IDLE from ERROR, or after a graceful close) makes a QP
 //!   connect/accept again.
+//! * Statistics: [`QueuePair::stats`] and [`Context::qp_stats`] give
+//!   [`QpStatsSnapshot`]s (the RDMAP/DDP/MPA [`QpCounters`] of each QP, its state,
+//!   addresses and MPA result), kept on the engine thread as plain integers.
 //! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
 //!   the peer's IRD/ORD; accept or reject with private data.
 //!
@@ -56,7 +59,9 @@ pub mod wr;
 
 pub use xwarp_ddp::mpa::RtrType;
 pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
-pub use xwarp_rdmap::{Access, MemError, Stag};
+pub use xwarp_rdmap::{
+    Access, ErrorCounters, MemError, MpaResult, QpCounters, Stag, TerminateCode,
+};
 
 pub use cm::{ConnRequest, Listener};
 pub use cm_event::{CmEvent, ConnectParams};
@@ -64,7 +69,7 @@ pub use cm_limits::{CmStats, ListenConfig};
 pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
 pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};
 pub use pd::{MemoryRegion, ProtectionDomain};
-pub use qp::{QpInitAttr, QueuePair};
+pub use qp::{QpInitAttr, QpStatsSnapshot, QueuePair};
 pub use qp_attr::{MpaAttr, NegotiatedMpa, QpAttr, QpModify, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
 pub use qp_state::QpState;
 pub use srq::SharedReceiveQueue;

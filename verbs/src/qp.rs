@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use xwarp_rdmap::verbs::{PostError, Sge, MAX_SGE};
+use xwarp_rdmap::{MpaResult, QpCounters};
 use xwarp_stack::Readiness;
 
 use crate::cm_event::{CmEvent, ConnectParams};
@@ -60,6 +61,37 @@ impl<'a> QpInitAttr<'a> {
             ord: 16,
             mpa: MpaAttr::default(),
         }
+    }
+}
+
+/// A statistics snapshot of one QP, taken on the engine thread ([`QueuePair::stats`],
+/// [`Context::qp_stats`](crate::Context::qp_stats)). A plain `Copy` value.
+///
+/// The counters are kept for the QP's whole life: a reset ([`QueuePair::modify`] to
+/// `Idle`) keeps them (the last Terminate codes included); only [`Self::mpa`] belongs to
+/// the current connection. What each counter counts: [`QpCounters`]. Work the engine
+/// finishes without the connection is counted too: work flushed before the connection
+/// existed or after it was gone, a post the connection refused, and Local Invalidate
+/// (a send work request, counted in `send_wrs_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpStatsSnapshot {
+    /// QP number.
+    pub qp_num: u32,
+    /// The QP's state (as [`QueuePair::state`] reports it).
+    pub state: QpState,
+    /// Our TCP address, once the connection exists.
+    pub local_addr: Option<SocketAddr>,
+    /// The peer's TCP address, once the connection exists.
+    pub peer_addr: Option<SocketAddr>,
+    /// The counters (with `counters.mpa`, the current connection's MPA result).
+    pub counters: QpCounters,
+}
+
+impl QpStatsSnapshot {
+    /// What MPA negotiated for the current connection (`None` before negotiation
+    /// finished, and after a reset).
+    pub fn mpa(&self) -> Option<MpaResult> {
+        self.counters.mpa
     }
 }
 
@@ -179,6 +211,19 @@ impl QueuePair {
     /// QP usable for a new connect/accept.
     pub fn state(&self) -> io::Result<QpState> {
         Ok(self.query()?.state)
+    }
+
+    /// The QP's counters now ([`QpStatsSnapshot`]). Cost: one round trip through the
+    /// engine's command queue, like [`Self::query`] (the engine answers on its next loop
+    /// iteration, typically within microseconds while it is busy; a copy of the counters
+    /// and no work on the data path). For a cheap periodic view of every QP, use
+    /// [`Context::qp_stats`](crate::Context::qp_stats) once rather than this per QP.
+    pub fn stats(&self) -> io::Result<QpStatsSnapshot> {
+        let qpn = self.qpn;
+        self.dev
+            .inner
+            .call(|reply| Cmd::QpStats { qpn, reply })?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "QP not found"))
     }
 
     /// The QP's attributes as the engine knows them now (after `ibv_query_qp`).
