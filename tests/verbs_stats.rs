@@ -20,7 +20,7 @@ use xwarp::rdmap::verbs::{RecvWr, Resources, SendOp, SendWr};
 use xwarp::rdmap::{QpConfig, RqConfig};
 use xwarp::verbs::{
     CmEvent, CompletionStatus, ErrorCounters, QpCounters, QpModify, QpState, QpStatsSnapshot,
-    RtrType, SendRequest, Sge, Stag, TerminateCode, WcOpcode,
+    RtrType, SendOpcode, SendRequest, Sge, Stag, TerminateCode, WcOpcode,
 };
 
 /// Every accepted work request finished exactly once.
@@ -167,6 +167,22 @@ fn stats_count_a_verified_write_send_read_exchange() {
     assert_eq!(all.iter().filter(|x| x.qp_num == ss.qp_num).count(), 1);
     assert_eq!(all.iter().find(|x| x.qp_num == ss.qp_num), Some(&ss));
     assert_eq!(a.qp_stats().unwrap(), vec![cs]);
+
+    // A Local Invalidate is a send work request the engine carries out itself.
+    c.qp.post_send(SendRequest::new(
+        6,
+        SendOpcode::LocalInvalidate(csink.rkey()),
+        vec![],
+    ))
+    .unwrap();
+    let li = wc(&c.scq);
+    assert_eq!(
+        (li.wr_id, li.opcode, li.status),
+        (6, WcOpcode::LocalInvalidate, CompletionStatus::Success)
+    );
+    let cc2 = c.qp.stats().unwrap().counters;
+    assert_eq!((cc2.send_wrs_posted, cc2.send_wrs_completed), (6, 6));
+    assert_eq!(cc2.bytes_sent, cc.bytes_sent);
 }
 
 #[test]
