@@ -46,14 +46,13 @@ fn all_finished(c: &QpCounters) {
 /// A Write of `w` bytes, a Send of `s` bytes and `reads` Reads of `r` bytes each from
 /// the initiator; returns both peers after the data was verified.
 fn exchange(
-    w: usize,
-    s: usize,
-    r: usize,
-    reads: usize,
+    (w, s, r, reads): (usize, usize, usize, usize),
+    seed: u64,
+    max_piece: usize,
     tweak: impl Fn(&mut ConnConfig) + Copy,
 ) -> (Peer, Peer) {
-    let mut rng = Rng(21);
-    let (mut i, mut p) = connect(tweak, tweak, &mut rng, 700);
+    let mut rng = Rng(seed);
+    let (mut i, mut p) = connect(tweak, tweak, &mut rng, max_piece);
     let wdata = rng.bytes(w);
     let sdata = rng.bytes(s);
     let rdata = rng.bytes(r);
@@ -84,7 +83,7 @@ fn exchange(
             sge(isink, 0x10_0000 + (k * r) as u64, r as u32),
         );
     }
-    pump(&mut i, &mut p, &mut rng, 700, Instant::now());
+    pump(&mut i, &mut p, &mut rng, max_piece, Instant::now());
     let ic = i.completions();
     assert_eq!(ic.len(), 2 + reads, "{ic:?}");
     assert!(ic.iter().all(|c| c.status == CompletionStatus::Success));
@@ -138,7 +137,7 @@ fn check_exchange(i: &Peer, p: &Peer, w: usize, s: usize, r: usize, reads: usize
 #[test]
 fn counters_match_a_verified_write_send_read_exchange() {
     let (w, s, r, reads) = (10_000, 3_000, 5_000, 3);
-    let (i, p) = exchange(w, s, r, reads, |c| c.initiator.crc = true);
+    let (i, p) = exchange((w, s, r, reads), 21, 700, |c| c.initiator.crc = true);
     check_exchange(&i, &p, w, s, r, reads);
     let (ic, pc) = (i.conn.counters(), p.conn.counters());
     for c in [&ic, &pc] {
@@ -153,9 +152,28 @@ fn counters_match_a_verified_write_send_read_exchange() {
 }
 
 #[test]
+fn counters_match_random_exchanges_through_random_segmentation() {
+    let mut rng = Rng(0x5eed);
+    for seed in 1..=24u64 {
+        let w = rng.range(0, 40_000);
+        let s = rng.range(0, 9_000);
+        let r = rng.range(0, 20_000);
+        let reads = rng.range(0, 3);
+        let piece = rng.range(1, 3_000);
+        let emss = [536, 1448, 9000][rng.range(0, 2)];
+        let crc = rng.next_u64() & 1 == 1;
+        let (i, p) = exchange((w, s, r, reads), seed, piece, move |c| {
+            c.initiator.crc = crc;
+            c.emss = emss;
+        });
+        check_exchange(&i, &p, w, s, r, reads);
+    }
+}
+
+#[test]
 fn p2p_rtr_is_not_counted_as_work_and_markers_are_reported() {
     let (w, s, r) = (4_000, 100, 1);
-    let (i, p) = exchange(w, s, r, 1, |c| {
+    let (i, p) = exchange((w, s, r, 1), 21, 700, |c| {
         c.initiator.p2p = Some(RtrSet::only(RtrType::Write));
         c.initiator.markers = true;
         c.responder.markers = true;
