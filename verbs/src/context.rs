@@ -118,7 +118,7 @@ impl<B: Backend + Send + 'static> Context<B> {
 
     /// A statistics snapshot of every QP of this engine, by QP number (one command-queue
     /// round trip, like [`QueuePair::stats`](crate::QueuePair::stats)).
-    pub fn qp_stats(&self) -> io::Result<Vec<crate::qp::QpStatsSnapshot>> {
+    pub fn qp_stats(&self) -> io::Result<Vec<crate::qp_stats::QpStatsSnapshot>> {
         self.dev.inner.call(|reply| Cmd::AllQpStats { reply })
     }
 

@@ -37,7 +37,8 @@
 //!
 //! Files, by concern (after siw's split): [`context`] (the engine and the device
 //! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers),
-//! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), `qp_state`
+//! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), [`qp_stats`]
+//! (their statistics), `qp_state`
 //! (the QP state machine: the one transition table), [`wr`] (work requests),
 //! [`cm_event`], [`cm_limits`] and [`cm`] (the connection manager), and `engine/` (the engine host:
 //! commands, CM handling, placement).
@@ -54,6 +55,7 @@ pub mod pd;
 pub mod qp;
 pub mod qp_attr;
 mod qp_state;
+pub mod qp_stats;
 pub mod srq;
 pub mod wr;
 
@@ -69,8 +71,9 @@ pub use cm_limits::{CmStats, ListenConfig};
 pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
 pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};
 pub use pd::{MemoryRegion, ProtectionDomain};
-pub use qp::{QpInitAttr, QpStatsSnapshot, QueuePair};
+pub use qp::{QpInitAttr, QueuePair};
 pub use qp_attr::{MpaAttr, NegotiatedMpa, QpAttr, QpModify, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
 pub use qp_state::QpState;
+pub use qp_stats::QpStatsSnapshot;
 pub use srq::SharedReceiveQueue;
 pub use wr::{SendOpcode, SendRequest};

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use xwarp_rdmap::verbs::{PostError, Sge, MAX_SGE};
-use xwarp_rdmap::{MpaResult, QpCounters};
 use xwarp_stack::Readiness;
 
 use crate::cm_event::{CmEvent, ConnectParams};
@@ -19,6 +18,7 @@ use crate::cq::CompletionQueue;
 use crate::engine::cmd::Cmd;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
 use crate::qp_state::QpState;
+use crate::qp_stats::QpStatsSnapshot;
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{SendOpcode, SendRequest};
 
@@ -61,37 +61,6 @@ impl<'a> QpInitAttr<'a> {
             ord: 16,
             mpa: MpaAttr::default(),
         }
-    }
-}
-
-/// A statistics snapshot of one QP, taken on the engine thread ([`QueuePair::stats`],
-/// [`Context::qp_stats`](crate::Context::qp_stats)). A plain `Copy` value.
-///
-/// The counters are kept for the QP's whole life: a reset ([`QueuePair::modify`] to
-/// `Idle`) keeps them (the last Terminate codes included); only [`Self::mpa`] belongs to
-/// the current connection. What each counter counts: [`QpCounters`]. Work the engine
-/// finishes without the connection is counted too: work flushed before the connection
-/// existed or after it was gone, a post the connection refused, and Local Invalidate
-/// (a send work request, counted in `send_wrs_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpStatsSnapshot {
-    /// QP number.
-    pub qp_num: u32,
-    /// The QP's state (as [`QueuePair::state`] reports it).
-    pub state: QpState,
-    /// Our TCP address, once the connection exists.
-    pub local_addr: Option<SocketAddr>,
-    /// The peer's TCP address, once the connection exists.
-    pub peer_addr: Option<SocketAddr>,
-    /// The counters (with `counters.mpa`, the current connection's MPA result).
-    pub counters: QpCounters,
-}
-
-impl QpStatsSnapshot {
-    /// What MPA negotiated for the current connection (`None` before negotiation
-    /// finished, and after a reset).
-    pub fn mpa(&self) -> Option<MpaResult> {
-        self.counters.mpa
     }
 }
 

@@ -1,12 +1,27 @@
-//! Helpers of the [`Connection`](super::Connection): the RTR work request, FPDU
-//! encoding straight from region memory, and the completions the connection makes itself.
+//! Helpers of the [`Connection`](super::Connection): its configuration check, the RTR
+//! work request, FPDU encoding straight from region memory, and the completions the
+//! connection makes itself.
 
-use xwarp_ddp::mpa::{FpduEncoder, MpaError, RtrType};
+use xwarp_ddp::mpa::{mulpdu, FpduEncoder, MpaError, RtrType};
 
-use super::RTR_WRITE_STAG;
+use super::{ConnConfig, ConnError, RTR_WRITE_STAG};
 use crate::mem::Access;
-use crate::qp::{Payload, QpConfig};
+use crate::qp::{Payload, QpConfig, MIN_MULPDU};
 use crate::verbs::{Completion, CompletionStatus, Resources, SendOp, SendWr, Sge, WcOpcode};
+
+/// Whether `cfg` can work.
+pub(super) fn check_config(cfg: &ConnConfig) -> Result<(), ConnError> {
+    // Markers may be negotiated on either direction, so size for the worst case.
+    if mulpdu(cfg.emss, true) < MIN_MULPDU {
+        return Err(ConnError::InvalidConfig(
+            "emss too small for the longest Terminate",
+        ));
+    }
+    if cfg.qp.ird > u32::from(u16::MAX) || cfg.qp.ord > u32::from(u16::MAX) {
+        return Err(ConnError::InvalidConfig("ird/ord above 65535"));
+    }
+    Ok(())
+}
 
 /// The `wr_id` of the RTR work request (not a ULP work request: its completion is
 /// dropped and it is not counted in [`QpCounters`](crate::QpCounters)).

@@ -12,7 +12,7 @@
 //! [`QueuePair::on_header_bytes`]/[`QueuePair::on_payload`]/[`QueuePair::on_end`], so
 //! payload is copied once, from the receive buffer into the target region; transmitted
 //! FPDUs are framed by [`FpduEncoder`] straight from the header and the region ranges
-//! ([`Payload`]) that [`QueuePair::poll_segment`] hands out, the payload copied once from
+//! ([`Payload`](crate::qp::Payload)) that [`QueuePair::poll_segment`] hands out, the payload copied once from
 //! region memory into the FPDU), and *dead* (closed or failed: nothing is read,
 //! only an already queued Terminate is still sent, then [`Connection::wants_close`]).
 //!
@@ -64,14 +64,15 @@ mod framing;
 mod phase;
 
 use framing::{
-    encode_segment, encode_segment_into, error_cqe, flush_cqe, rtr_wr, wc_opcode, RTR_WR_ID,
+    check_config, encode_segment, encode_segment_into, error_cqe, flush_cqe, rtr_wr, wc_opcode,
+    RTR_WR_ID,
 };
 
 use phase::{Handshake, Phase, Stream};
 
 use crate::counters::{MpaResult, QpCounters, TerminateCode};
 use crate::mem::Stag;
-use crate::qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
+use crate::qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig};
 use crate::verbs::{
     Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, WcOpcode, MAX_SGE,
 };
@@ -234,19 +235,6 @@ impl fmt::Debug for Connection {
             .field("wants_close", &self.wants_close())
             .finish()
     }
-}
-
-fn check_config(cfg: &ConnConfig) -> Result<(), ConnError> {
-    // Markers may be negotiated on either direction, so size for the worst case.
-    if mulpdu(cfg.emss, true) < MIN_MULPDU {
-        return Err(ConnError::InvalidConfig(
-            "emss too small for the longest Terminate",
-        ));
-    }
-    if cfg.qp.ird > u32::from(u16::MAX) || cfg.qp.ord > u32::from(u16::MAX) {
-        return Err(ConnError::InvalidConfig("ird/ord above 65535"));
-    }
-    Ok(())
 }
 
 impl Connection {

@@ -14,8 +14,8 @@ use crate::cm_event::{CmEvent, ConnectParams};
 use crate::cm_limits::{CmStats, ListenConfig};
 use crate::cq::CqShared;
 use crate::mem::RawBuf;
-use crate::qp::QpStatsSnapshot;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
+use crate::qp_stats::QpStatsSnapshot;
 use crate::wr::SendRequest;
 
 /// A connection request handed to a listener.

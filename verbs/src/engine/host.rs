@@ -15,7 +15,7 @@ use xwarp_stack::{Readiness, SocketError};
 
 use crate::cm_limits::{CmStats, ListenConfig};
 use crate::mem::RawBuf;
-use crate::qp::QpStatsSnapshot;
+use crate::qp_stats::QpStatsSnapshot;
 
 use crate::engine::cmd::{Cmd, RequestMsg};
 use crate::engine::slot::QpSlot;

@@ -15,9 +15,9 @@ use xwarp_stack::Readiness;
 
 use crate::cm_event::CmEvent;
 use crate::cq::{CqShared, WcOpcode, WorkCompletion};
-use crate::qp::QpStatsSnapshot;
 use crate::qp_attr::MpaAttr;
 use crate::qp_state::{derive_state, ConnPhase, Flags, Link, QpState};
+use crate::qp_stats::QpStatsSnapshot;
 
 /// Work waiting for the QP's connection object.
 pub(crate) enum Early {
