@@ -4,6 +4,7 @@
 //!   (RFC layout out; RFC or siw layout in) and the Terminate error codes.
 //! * [`mem`]: protection domains, memory regions, STags, invalidation, the STag table.
 //! * [`verbs`]: work requests, completions, receive queues / SRQs, shared [`verbs::Resources`].
+//! * [`counters`]: per-QP counters ([`QpCounters`]) kept by the code that does the work.
 //! * [`qp`]: the [`qp::QueuePair`] — send state machine (segmentation, MSN/MO/TO, ORD,
 //!   fences, Read Responses), receive state machine (every RFC 5040/5041 check, direct
 //!   placement, Terminate generation), read responder (IRD) and QP state machine.
@@ -15,12 +16,14 @@
 #![warn(missing_docs)]
 
 pub mod conn;
+pub mod counters;
 pub mod mem;
 pub mod qp;
 pub mod verbs;
 pub mod wire;
 
 pub use conn::{ConnConfig, ConnError, ConnEvent, Connection};
+pub use counters::{ErrorCounters, MpaResult, QpCounters, TerminateCode};
 pub use mem::{Access, MemError, PdId, RegionMemory, RegionPin, Stag, StagTable};
 pub use qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
 pub use verbs::{

@@ -116,6 +116,12 @@ impl<B: Backend + Send + 'static> Context<B> {
         self.stack.stats()
     }
 
+    /// A statistics snapshot of every QP of this engine, by QP number (one command-queue
+    /// round trip, like [`QueuePair::stats`](crate::QueuePair::stats)).
+    pub fn qp_stats(&self) -> io::Result<Vec<crate::qp_stats::QpStatsSnapshot>> {
+        self.dev.inner.call(|reply| Cmd::AllQpStats { reply })
+    }
+
     /// Engine loop counters.
     pub fn engine_stats(&self) -> EngineStats {
         self.engine.as_ref().map(|e| e.stats()).unwrap_or_default()

@@ -27,6 +27,9 @@
 //!   ([`QpModify`]), after `ibv_query_qp` / `ibv_modify_qp` and siw's `siw_qp_modify`;
 //!   a reset (modify to IDLE from ERROR, or after a graceful close) makes a QP
 //!   connect/accept again.
+//! * Statistics: [`QueuePair::stats`] and [`Context::qp_stats`] give
+//!   [`QpStatsSnapshot`]s (the RDMAP/DDP/MPA [`QpCounters`] of each QP, its state,
+//!   addresses and MPA result), kept on the engine thread as plain integers.
 //! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
 //!   the peer's IRD/ORD; accept or reject with private data.
 //!
@@ -34,7 +37,8 @@
 //!
 //! Files, by concern (after siw's split): [`context`] (the engine and the device
 //! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers),
-//! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), `qp_state`
+//! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), [`qp_stats`]
+//! (their statistics), `qp_state`
 //! (the QP state machine: the one transition table), [`wr`] (work requests),
 //! [`cm_event`], [`cm_limits`] and [`cm`] (the connection manager), and `engine/` (the engine host:
 //! commands, CM handling, placement).
@@ -51,12 +55,15 @@ pub mod pd;
 pub mod qp;
 pub mod qp_attr;
 mod qp_state;
+pub mod qp_stats;
 pub mod srq;
 pub mod wr;
 
 pub use xwarp_ddp::mpa::RtrType;
 pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
-pub use xwarp_rdmap::{Access, MemError, Stag};
+pub use xwarp_rdmap::{
+    Access, ErrorCounters, MemError, MpaResult, QpCounters, Stag, TerminateCode,
+};
 
 pub use cm::{ConnRequest, Listener};
 pub use cm_event::{CmEvent, ConnectParams};
@@ -67,5 +74,6 @@ pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use qp_attr::{MpaAttr, NegotiatedMpa, QpAttr, QpModify, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
 pub use qp_state::QpState;
+pub use qp_stats::QpStatsSnapshot;
 pub use srq::SharedReceiveQueue;
 pub use wr::{SendOpcode, SendRequest};

@@ -18,6 +18,7 @@ use crate::cq::CompletionQueue;
 use crate::engine::cmd::Cmd;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
 use crate::qp_state::QpState;
+use crate::qp_stats::QpStatsSnapshot;
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{SendOpcode, SendRequest};
 
@@ -179,6 +180,19 @@ impl QueuePair {
     /// QP usable for a new connect/accept.
     pub fn state(&self) -> io::Result<QpState> {
         Ok(self.query()?.state)
+    }
+
+    /// The QP's counters now ([`QpStatsSnapshot`]). Cost: one round trip through the
+    /// engine's command queue, like [`Self::query`] (the engine answers on its next loop
+    /// iteration, typically within microseconds while it is busy; a copy of the counters
+    /// and no work on the data path). For a cheap periodic view of every QP, use
+    /// [`Context::qp_stats`](crate::Context::qp_stats) once rather than this per QP.
+    pub fn stats(&self) -> io::Result<QpStatsSnapshot> {
+        let qpn = self.qpn;
+        self.dev
+            .inner
+            .call(|reply| Cmd::QpStats { qpn, reply })?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "QP not found"))
     }
 
     /// The QP's attributes as the engine knows them now (after `ibv_query_qp`).

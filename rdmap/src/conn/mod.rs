@@ -12,7 +12,7 @@
 //! [`QueuePair::on_header_bytes`]/[`QueuePair::on_payload`]/[`QueuePair::on_end`], so
 //! payload is copied once, from the receive buffer into the target region; transmitted
 //! FPDUs are framed by [`FpduEncoder`] straight from the header and the region ranges
-//! ([`Payload`]) that [`QueuePair::poll_segment`] hands out, the payload copied once from
+//! ([`Payload`](crate::qp::Payload)) that [`QueuePair::poll_segment`] hands out, the payload copied once from
 //! region memory into the FPDU), and *dead* (closed or failed: nothing is read,
 //! only an already queued Terminate is still sent, then [`Connection::wants_close`]).
 //!
@@ -56,19 +56,25 @@ use std::time::{Duration, Instant};
 
 use xwarp_ddp::mpa::{
     mulpdu, AcceptParams, ConnectRequest, Event as MpaEvent, FpduEncoder, FpduEvent,
-    InitiatorConfig, MpaError, Negotiated, Negotiator, ResponderConfig, Role, RtrType,
+    InitiatorConfig, MpaError, Negotiated, Negotiator, ResponderConfig, Role,
 };
 use xwarp_ddp::segment::{UntaggedHeader, UNTAGGED_HEADER_LEN};
 
+mod framing;
 mod phase;
+
+use framing::{
+    check_config, encode_segment, encode_segment_into, error_cqe, flush_cqe, rtr_wr, wc_opcode,
+    RTR_WR_ID,
+};
 
 use phase::{Handshake, Phase, Stream};
 
-use crate::mem::{Access, Stag};
-use crate::qp::{Payload, QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig, MIN_MULPDU};
+use crate::counters::{MpaResult, QpCounters, TerminateCode};
+use crate::mem::Stag;
+use crate::qp::{QpConfig, QpError, QpEvent, QpState, QueuePair, RqConfig};
 use crate::verbs::{
-    Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, Sge, WcOpcode,
-    MAX_SGE,
+    Completion, CompletionStatus, PostError, RecvWr, Resources, SendOp, SendWr, WcOpcode, MAX_SGE,
 };
 use crate::wire::{
     qn, LlpErrorCode, Opcode, ParsedTerminate, Terminate, TerminateCause, MAX_TERMINATE_LEN,
@@ -214,6 +220,9 @@ pub struct Connection {
     events: VecDeque<ConnEvent>,
     /// The empty sink region of a zero-length Read RTR, while it is registered.
     rtr_sink: Option<Stag>,
+    /// What the connection counts itself (MPA errors, work it finished without the QP);
+    /// [`Connection::counters`] adds the QP's.
+    ctr: QpCounters,
 }
 
 impl fmt::Debug for Connection {
@@ -226,19 +235,6 @@ impl fmt::Debug for Connection {
             .field("wants_close", &self.wants_close())
             .finish()
     }
-}
-
-fn check_config(cfg: &ConnConfig) -> Result<(), ConnError> {
-    // Markers may be negotiated on either direction, so size for the worst case.
-    if mulpdu(cfg.emss, true) < MIN_MULPDU {
-        return Err(ConnError::InvalidConfig(
-            "emss too small for the longest Terminate",
-        ));
-    }
-    if cfg.qp.ird > u32::from(u16::MAX) || cfg.qp.ord > u32::from(u16::MAX) {
-        return Err(ConnError::InvalidConfig("ird/ord above 65535"));
-    }
-    Ok(())
 }
 
 impl Connection {
@@ -273,6 +269,7 @@ impl Connection {
             last_error: None,
             events: VecDeque::new(),
             rtr_sink: None,
+            ctr: QpCounters::default(),
         }
     }
 
@@ -294,6 +291,19 @@ impl Connection {
     /// The largest ULPDU (DDP segment) we send, 0 before negotiation.
     pub fn mulpdu(&self) -> usize {
         self.phase.stream().map_or(0, |s| s.mulpdu)
+    }
+
+    /// The counters of this stream: the QP's ([`QueuePair::counters`]) plus what only
+    /// the connection sees (MPA CRC, marker and length errors, work finished before the
+    /// QP existed or after the stream died without one, an Initiator's LLP Terminate for
+    /// a Reply it cannot use) and the MPA result. A copy of ~300 bytes, no other cost.
+    pub fn counters(&self) -> QpCounters {
+        let mut c = self.ctr;
+        if let Some(qp) = self.qp() {
+            c.accumulate(&qp.counters());
+        }
+        c.mpa = self.negotiated().map(MpaResult::from);
+        c
     }
 
     /// The queue pair (exists once negotiation succeeded).
@@ -332,9 +342,12 @@ impl Connection {
                 }
                 h.pending_send.push(wr);
             }
-            _ => self
-                .flushed
-                .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op))),
+            _ => {
+                let op = wc_opcode(&wr.op);
+                self.ctr
+                    .count_posted_and_done(op, CompletionStatus::WrFlushError);
+                self.flushed.push_back(flush_cqe(wr.wr_id, op));
+            }
         }
         Ok(())
     }
@@ -359,7 +372,11 @@ impl Connection {
                 }
                 h.pending_recv.push(wr);
             }
-            _ => self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv)),
+            _ => {
+                self.ctr
+                    .count_posted_and_done(WcOpcode::Recv, CompletionStatus::WrFlushError);
+                self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv));
+            }
         }
         Ok(())
     }
@@ -534,7 +551,7 @@ impl Connection {
         let mut done = self.is_closed();
         if let Some(qp) = self.phase.stream_mut().map(|s| &mut s.qp) {
             while let Some(c) = qp.poll_completion() {
-                if c.wr_id == u64::MAX && c.opcode == WcOpcode::Read {
+                if c.wr_id == RTR_WR_ID && c.opcode == WcOpcode::Read {
                     done = true;
                     if c.status == CompletionStatus::Success {
                         continue;
@@ -605,6 +622,11 @@ impl Connection {
     /// An MPA framing error in the FPDU stream: LLP Terminate (RFC layout) if we may send
     /// FPDUs, then close.
     fn llp_error(&mut self, e: MpaError) {
+        match e {
+            MpaError::CrcMismatch { .. } => self.ctr.errors.mpa_crc += 1,
+            MpaError::MarkerMismatch { .. } => self.ctr.errors.mpa_marker += 1,
+            _ => self.ctr.errors.mpa_framing += 1,
+        }
         let tc = e.terminate_code();
         if let Some(s) = self.phase.stream_mut() {
             match TerminateCause::from_raw(tc.layer, tc.etype, tc.code) {
@@ -752,6 +774,7 @@ impl Connection {
                     self.die();
                 }
                 MpaEvent::Failed(e) => {
+                    self.ctr.errors.mpa_negotiation += 1;
                     if self.role == Role::Initiator {
                         self.initiator_llp_terminate(&e);
                     }
@@ -781,12 +804,16 @@ impl Connection {
             mo: 0,
         };
         let Some(n) = h.emit(&mut buf) else { return };
-        let Some(m) = Terminate::new(TerminateCause::Llp(code)).emit(&mut buf[n..]) else {
+        let t = Terminate::new(TerminateCause::Llp(code));
+        let Some(m) = t.emit(&mut buf[n..]) else {
             return;
         };
         let mut enc = FpduEncoder::new(self.cfg.initiator.crc, false);
         if let Ok(f) = enc.encode_to_vec(&[&buf[..n + m]]) {
             self.raw_tx.extend_from_slice(&f);
+            self.ctr.segments_sent += 1;
+            self.ctr.terminates_sent += 1;
+            self.ctr.last_terminate_sent = Some(TerminateCode::from(&t));
         }
     }
 
@@ -806,7 +833,9 @@ impl Connection {
         }
         for wr in std::mem::take(&mut h.pending_recv) {
             if qp.post_recv(wr.clone()).is_err() {
-                self.flushed.push_back(error_cqe(wr.wr_id, WcOpcode::Recv));
+                let c = error_cqe(wr.wr_id, WcOpcode::Recv);
+                self.ctr.count_posted_and_done(c.opcode, c.status);
+                self.flushed.push_back(c);
             }
         }
         if let Some(rtr) = n.rtr_to_send() {
@@ -814,6 +843,7 @@ impl Connection {
             if let Some(SendOp::Read { .. }) = wr.as_ref().map(|w| &w.op) {
                 self.rtr_sink = wr.as_ref().and_then(|w| w.sgl.first()).map(|s| s.lkey);
             }
+            qp.set_internal_wr(RTR_WR_ID);
             match wr.map(|wr| qp.post_send(wr)) {
                 Some(Ok(())) => {}
                 _ => {
@@ -822,8 +852,9 @@ impl Connection {
                     let stream = self.new_stream(n, qp);
                     self.phase = Phase::Open(stream);
                     for wr in pending_send {
-                        self.flushed
-                            .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
+                        let c = flush_cqe(wr.wr_id, wc_opcode(&wr.op));
+                        self.ctr.count_posted_and_done(c.opcode, c.status);
+                        self.flushed.push_back(c);
                     }
                     self.fail(ConnError::InvalidConfig("cannot post the RTR"));
                     return;
@@ -832,8 +863,9 @@ impl Connection {
         }
         for wr in std::mem::take(&mut h.pending_send) {
             if qp.post_send(wr.clone()).is_err() {
-                self.flushed
-                    .push_back(error_cqe(wr.wr_id, wc_opcode(&wr.op)));
+                let c = error_cqe(wr.wr_id, wc_opcode(&wr.op));
+                self.ctr.count_posted_and_done(c.opcode, c.status);
+                self.flushed.push_back(c);
             }
         }
         let mut s = self.new_stream(n.clone(), qp);
@@ -938,12 +970,12 @@ impl Connection {
     fn die(&mut self) {
         let (mut stream, was_dead) = match std::mem::replace(&mut self.phase, Phase::Dead(None)) {
             Phase::Handshake(h) => {
-                for wr in h.pending_recv {
-                    self.flushed.push_back(flush_cqe(wr.wr_id, WcOpcode::Recv));
-                }
-                for wr in h.pending_send {
-                    self.flushed
-                        .push_back(flush_cqe(wr.wr_id, wc_opcode(&wr.op)));
+                let recvs = h.pending_recv.iter().map(|w| (w.wr_id, WcOpcode::Recv));
+                let sends = h.pending_send.iter().map(|w| (w.wr_id, wc_opcode(&w.op)));
+                for (id, op) in recvs.chain(sends) {
+                    self.ctr
+                        .count_posted_and_done(op, CompletionStatus::WrFlushError);
+                    self.flushed.push_back(flush_cqe(id, op));
                 }
                 (None, false)
             }
@@ -959,148 +991,6 @@ impl Connection {
         if !was_dead {
             self.events.push_back(ConnEvent::Closed);
         }
-    }
-}
-
-/// The work request of the negotiated RTR (RFC 6581): a zero-length Write to STag 1,
-/// TO 0, a zero-length Send, or a zero-length Read into an empty region registered in
-/// `res` (`None` if that is not possible).
-fn rtr_wr(rtr: RtrType, qcfg: QpConfig, res: Option<&mut Resources>) -> Option<SendWr> {
-    match rtr {
-        RtrType::Write => Some(SendWr {
-            wr_id: u64::MAX,
-            op: SendOp::Write {
-                remote_stag: RTR_WRITE_STAG,
-                remote_to: 0,
-            },
-            sgl: Vec::new(),
-            signaled: false,
-            fence: false,
-        }),
-        RtrType::Send => Some(SendWr {
-            wr_id: u64::MAX,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: Vec::new(),
-            signaled: false,
-            fence: false,
-        }),
-        RtrType::Read => {
-            // A zero-length Read still needs a valid local sink: an empty region.
-            let mr = res.and_then(|r| {
-                r.stags
-                    .register(qcfg.pd, Access::LOCAL_WRITE, 0, Box::new(Vec::<u8>::new()))
-                    .ok()
-            });
-            mr.map(|lkey| SendWr {
-                wr_id: u64::MAX,
-                op: SendOp::Read {
-                    remote_stag: RTR_WRITE_STAG,
-                    remote_to: 0,
-                },
-                sgl: vec![Sge {
-                    lkey,
-                    addr: 0,
-                    len: 0,
-                }],
-                // Signaled so that the Connection learns when the sink may go
-                // (`settle_rtr_sink` drops this completion).
-                signaled: true,
-                fence: false,
-            })
-        }
-    }
-}
-
-fn encode_segment(
-    enc: &mut FpduEncoder,
-    hdr: &[u8],
-    payload: &Payload<'_>,
-    out: &mut Vec<u8>,
-) -> Result<usize, MpaError> {
-    let ulpdu_len = hdr.len() + payload.len();
-    let start = out.len();
-    out.resize(start + enc.max_encoded_len(ulpdu_len), 0);
-    match encode_ulpdu(enc, hdr, payload, &mut out[start..]) {
-        Ok(k) => {
-            out.truncate(start + k);
-            Ok(k)
-        }
-        Err(e) => {
-            out.truncate(start);
-            Err(e)
-        }
-    }
-}
-
-/// Frames header + payload into the start of `out`: the payload is copied once, from
-/// region memory straight into the FPDU (the CRC covers the copied bytes).
-fn encode_ulpdu(
-    enc: &mut FpduEncoder,
-    hdr: &[u8],
-    payload: &Payload<'_>,
-    out: &mut [u8],
-) -> Result<usize, MpaError> {
-    let mut hdr_left = hdr;
-    let mut rd = payload.reader();
-    enc.encode_with(
-        hdr.len() + payload.len(),
-        |dst| {
-            let h = hdr_left.len().min(dst.len());
-            dst[..h].copy_from_slice(&hdr_left[..h]);
-            hdr_left = &hdr_left[h..];
-            rd.fill(&mut dst[h..]);
-        },
-        out,
-    )
-}
-
-/// Frames one ULPDU into the start of `out` when the largest FPDU it can become fits;
-/// otherwise into `spill` (empty on entry), copying what fits into `out` and leaving the
-/// rest at the start of `spill`. Returns the bytes written into `out`.
-fn encode_segment_into(
-    enc: &mut FpduEncoder,
-    hdr: &[u8],
-    payload: &Payload<'_>,
-    out: &mut [u8],
-    spill: &mut Vec<u8>,
-) -> Result<usize, MpaError> {
-    let ulpdu_len = hdr.len() + payload.len();
-    if enc.max_encoded_len(ulpdu_len) <= out.len() {
-        return encode_ulpdu(enc, hdr, payload, out);
-    }
-    let k = encode_segment(enc, hdr, payload, spill)?;
-    let fit = k.min(out.len());
-    out[..fit].copy_from_slice(&spill[..fit]);
-    spill.drain(..fit);
-    Ok(fit)
-}
-
-fn wc_opcode(op: &SendOp) -> WcOpcode {
-    match op {
-        SendOp::Send { .. } => WcOpcode::Send,
-        SendOp::Write { .. } => WcOpcode::Write,
-        SendOp::Read { .. } => WcOpcode::Read,
-    }
-}
-
-fn flush_cqe(wr_id: u64, opcode: WcOpcode) -> Completion {
-    Completion {
-        wr_id,
-        status: CompletionStatus::WrFlushError,
-        opcode,
-        byte_len: 0,
-        solicited: false,
-        invalidated_stag: None,
-    }
-}
-
-fn error_cqe(wr_id: u64, opcode: WcOpcode) -> Completion {
-    Completion {
-        status: CompletionStatus::LocalQpOperationError,
-        ..flush_cqe(wr_id, opcode)
     }
 }
 

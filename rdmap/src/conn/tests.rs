@@ -2,8 +2,9 @@
 //! Read RTR's sink region.
 
 use super::*;
-use crate::mem::PdId;
-use crate::verbs::SendWr;
+use crate::mem::{Access, PdId};
+use crate::verbs::{SendWr, Sge};
+use xwarp_ddp::mpa::RtrType;
 
 /// xorshift64*: deterministic piece sizes.
 struct Rng(u64);

@@ -32,6 +32,7 @@ use std::collections::VecDeque;
 
 use xwarp_ddp::segment::UNTAGGED_HEADER_LEN;
 
+use crate::counters::QpCounters;
 use crate::mem::PdId;
 use crate::verbs::{
     Completion, CompletionStatus, PostError, RecvQueue, RecvWr, SendOp, SendWr, SrqId, WcOpcode,
@@ -130,6 +131,10 @@ pub struct QueuePair {
     // --- outputs
     cq: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
+    // --- statistics
+    ctr: QpCounters,
+    /// The `wr_id` of internal work (the connection's RTR), not counted as a ULP WR.
+    internal_wr: Option<u64>,
 }
 
 impl QueuePair {
@@ -158,7 +163,33 @@ impl QueuePair {
             rx_body: [0; MAX_TERMINATE_LEN],
             cq: VecDeque::new(),
             events: VecDeque::new(),
+            ctr: QpCounters::default(),
+            internal_wr: None,
         }
+    }
+
+    /// This QP's counters (see [`QpCounters`]; `mpa` is `None` here, the
+    /// [`Connection`](crate::Connection) fills it in). A copy: no cost beyond it.
+    pub fn counters(&self) -> QpCounters {
+        self.ctr
+    }
+
+    /// Work requests with this `wr_id` are internal (the connection's RTR): they are not
+    /// counted as work requests.
+    pub(crate) fn set_internal_wr(&mut self, wr_id: u64) {
+        self.internal_wr = Some(wr_id);
+    }
+
+    fn counts(&self, wr_id: u64) -> bool {
+        self.internal_wr != Some(wr_id)
+    }
+
+    /// Queue a completion, counting it.
+    fn push_cqe(&mut self, c: Completion) {
+        if self.counts(c.wr_id) {
+            self.ctr.count_completion(c.opcode, c.status);
+        }
+        self.cq.push_back(c);
     }
 
     /// Current state.
@@ -223,6 +254,9 @@ impl QueuePair {
         match self.state.on_post_send() {
             PostRule::Queue => {}
             PostRule::Flush => {
+                if self.counts(wr.wr_id) {
+                    self.ctr.send_wrs_posted += 1;
+                }
                 self.flush_send_wr(&wr);
                 return Ok(());
             }
@@ -234,6 +268,9 @@ impl QueuePair {
         if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
+        if self.counts(wr.wr_id) {
+            self.ctr.send_wrs_posted += 1;
+        }
         self.sq.push_back(wr);
         Ok(())
     }
@@ -242,13 +279,18 @@ impl QueuePair {
     /// flush status. QPs on an SRQ post through [`Resources::post_srq_recv`](crate::verbs::Resources::post_srq_recv).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.state.flushes_receives() {
+            self.ctr.recv_wrs_posted += 1;
             self.flush_recv(wr.wr_id);
             return Ok(());
         }
-        match &mut self.rq {
+        let r = match &mut self.rq {
             Some(rq) => rq.post(wr),
             None => Err(PostError::InvalidState),
+        };
+        if r.is_ok() {
+            self.ctr.recv_wrs_posted += 1;
         }
+        r
     }
 
     /// Record the outcome of started WR `seq` and release every completion that is now
@@ -261,20 +303,24 @@ impl QueuePair {
             slot.done = Some(cqe);
         }
         while self.sq_slots.front().is_some_and(|s| s.done.is_some()) {
-            if let Some(Some(c)) = self.sq_slots.pop_front().and_then(|s| s.done) {
-                self.cq.push_back(c);
+            if let Some(s) = self.sq_slots.pop_front() {
+                match s.done {
+                    Some(Some(c)) => self.push_cqe(c),
+                    // Unsignaled success: no completion, still a finished WR.
+                    _ if self.counts(s.wr_id) => self.ctr.send_wrs_completed += 1,
+                    _ => {}
+                }
             }
             self.sq_seq_base += 1;
         }
     }
 
     fn flush_send_wr(&mut self, wr: &SendWr) {
-        self.cq
-            .push_back(error_cqe(wr, CompletionStatus::WrFlushError));
+        self.push_cqe(error_cqe(wr, CompletionStatus::WrFlushError));
     }
 
     fn flush_recv(&mut self, wr_id: u64) {
-        self.cq.push_back(Completion {
+        self.push_cqe(Completion {
             wr_id,
             status: CompletionStatus::WrFlushError,
             opcode: WcOpcode::Recv,
@@ -289,6 +335,7 @@ impl QueuePair {
             return;
         };
         self.state = next;
+        self.ctr.errors.count_terminate(&t);
         self.term_pending = Some(t);
         self.events.push_back(QpEvent::TerminateQueued(t));
         if let Some(seg) = self.rx_seg.as_mut() {

@@ -113,7 +113,10 @@ impl QueuePair {
         }
         let r = emit(&hbuf[..TAGGED_HEADER_LEN], &payload);
         *sent += chunk;
+        self.ctr.segments_sent += 1;
+        self.ctr.bytes_sent += u64::from(chunk);
         if last {
+            self.ctr.read_requests_served += 1;
             self.tx_cur = None;
         }
         Ok(r)

@@ -9,6 +9,7 @@ use xwarp_ddp::segment::{
 
 use super::types::{ddp_tagged, tagged, untagged, RxKind, RxSeg, RxSend, RxTagged};
 use super::{QpError, QpEvent, QueuePair, RqConfig};
+use crate::counters::TerminateCode;
 use crate::mem::{Access, MemError, Stag};
 use crate::verbs::{Completion, CompletionStatus, Resources, WcOpcode, MAX_SGE};
 use crate::wire::{
@@ -96,6 +97,7 @@ impl QueuePair {
         ulpdu_len: usize,
     ) -> Result<(), QpError> {
         let hlen = xwarp_ddp::segment::header_len(raw[0]);
+        self.ctr.segments_received += 1;
         self.rx_seg = Some(RxSeg {
             hdr,
             raw,
@@ -323,7 +325,7 @@ impl QueuePair {
                                         .is_err()
                                 });
                             if bad {
-                                self.cq.push_back(Completion {
+                                self.push_cqe(Completion {
                                     wr_id: rqe.wr_id,
                                     status: CompletionStatus::LocalProtectionError,
                                     opcode: WcOpcode::Recv,
@@ -352,7 +354,7 @@ impl QueuePair {
                         if s.received + len > s.capacity {
                             let id = s.rqe.wr_id;
                             self.rx_send = None;
-                            self.cq.push_back(Completion {
+                            self.push_cqe(Completion {
                                 wr_id: id,
                                 status: CompletionStatus::LocalLengthError,
                                 opcode: WcOpcode::Recv,
@@ -394,9 +396,11 @@ impl QueuePair {
                     Access::REMOTE_WRITE
                 };
                 let at_to = to.checked_add(at as u64).ok_or(MemError::ToWrap);
-                if let Err(e) =
-                    at_to.and_then(|t| res.stags.write_pinned(pin, pd, access, t, chunk))
-                {
+                let w = at_to.and_then(|t| res.stags.write_pinned(pin, pd, access, t, chunk));
+                if w.is_ok() {
+                    self.ctr.bytes_placed += chunk.len() as u64;
+                }
+                if let Err(e) = w {
                     // The same Terminate the header check would have given: a tagged
                     // buffer error for a Write (RFC 5041 §7.2), catastrophic for our own
                     // Read sink.
@@ -455,6 +459,7 @@ impl QueuePair {
                         s.sge_off = 0;
                     }
                 }
+                self.ctr.bytes_placed += (chunk.len() - rest.len()) as u64;
                 if !ok {
                     self.fail_segment(TerminateCause::Ddp(DdpError::Catastrophic), None);
                 }
@@ -476,9 +481,13 @@ impl QueuePair {
         match seg.kind {
             RxKind::Discard => {}
             RxKind::Place { .. } => {
+                if seg.payload_len > 0 {
+                    self.ctr.tagged_placements += 1;
+                }
                 if let SegmentHeader::Tagged(t) = hdr {
                     if t.last && parse_ctrl(t.rsvd_ulp) == Ok(Opcode::ReadResponse) {
                         if let Some(o) = self.orq.pop_front() {
+                            self.ctr.read_responses_placed += 1;
                             let cqe = o.signaled.then_some(Completion {
                                 wr_id: o.wr_id,
                                 status: CompletionStatus::Success,
@@ -493,6 +502,9 @@ impl QueuePair {
                 }
             }
             RxKind::Send => {
+                if seg.payload_len > 0 {
+                    self.ctr.untagged_placements += 1;
+                }
                 if hdr.last() {
                     if let Some(s) = self.rx_send.take() {
                         self.finish_send(res, s, &seg);
@@ -503,7 +515,11 @@ impl QueuePair {
                 let op = parse_ctrl(hdr.rsvd_ulp());
                 let body = &self.rx_body[..seg.payload_len];
                 if op == Ok(Opcode::Terminate) {
-                    if let Ok(p) = Terminate::parse(body) {
+                    self.ctr.terminates_received += 1;
+                    let p = Terminate::parse(body).ok();
+                    self.ctr.last_terminate_received =
+                        p.as_ref().and_then(|p| p.best()).map(TerminateCode::from);
+                    if let Some(p) = p {
                         self.events.push_back(QpEvent::TerminateReceived(p));
                     }
                     self.enter_error();
@@ -538,7 +554,7 @@ impl QueuePair {
             }
             invalidated = Some(Stag(s.inval));
         }
-        self.cq.push_back(Completion {
+        self.push_cqe(Completion {
             wr_id: s.rqe.wr_id,
             status: CompletionStatus::Success,
             opcode: WcOpcode::Recv,

@@ -10,6 +10,7 @@ use super::payload::Payload;
 use super::read_responder::IRQ_BURST;
 use super::types::{error_cqe, wc_opcode, OutstandingRead, SqSlot, Start, TxCur};
 use super::{QpError, QpEvent, QpState, QueuePair, MAX_ULPDU, MIN_MULPDU};
+use crate::counters::TerminateCode;
 use crate::mem::{Access, Stag};
 use crate::verbs::{Completion, CompletionStatus, Resources, SendOp};
 use crate::wire::{
@@ -52,6 +53,9 @@ impl QueuePair {
                             return Ok(None);
                         };
                         let r = self.emit_terminate(&t, emit);
+                        self.ctr.segments_sent += 1;
+                        self.ctr.terminates_sent += 1;
+                        self.ctr.last_terminate_sent = Some(TerminateCode::from(&t));
                         self.events.push_back(QpEvent::TerminateSent);
                         self.enter_error();
                         return Ok(Some(r));
@@ -249,6 +253,8 @@ impl QueuePair {
                     };
                     rr.emit(&mut hbuf[UNTAGGED_HEADER_LEN..]);
                     let r = emit(&hbuf, &Payload::empty());
+                    self.ctr.segments_sent += 1;
+                    self.ctr.read_requests_sent += 1;
                     // Pin the sink: the Response lands only in this registration.
                     let sink_pin = res
                         .stags
@@ -322,6 +328,7 @@ impl QueuePair {
                             RdmapErrorCode::Unspecified,
                         ));
                         self.events.push_back(QpEvent::TerminateDropped(t));
+                        self.ctr.errors.local_catastrophic += 1;
                         self.enter_error();
                     } else {
                         self.local_tx_error();
@@ -363,6 +370,8 @@ impl QueuePair {
                 }
                 .unwrap_or(0);
                 let r = emit(&hbuf[..hlen], &payload);
+                self.ctr.segments_sent += 1;
+                self.ctr.bytes_sent += u64::from(chunk);
                 *sent += chunk;
                 *sge = i;
                 *sge_off = off;

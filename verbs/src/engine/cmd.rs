@@ -15,6 +15,7 @@ use crate::cm_limits::{CmStats, ListenConfig};
 use crate::cq::CqShared;
 use crate::mem::RawBuf;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
+use crate::qp_stats::QpStatsSnapshot;
 use crate::wr::SendRequest;
 
 /// A connection request handed to a listener.
@@ -112,5 +113,14 @@ pub(crate) enum Cmd {
     },
     CmStats {
         reply: Sender<CmStats>,
+    },
+    /// `QueuePair::stats`: one QP's snapshot (`None`: no such QP).
+    QpStats {
+        qpn: u32,
+        reply: Sender<Option<QpStatsSnapshot>>,
+    },
+    /// `Context::qp_stats`: every QP's snapshot, by QP number.
+    AllQpStats {
+        reply: Sender<Vec<QpStatsSnapshot>>,
     },
 }

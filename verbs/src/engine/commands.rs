@@ -146,6 +146,7 @@ impl VerbsHost {
                         errored: false,
                         held: std::collections::VecDeque::new(),
                         addrs: None,
+                        counts: Default::default(),
                     },
                 );
             }
@@ -183,6 +184,20 @@ impl VerbsHost {
             Cmd::Reject { conn, private_data } => self.reject_pending(conn, &private_data),
             Cmd::CmStats { reply } => {
                 let _ = reply.send(self.cm_stats());
+            }
+            Cmd::QpStats { qpn, reply } => {
+                let s = self
+                    .qps
+                    .get(&qpn)
+                    .filter(|s| !s.destroyed)
+                    .map(|s| s.stats());
+                let _ = reply.send(s);
+            }
+            Cmd::AllQpStats { reply } => {
+                let mut v = Vec::with_capacity(self.qps.len());
+                self.for_each_qp_stats(|s| v.push(*s));
+                v.sort_by_key(|s| s.qp_num);
+                let _ = reply.send(v);
             }
         }
     }

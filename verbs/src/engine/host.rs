@@ -15,6 +15,7 @@ use xwarp_stack::{Readiness, SocketError};
 
 use crate::cm_limits::{CmStats, ListenConfig};
 use crate::mem::RawBuf;
+use crate::qp_stats::QpStatsSnapshot;
 
 use crate::engine::cmd::{Cmd, RequestMsg};
 use crate::engine::slot::QpSlot;
@@ -99,6 +100,16 @@ impl VerbsHost {
             bufs: HashMap::new(),
             emss,
             stashed: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Calls `f` with a statistics snapshot of every QP the application still holds, in
+    /// no particular order; on the engine thread (e.g. from
+    /// [`ProtocolHost`](xwarp_stack::proto::ProtocolHost) callbacks). Costs one
+    /// [`QpStatsSnapshot`] copy per QP and no allocation.
+    pub(crate) fn for_each_qp_stats(&self, mut f: impl FnMut(&QpStatsSnapshot)) {
+        for s in self.qps.values().filter(|s| !s.destroyed) {
+            f(&s.stats());
         }
     }
 

@@ -119,6 +119,10 @@ impl VerbsHost {
         }
         slot.flush_early();
         let conn = slot.conn.take();
+        // The QP's counters live on: the dropped connection's counts stay in them.
+        if let Some(c) = &conn {
+            slot.counts.accumulate(&c.counters());
+        }
         if let Some(id) = slot.conn_id.take() {
             if matches!(self.owners.get(&id), Some(Owner::Qp(q)) if *q == qpn) {
                 match conn {

@@ -120,6 +120,7 @@ impl VerbsHost {
                         PostError::InvalidState => CompletionStatus::WrFlushError,
                         _ => CompletionStatus::LocalQpOperationError,
                     };
+                    slot.count_local(op, status);
                     slot.send_completion(
                         &Completion {
                             status,
@@ -132,6 +133,7 @@ impl VerbsHost {
             Early::Recv(wr) => {
                 let id = wr.wr_id;
                 if conn.post_recv(wr).is_err() {
+                    slot.count_local(WcOpcode::Recv, CompletionStatus::LocalQpOperationError);
                     slot.send_completion(
                         &Completion {
                             status: CompletionStatus::LocalQpOperationError,
@@ -159,6 +161,7 @@ impl VerbsHost {
                     Some(true) => CompletionStatus::Success,
                     Some(false) => CompletionStatus::LocalProtectionError,
                 };
+                slot.count_local(WcOpcode::LocalInvalidate, status);
                 if signaled || status != CompletionStatus::Success {
                     slot.send_completion(
                         &Completion {
@@ -220,6 +223,7 @@ impl VerbsHost {
                 *next = next.wrapping_add(1);
                 let off = idx * *size;
                 if self.res.stags.write(*stag, off, data).is_err() {
+                    slot.count_local(opcode_of(&op), CompletionStatus::LocalQpOperationError);
                     slot.send_completion(
                         &Completion {
                             status: CompletionStatus::LocalQpOperationError,
@@ -236,6 +240,7 @@ impl VerbsHost {
                 }]
             }
             (Some(_), _) => {
+                slot.count_local(opcode_of(&op), CompletionStatus::LocalQpOperationError);
                 slot.send_completion(
                     &Completion {
                         status: CompletionStatus::LocalQpOperationError,

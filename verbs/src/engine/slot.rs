@@ -9,7 +9,7 @@ use xwarp_rdmap::conn::{ConnError, ConnEvent, Connection};
 use xwarp_rdmap::verbs::{
     Completion, CompletionStatus, RecvWr, SendOp, SendWr, WcOpcode as RWcOpcode,
 };
-use xwarp_rdmap::{QpConfig, Stag};
+use xwarp_rdmap::{QpConfig, QpCounters, Stag};
 use xwarp_stack::proto::ProtoConnId;
 use xwarp_stack::Readiness;
 
@@ -17,6 +17,7 @@ use crate::cm_event::CmEvent;
 use crate::cq::{CqShared, WcOpcode, WorkCompletion};
 use crate::qp_attr::MpaAttr;
 use crate::qp_state::{derive_state, ConnPhase, Flags, Link, QpState};
+use crate::qp_stats::QpStatsSnapshot;
 
 /// Work waiting for the QP's connection object.
 pub(crate) enum Early {
@@ -55,6 +56,10 @@ pub(crate) struct QpSlot {
     pub(crate) held: std::collections::VecDeque<Early>,
     /// Local and peer TCP addresses once connected.
     pub(crate) addrs: Option<(SocketAddr, SocketAddr)>,
+    /// Counts the connection does not keep: work the engine finished without it (flushed
+    /// before it existed or after it was gone, refused, Local Invalidate), and the
+    /// counts of connections a reset dropped. [`QpSlot::stats`] adds the live one's.
+    pub(crate) counts: QpCounters,
 }
 
 impl QpSlot {
@@ -76,6 +81,35 @@ impl QpSlot {
             None => Link::None,
         };
         derive_state(link, self.flags())
+    }
+
+    /// The QP's statistics now: the engine's own counts plus the connection's
+    /// ([`Connection::counters`]), with the current connection's MPA result.
+    pub(crate) fn stats(&self) -> QpStatsSnapshot {
+        let mut counters = self.counts;
+        let live = self.conn.as_ref().map(|c| c.counters());
+        if let Some(c) = &live {
+            counters.accumulate(c);
+        }
+        counters.mpa = live.and_then(|c| c.mpa);
+        QpStatsSnapshot {
+            qp_num: self.qpn,
+            state: self.state(),
+            local_addr: self.addrs.map(|a| a.0),
+            peer_addr: self.addrs.map(|a| a.1),
+            counters,
+        }
+    }
+
+    /// Count a work request the engine finished itself, without the connection (which
+    /// therefore never counted it): one post and its completion.
+    pub(crate) fn count_local(&mut self, opcode: WcOpcode, status: CompletionStatus) {
+        let op = if opcode == WcOpcode::Recv {
+            RWcOpcode::Recv
+        } else {
+            RWcOpcode::Send
+        };
+        self.counts.count_posted_and_done(op, status);
     }
 
     /// Where the connection is, for [`crate::qp_state::plan_modify`].
@@ -196,12 +230,13 @@ impl QpSlot {
     }
 
     /// Complete one work request with `WrFlushError` without executing it.
-    pub(crate) fn flush_one(&self, e: Early) {
+    pub(crate) fn flush_one(&mut self, e: Early) {
         let (wr_id, op) = match e {
             Early::Send(w) => (w.wr_id, opcode_of(&w.op)),
             Early::Recv(w) => (w.wr_id, WcOpcode::Recv),
             Early::LocalInv { wr_id, .. } => (wr_id, WcOpcode::LocalInvalidate),
         };
+        self.count_local(op, CompletionStatus::WrFlushError);
         self.send_completion(&flush(wr_id), op);
     }
 }
