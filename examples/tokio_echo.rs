@@ -4,6 +4,9 @@
 //! cargo run --release --example tokio_echo -- [--conns N] [--bytes B]
 //!     two engines on the in-process virtual wire (no privileges): an echo server on one,
 //!     N concurrent clients on the other, every echoed byte checked
+//! cargo run --release --example tokio_echo -- --compare
+//!     the same engine pair, tokio against the blocking API: one-connection bulk
+//!     bandwidth and 64-byte ping-pong half round trips (3 interleaved rounds)
 //! ip netns exec NS tokio_echo --iface veth-a --addr 10.88.1.10/24 [--port 7]
 //!     (root) an echo server on an AF_XDP engine; from a peer: nc -N 10.88.1.10 7 < in > out
 //! ```
@@ -134,6 +137,140 @@ async fn vwire_run(conns: usize, bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Bulk bytes and ping-pong exchanges of one `--compare` round.
+const BULK: usize = 64 << 20;
+const PINGS: usize = 5_000;
+
+/// One round with the blocking API: (bulk Gbit/s, ping-pong half round trip µs p50).
+fn blocking_round(a: &StackHandle, b: &StackHandle, port: u16) -> io::Result<(f64, f64)> {
+    use std::io::{Read, Write};
+    let to = SocketAddr::from((Ipv4Addr::new(10, 77, 0, 2), port));
+    let l = xwarp::net::TcpListener::bind(b, to)?;
+    let mut c = xwarp::net::TcpStream::connect(a, to)?;
+    let (mut s, _) = l.accept()?;
+    c.set_nodelay(true)?;
+    s.set_nodelay(true)?;
+    let t = Instant::now();
+    let sink = std::thread::spawn(move || -> io::Result<xwarp::net::TcpStream> {
+        let mut buf = vec![0u8; 256 << 10];
+        let mut got = 0;
+        while got < BULK {
+            got += s.read(&mut buf)?;
+        }
+        s.write_all(b"k")?;
+        Ok(s)
+    });
+    let chunk = vec![0x5au8; 256 << 10];
+    for _ in 0..BULK / chunk.len() {
+        c.write_all(&chunk)?;
+    }
+    c.read_exact(&mut [0u8; 1])?;
+    let gbps = BULK as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9;
+    let mut s = sink
+        .join()
+        .map_err(|_| io::Error::other("sink panicked"))??;
+    let pong = std::thread::spawn(move || -> io::Result<()> {
+        let mut m = [0u8; 64];
+        for _ in 0..PINGS {
+            s.read_exact(&mut m)?;
+            s.write_all(&m)?;
+        }
+        Ok(())
+    });
+    let mut m = [1u8; 64];
+    let mut rtts = Vec::with_capacity(PINGS);
+    for _ in 0..PINGS {
+        let t = Instant::now();
+        c.write_all(&m)?;
+        c.read_exact(&mut m)?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    pong.join()
+        .map_err(|_| io::Error::other("pong panicked"))??;
+    rtts.sort_by(f64::total_cmp);
+    Ok((gbps, rtts[rtts.len() / 2]))
+}
+
+/// The same round through `xwarp::net::tokio`.
+async fn tokio_round(a: &StackHandle, b: &StackHandle, port: u16) -> io::Result<(f64, f64)> {
+    let to = SocketAddr::from((Ipv4Addr::new(10, 77, 0, 2), port));
+    let l = TcpListener::bind(b, to)?;
+    let mut c = TcpStream::connect(a, to).await?;
+    let (mut s, _) = l.accept().await?;
+    c.set_nodelay(true)?;
+    s.set_nodelay(true)?;
+    let t = Instant::now();
+    let sink = tokio::spawn(async move {
+        let mut buf = vec![0u8; 256 << 10];
+        let mut got = 0;
+        while got < BULK {
+            got += s.read(&mut buf).await?;
+        }
+        s.write_all(b"k").await?;
+        io::Result::Ok(s)
+    });
+    let chunk = vec![0x5au8; 256 << 10];
+    for _ in 0..BULK / chunk.len() {
+        c.write_all(&chunk).await?;
+    }
+    c.read_exact(&mut [0u8; 1]).await?;
+    let gbps = BULK as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9;
+    let mut s = sink.await.map_err(io::Error::other)??;
+    let pong = tokio::spawn(async move {
+        let mut m = [0u8; 64];
+        for _ in 0..PINGS {
+            s.read_exact(&mut m).await?;
+            s.write_all(&m).await?;
+        }
+        io::Result::Ok(())
+    });
+    let mut m = [1u8; 64];
+    let mut rtts = Vec::with_capacity(PINGS);
+    for _ in 0..PINGS {
+        let t = Instant::now();
+        c.write_all(&m).await?;
+        c.read_exact(&mut m).await?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    pong.await.map_err(io::Error::other)??;
+    rtts.sort_by(f64::total_cmp);
+    Ok((gbps, rtts[rtts.len() / 2]))
+}
+
+/// `--compare`: 3 interleaved rounds of each, medians printed.
+async fn compare() -> io::Result<()> {
+    let (a, b) = vwire_pair(Default::default())?;
+    let (mut blocking, mut tokio) = (Vec::new(), Vec::new());
+    for round in 0..3u16 {
+        let (sa, sb) = (a.stack().clone(), b.stack().clone());
+        let r = tokio::task::spawn_blocking(move || blocking_round(&sa, &sb, 100 + round))
+            .await
+            .map_err(io::Error::other)??;
+        blocking.push(r);
+        tokio.push(tokio_round(a.stack(), b.stack(), 200 + round).await?);
+    }
+    let median = |v: &mut Vec<(f64, f64)>| {
+        let mut bw: Vec<f64> = v.iter().map(|r| r.0).collect();
+        let mut lat: Vec<f64> = v.iter().map(|r| r.1).collect();
+        bw.sort_by(f64::total_cmp);
+        lat.sort_by(f64::total_cmp);
+        (bw[1], lat[1])
+    };
+    let (bb, bl) = median(&mut blocking);
+    let (tb, tl) = median(&mut tokio);
+    println!("tokio_echo --compare: virtual wire, 1 connection, medians of 3 interleaved rounds");
+    println!(
+        "  bulk {} MiB:        blocking {bb:.2} Gbit/s   tokio {tb:.2} Gbit/s ({:.2}x)",
+        BULK >> 20,
+        tb / bb
+    );
+    println!(
+        "  64 B half RTT p50: blocking {bl:.1} us       tokio {tl:.1} us ({:.2}x)",
+        tl / bl
+    );
+    Ok(())
+}
+
 fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
     let (a, p) = s.split_once('/')?;
     let p: u8 = p.parse().ok().filter(|&p| p <= 32)?;
@@ -146,6 +283,7 @@ struct Args {
     port: u16,
     conns: usize,
     bytes: u64,
+    compare: bool,
 }
 
 fn parse_args() -> Option<Args> {
@@ -155,10 +293,15 @@ fn parse_args() -> Option<Args> {
         port: 7,
         conns: 100,
         bytes: 256 << 10,
+        compare: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(k) = it.next() {
+        if k == "--compare" {
+            a.compare = true;
+            continue;
+        }
         let v = it.next()?;
         match k.as_str() {
             "--iface" => a.iface = Some(v.clone()),
@@ -176,7 +319,7 @@ fn parse_args() -> Option<Args> {
 async fn main() -> ExitCode {
     let Some(args) = parse_args() else {
         eprintln!(
-            "usage: tokio_echo [--conns N] [--bytes B]              (virtual wire)\n       tokio_echo --iface IFACE --addr ADDR/PREFIX [--port P]   (AF_XDP server, root)"
+            "usage: tokio_echo [--conns N] [--bytes B]              (virtual wire)\n       tokio_echo --compare                            (tokio vs blocking)\n       tokio_echo --iface IFACE --addr ADDR/PREFIX [--port P]   (AF_XDP server, root)"
         );
         return ExitCode::from(2);
     };
@@ -197,6 +340,7 @@ async fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
+        _ if args.compare => compare().await,
         _ => vwire_run(args.conns, args.bytes).await,
     };
     match r {

@@ -22,7 +22,7 @@
 //!
 //! [`TcpStream::into_split`] gives a read half and a write half for two threads at once
 //! ([`split`] says why a split rather than `try_clone`). With the `tokio` feature,
-//! [`tokio`] has the same sockets as tokio `AsyncRead`/`AsyncWrite` types.
+//! `xwarp::net::tokio` has the same sockets as tokio `AsyncRead`/`AsyncWrite` types.
 
 mod engine;
 mod listener;

@@ -305,6 +305,7 @@ impl TcpStream {
 
     /// [`TcpStream::abort`] through a reference (the shared stream of a split or async
     /// stream): RST now, nothing more at drop.
+    #[cfg(feature = "tokio")]
     pub(super) fn abort_in_place(&mut self) -> io::Result<()> {
         self.closed = true;
         self.inner.abort()
