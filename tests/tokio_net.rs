@@ -1,7 +1,11 @@
 //! `xwarp::net::tokio` over two engines joined by the virtual wire: an echo server with
 //! many concurrent connections on both runtime flavours (every byte verified), and the
-//! wakeups that end a wait: peer FIN, reset, engine stop, write space.
+//! wakeups that end a wait: peer FIN, reset, engine stop, write space. One root test
+//! runs the tokio echo server on an AF_XDP engine with kernel clients over a veth pair.
 
+#[macro_use]
+#[path = "support/afxdp_skip.rs"]
+mod afxdp_skip;
 mod net_common;
 
 use std::future::Future;
@@ -295,4 +299,86 @@ fn constructors_outside_a_runtime_fail_cleanly() {
     let e = TcpListener::bind(b.stack(), addr(2, 12)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Other, "{e}");
     assert!(e.to_string().contains("tokio runtime"), "{e}");
+}
+
+/// The tokio echo server on an AF_XDP engine (veth-a in namespace A, owning an address
+/// the kernel there does not have), 16 kernel clients in namespace B at once, each sending
+/// 1 MiB from one thread while another reads the echo; every byte verified. Root only.
+#[test]
+fn tokio_echo_on_afxdp_with_kernel_clients() {
+    require_root_and_afxdp!();
+    use std::io::{Read, Write};
+    use xwarp::poll_driver::netns::VethPair;
+    use xwarp::toe::{start_xdp_engine, XdpEngineConfig};
+    const KERNEL_CONNS: u64 = 16;
+    const BYTES: usize = 1 << 20;
+    let net = VethPair::new(61).expect("veth pair");
+    let ip = std::net::Ipv4Addr::new(10, 88, 61, 10);
+    let mut cfg = XdpEngineConfig::new(&net.if_a, ip, 24);
+    cfg.engine.name = "xdp-tokio-61".into();
+    let engine = start_xdp_engine(Some(&net.a), cfg).expect("engine on veth-a");
+    let at = std::net::SocketAddr::from((ip, 7));
+    let rt = multi_thread();
+    let listener = rt
+        .block_on(async { TcpListener::bind(engine.stack(), at) })
+        .unwrap();
+    let server = rt.spawn(async move {
+        let mut echoers = Vec::new();
+        for _ in 0..KERNEL_CONNS {
+            let (s, _) = listener.accept().await.unwrap();
+            echoers.push(tokio::spawn(echo(s)));
+        }
+        let mut total = 0;
+        for e in echoers {
+            total += e.await.unwrap().unwrap();
+        }
+        total
+    });
+    // Kernel clients: threads inside namespace B (threads spawned there stay in it).
+    let checked = net
+        .b
+        .run(move || {
+            let clients: Vec<_> = (0..KERNEL_CONNS)
+                .map(|seed| {
+                    std::thread::spawn(move || {
+                        let mut c =
+                            std::net::TcpStream::connect_timeout(&at, Duration::from_secs(10))
+                                .expect("kernel connect");
+                        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+                        let mut w = c.try_clone().unwrap();
+                        let writer = std::thread::spawn(move || {
+                            let mut buf = vec![0u8; 8192];
+                            let mut off = 0;
+                            while off < BYTES {
+                                let n = buf.len().min(BYTES - off);
+                                fill(seed, off as u64, &mut buf[..n]);
+                                w.write_all(&buf[..n]).unwrap();
+                                off += n;
+                            }
+                            w.shutdown(std::net::Shutdown::Write).unwrap();
+                        });
+                        let (mut got, mut buf, mut want) = (0, vec![0u8; 16384], vec![0u8; 16384]);
+                        loop {
+                            let n = c.read(&mut buf).expect("kernel read");
+                            if n == 0 {
+                                break;
+                            }
+                            fill(seed, got as u64, &mut want[..n]);
+                            assert!(buf[..n] == want[..n], "client {seed}: bytes {got}.. differ");
+                            got += n;
+                        }
+                        writer.join().unwrap();
+                        assert_eq!(got, BYTES, "client {seed}: echoed length");
+                        got as u64
+                    })
+                })
+                .collect();
+            clients.into_iter().map(|c| c.join().unwrap()).sum::<u64>()
+        })
+        .expect("enter namespace B");
+    let echoed = rt.block_on(bounded("afxdp echo server", server)).unwrap();
+    assert_eq!((checked, echoed), (KERNEL_CONNS * BYTES as u64, checked));
+    drop(rt);
+    drop(engine);
 }
