@@ -22,6 +22,7 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use xwarp::net::tokio::{TcpListener, TcpStream};
 use xwarp::net::{vwire_pair, SocketOptions, StackHandle};
+use xwarp::poll_driver::vwire::WireConfig;
 use xwarp::toe::{start_xdp_engine, XdpEngineConfig};
 
 /// The pattern byte at stream offset `i` of connection `seed`.
@@ -115,7 +116,13 @@ async fn client(stack: StackHandle, to: SocketAddr, seed: u64, bytes: u64) -> io
 
 /// Both ends in this process on the virtual wire.
 async fn vwire_run(conns: usize, bytes: u64) -> io::Result<()> {
-    let (a, b) = vwire_pair(Default::default())?;
+    // A deep wire queue: with the default 1024 frames, many concurrent bulk flows
+    // overflow it, and the losses (and the engine's recovery) rather than the sockets set
+    // the pace.
+    let (a, b) = vwire_pair(WireConfig {
+        queue_depth: 1 << 16,
+        ..WireConfig::default()
+    })?;
     let to = SocketAddr::from((Ipv4Addr::new(10, 77, 0, 2), 7));
     let listener = TcpListener::bind_with(b.stack(), to, conns.max(1), &SocketOptions::default())?;
     let t = Instant::now();
