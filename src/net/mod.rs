@@ -19,13 +19,21 @@
 //! microseconds), then sleep on the socket's readiness eventfd. Non-blocking calls return
 //! `WouldBlock`; the descriptor from [`std::os::fd::AsRawFd::as_raw_fd`] then becomes readable once the
 //! operation can make progress (edge style: retry until `WouldBlock` before waiting again).
+//!
+//! [`TcpStream::into_split`] gives a read half and a write half for two threads at once
+//! ([`split`] says why a split rather than `try_clone`). With the `tokio` feature,
+//! `xwarp::net::tokio` has the same sockets as tokio `AsyncRead`/`AsyncWrite` types.
 
 mod engine;
 mod listener;
+pub mod split;
 mod stream;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 pub use engine::{vwire_pair, vwire_pair_with, NetEngine};
 pub use listener::{TcpListener, DEFAULT_BACKLOG};
+pub use split::{reunite, ReadHalf, WriteHalf};
 pub use stream::{Shutdown, TcpStream};
 pub use xwarp_stack::builder::PairConfig;
 pub use xwarp_stack::{

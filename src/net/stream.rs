@@ -123,6 +123,19 @@ impl TcpStream {
         Ok(s)
     }
 
+    /// [`TcpStream::connect_nonblocking`] with socket options chosen before the handshake
+    /// (as [`TcpStream::connect_with`]).
+    pub fn connect_nonblocking_with(
+        stack: &StackHandle,
+        addr: SocketAddr,
+        options: &SocketOptions,
+    ) -> io::Result<TcpStream> {
+        let mut s = Self::from_stream(stack.connect_with(addr, None, None, options)?);
+        s.nonblocking = true;
+        s.nodelay = options.nodelay.unwrap_or(stack.config().tcp.nodelay);
+        Ok(s)
+    }
+
     /// `Ok(true)` once connected, `Ok(false)` while the handshake runs, or its failure
     /// (`ConnectionRefused`, `TimedOut`, ...).
     pub fn poll_connect(&self) -> io::Result<bool> {
@@ -290,6 +303,14 @@ impl TcpStream {
         self.inner.abort()
     }
 
+    /// [`TcpStream::abort`] through a reference (the shared stream of a split or async
+    /// stream): RST now, nothing more at drop.
+    #[cfg(feature = "tokio")]
+    pub(super) fn abort_in_place(&mut self) -> io::Result<()> {
+        self.closed = true;
+        self.inner.abort()
+    }
+
     /// Local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner
@@ -313,6 +334,33 @@ impl TcpStream {
     /// Bytes written but not yet taken by the engine.
     pub fn unsent(&self) -> usize {
         self.inner.tx_queued()
+    }
+
+    /// Split into a read half and a write half that two threads can use at once (a
+    /// reader blocked in `read` while a writer writes); see [`super::split`] for why
+    /// xwarp splits instead of offering `try_clone`. The stream's settings carry over:
+    /// each half keeps its own timeout and spin budget, the close (with the linger time)
+    /// happens once both halves are gone.
+    pub fn into_split(self) -> io::Result<(super::ReadHalf, super::WriteHalf)> {
+        super::split::split(self)
+    }
+
+    /// One non-blocking read, whatever the stream's mode (`Ok(0)` after a read shutdown).
+    pub(super) fn try_read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.read_shut {
+            return Ok(0);
+        }
+        self.inner.try_read(buf)
+    }
+
+    /// One non-blocking write, whatever the stream's mode.
+    pub(super) fn try_write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.try_write(buf)
+    }
+
+    /// The settings a split half starts from: (read timeout, write timeout, spin).
+    pub(super) fn wait_settings(&self) -> (Option<Duration>, Option<Duration>, Duration) {
+        (self.read_timeout, self.write_timeout, self.spin)
     }
 }
 

@@ -493,6 +493,10 @@ impl ListenSocket {
                 }
                 Err(TryRecvError::Disconnected) => return Err(SocketError::EngineGone.to_io()),
                 Err(TryRecvError::Empty) => {
+                    // Queued connections come first; the flag is set before the wakeup.
+                    if self.shared.engine_dropped() {
+                        return Err(SocketError::EngineGone.to_io());
+                    }
                     if attempt == 0 {
                         self.shared.want_accept.store(true, Ordering::SeqCst);
                         fence(Ordering::SeqCst);

@@ -43,6 +43,15 @@ struct Listener {
     syn_since: HashMap<SocketHandle, Instant>,
 }
 
+impl Drop for Listener {
+    /// Wakes an application waiting on the listener's readiness descriptor when the
+    /// engine forgets the port (an engine that stops drops its service, and so this):
+    /// its next accept finds the engine gone instead of sleeping forever.
+    fn drop(&mut self) {
+        self.shared.set_engine_dropped();
+    }
+}
+
 /// Up to this many connections the engine runs egress after every ingress packet.
 const EGRESS_PER_PACKET_MAX_CONNS: usize = 64;
 
@@ -336,8 +345,8 @@ impl TcpService {
     }
 
     fn unlisten(&mut self, id: u64) {
-        if let Some(l) = self.listeners.remove(&id) {
-            for h in l.pool {
+        if let Some(mut l) = self.listeners.remove(&id) {
+            for h in std::mem::take(&mut l.pool) {
                 let s = self.table.socket_mut(h);
                 if s.state() == State::Listen {
                     s.close();

@@ -470,6 +470,8 @@ pub struct ListenerShared {
     error: AtomicU8,
     listening: AtomicBool,
     pub(crate) want_accept: AtomicBool,
+    /// Set when the engine let go of the listener (it stopped, or the port was closed).
+    engine_dropped: AtomicBool,
     local: OnceLock<SocketAddr>,
     /// Options every socket of this listener (and every accepted connection) gets.
     pub(crate) options: SocketOptions,
@@ -484,6 +486,7 @@ impl ListenerShared {
             error: AtomicU8::new(0),
             listening: AtomicBool::new(false),
             want_accept: AtomicBool::new(false),
+            engine_dropped: AtomicBool::new(false),
             local: OnceLock::new(),
         })
     }
@@ -513,6 +516,19 @@ impl ListenerShared {
         let _ = self
             .error
             .compare_exchange(0, e as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.readiness.signal();
+    }
+
+    /// `true` once the engine let go of the listener (see [`ListenerShared::set_engine_dropped`]).
+    pub fn engine_dropped(&self) -> bool {
+        self.engine_dropped.load(Ordering::Acquire)
+    }
+
+    /// Engine side: the engine forgot the listener (it stopped, or the port was closed):
+    /// flag it, then wake an application waiting on the readiness descriptor (the flag
+    /// comes first, so the woken application sees it).
+    pub(crate) fn set_engine_dropped(&self) {
+        self.engine_dropped.store(true, Ordering::Release);
         self.readiness.signal();
     }
 

@@ -1,9 +1,10 @@
 //! Completion queues: [`CompletionQueue`] (the application side) and the engine side
-//! that pushes [`WorkCompletion`]s into it.
+//! that pushes [`WorkCompletion`]s into it. With the `tokio` feature, [`AsyncCq`] reads
+//! one as an async stream of completions ([`cq_async`]).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,12 @@ use crossbeam_channel::{Receiver, Sender};
 use xwarp_rdmap::verbs::CompletionStatus;
 use xwarp_rdmap::Stag;
 use xwarp_stack::Readiness;
+
+#[cfg(feature = "tokio")]
+#[path = "cq_async.rs"]
+pub mod cq_async;
+#[cfg(feature = "tokio")]
+pub use cq_async::AsyncCq;
 
 const ARM_NONE: u8 = 0;
 const ARM_ANY: u8 = 1;
@@ -42,6 +49,9 @@ impl CqShared {
     pub(crate) fn push(&self, wc: WorkCompletion) {
         let solicited = wc.solicited || wc.status != CompletionStatus::Success;
         let _ = self.tx.send(wc);
+        // Pairs with the fence in `req_notify`: either the application's poll after
+        // arming sees this completion, or this load sees the arm (no lost wakeup).
+        fence(Ordering::SeqCst);
         let arm = self.arm.load(Ordering::SeqCst);
         if (arm == ARM_ANY || (arm == ARM_SOLICITED && solicited))
             && self
@@ -74,6 +84,11 @@ impl CompletionQueue {
         self.shared.rx.try_recv().ok()
     }
 
+    /// How many completions are waiting to be polled.
+    pub fn queued(&self) -> usize {
+        self.shared.rx.len()
+    }
+
     /// Append up to `max` completions to `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let mut n = 0;
@@ -90,7 +105,9 @@ impl CompletionQueue {
     }
 
     /// Arm the notification: the fd becomes readable at the next completion
-    /// (`solicited_only`: the next Send with SE, or any error completion).
+    /// (`solicited_only`: the next Send with SE, or any error completion). One-shot: a
+    /// fired notification must be armed again. Poll once more after arming: a
+    /// completion queued just before it fires nothing.
     pub fn req_notify(&self, solicited_only: bool) {
         self.shared.arm.store(
             if solicited_only {
@@ -100,6 +117,8 @@ impl CompletionQueue {
             },
             Ordering::SeqCst,
         );
+        // Pairs with the fence in `CqShared::push` (see there): poll after this.
+        fence(Ordering::SeqCst);
     }
 
     /// Sleep until the armed notification fired or `timeout` passed (`Ok(false)`).
