@@ -187,8 +187,7 @@ impl Shared {
         *self.error.lock() = Some(msg.to_owned());
         self.pending.lock().buf = Vec::new();
         report(&format!(
-            "xwarp: capture stopped: {msg} ({} frames captured before; the engine goes on without capture)",
-            self.frames.load(Ordering::Relaxed)
+            "xwarp: capture stopped: {msg} (the engine goes on without capture)"
         ));
     }
 

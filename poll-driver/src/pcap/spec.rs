@@ -71,6 +71,12 @@ impl CaptureSpec {
                 return Err(format!("{PCAP_ENV}={p:?}: not UTF-8"))
             }
         };
+        CaptureSpec::with_env_settings(path).map(Some)
+    }
+
+    /// Capture to `path` with the timestamp resolution and snap length that
+    /// `XWARP_PCAP_NS` and `XWARP_PCAP_SNAPLEN` set (`Err` for a malformed snap length).
+    pub fn with_env_settings(path: impl Into<String>) -> Result<CaptureSpec, String> {
         let mut spec = CaptureSpec::new(path);
         if std::env::var(PCAP_NS_ENV).is_ok_and(|v| v == "1") {
             spec.precision = TsPrecision::Nanos;
@@ -78,7 +84,7 @@ impl CaptureSpec {
         if let Ok(v) = std::env::var(PCAP_SNAPLEN_ENV) {
             spec.snaplen = parse_snaplen(&v).map_err(|e| format!("{PCAP_SNAPLEN_ENV}: {e}"))?;
         }
-        Ok(Some(spec))
+        Ok(spec)
     }
 
     /// The capture engines of this process get: the one [`set_process_capture`] set,

@@ -330,6 +330,7 @@ impl Net {
     /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
     pub fn from_args(a: &NetArgs) -> Result<Net, String> {
         a.check()?;
+        a.engine.apply_pcap();
         if a.engine.is_empty() {
             return Net::from_env();
         }
