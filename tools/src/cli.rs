@@ -71,6 +71,15 @@ pub fn pcap_arg(s: &str) -> Result<CaptureSpec, String> {
     Ok(spec)
 }
 
+/// `path` with `-%p` before its extension unless it has a `%p` already: one file per
+/// process for commands that start several programs (`xwarp bench shim`).
+pub fn per_process(path: &str) -> String {
+    if path.contains("%p") {
+        return path.to_owned();
+    }
+    xwarp::poll_driver::pcap::spec::insert_before_extension(path, "-%p")
+}
+
 /// Take `--pcap FILE` (or `--pcap=FILE`) out of `args` (a command whose own parser does
 /// not know it: `xwarp bench ...`), before any `--`. Returns the checked file, or an
 /// error for a missing or bad value.
@@ -183,5 +192,7 @@ mod tests {
         assert!(take_pcap_flag(&mut os(&["--pcap", "--secs"])).is_err());
         let e = take_pcap_flag(&mut os(&["--pcap", "/nonexistent-xwarp/x"])).unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
+        assert_eq!(per_process("/tmp/s.pcapng"), "/tmp/s-%p.pcapng");
+        assert_eq!(per_process("/tmp/s-%p.pcap"), "/tmp/s-%p.pcap");
     }
 }

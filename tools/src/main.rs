@@ -25,7 +25,7 @@ enum Command {
     #[command(disable_help_flag = true)]
     Run(Passthrough),
     /// Benchmarks against the kernel (root). `--pcap FILE` (any bench) records every
-    /// frame of the xwarp engines (XWARP_PCAP; `%p` for the programs `bench shim` starts).
+    /// frame of the xwarp engines (XWARP_PCAP; `bench shim` adds `-%p`: one file per program).
     Bench {
         #[command(subcommand)]
         which: Bench,
@@ -82,7 +82,12 @@ fn main() -> ExitCode {
         // `--pcap FILE` on every bench: XWARP_PCAP for its engines and the programs it
         // starts (set before any thread exists).
         match xwarp_tools::cli::take_pcap_flag(&mut rest) {
-            Ok(Some(f)) => std::env::set_var(xwarp::poll_driver::pcap::PCAP_ENV, f),
+            Ok(Some(mut f)) => {
+                if argv.get(2).is_some_and(|a| a == "shim") {
+                    f = xwarp_tools::cli::per_process(&f);
+                }
+                std::env::set_var(xwarp::poll_driver::pcap::PCAP_ENV, f)
+            }
             Ok(None) => {}
             Err(e) => {
                 eprintln!("xwarp bench: {e}");

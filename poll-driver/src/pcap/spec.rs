@@ -24,8 +24,11 @@ pub const PCAP_SNAPLEN_ENV: &str = "XWARP_PCAP_SNAPLEN";
 /// among the engines this process started with capture on (0, 1, ...), `%%` a `%`.
 /// Without `%e`, engine 0 writes the path as it is and engine N ≥ 1 writes it with
 /// `-eN` before the extension (`x.pcapng`, `x-e1.pcapng`, ...), so every engine has a
-/// file of its own. The format follows the extension unless `format` is set: `.pcap`
-/// is classic pcap, anything else pcapng.
+/// file of its own. A process forked from the one that opened the first capture (a
+/// program under the shim that forks and uses sockets in the child) adds `-pPID` too when
+/// the template has no `%p`, so parent and children never write one file. The format
+/// follows the extension unless `format` is set: `.pcap` is classic pcap, anything else
+/// pcapng.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureSpec {
     /// The file name template.
@@ -41,6 +44,8 @@ pub struct CaptureSpec {
 /// `None`: not set (the environment decides); `Some(None)`: capture off.
 static PROCESS: Mutex<Option<Option<CaptureSpec>>> = Mutex::new(None);
 static NEXT_ENGINE: AtomicUsize = AtomicUsize::new(0);
+/// The process that opened the first engine capture (a forked child inherits it).
+static FIRST_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// Set the capture of every engine this process starts from now on, overriding
 /// `XWARP_PCAP` (`None`: no capture). The tools' `--pcap FILE` calls it.
@@ -105,8 +110,15 @@ impl CaptureSpec {
 
     /// The file of engine `engine` (see the type's docs).
     pub fn path_for(&self, engine: usize) -> PathBuf {
+        let pid = std::process::id();
+        let forked = FIRST_PID.get().is_some_and(|&p| p != pid);
+        self.expand(engine, pid, forked)
+    }
+
+    /// [`CaptureSpec::path_for`] for process `pid`, `forked` from the first capturing one.
+    fn expand(&self, engine: usize, pid: u32, forked: bool) -> PathBuf {
         let mut out = String::with_capacity(self.path.len() + 8);
-        let mut has_e = false;
+        let (mut has_e, mut has_p) = (false, false);
         let mut chars = self.path.chars();
         while let Some(c) = chars.next() {
             if c != '%' {
@@ -114,7 +126,10 @@ impl CaptureSpec {
                 continue;
             }
             match chars.next() {
-                Some('p') => out.push_str(&std::process::id().to_string()),
+                Some('p') => {
+                    has_p = true;
+                    out.push_str(&pid.to_string());
+                }
                 Some('e') => {
                     has_e = true;
                     out.push_str(&engine.to_string());
@@ -127,15 +142,14 @@ impl CaptureSpec {
                 None => out.push('%'),
             }
         }
-        if !has_e && engine > 0 {
-            let name_start = out.rfind('/').map_or(0, |i| i + 1);
-            let suffix = format!("-e{engine}");
-            match out[name_start..].rfind('.') {
-                Some(dot) if dot > 0 => out.insert_str(name_start + dot, &suffix),
-                _ => out.push_str(&suffix),
-            }
+        let mut suffix = String::new();
+        if forked && !has_p {
+            suffix.push_str(&format!("-p{pid}"));
         }
-        PathBuf::from(out)
+        if !has_e && engine > 0 {
+            suffix.push_str(&format!("-e{engine}"));
+        }
+        PathBuf::from(insert_before_extension(&out, &suffix))
     }
 
     /// The sink settings for the file at `path`.
@@ -175,11 +189,24 @@ impl CaptureSpec {
     /// ([`CaptureSpec::path_for`] with the next engine index) and an interface named
     /// `name` described as `description`. An error names the file.
     pub fn open_engine(&self, name: &str, description: &str) -> io::Result<Capture> {
+        FIRST_PID.get_or_init(std::process::id);
         let index = NEXT_ENGINE.fetch_add(1, Ordering::Relaxed);
         let path = self.path_for(index);
         let sink = PcapSink::create_with(&path, self.sink_config(&path))?;
         Ok(sink.interface(name, description))
     }
+}
+
+/// `path` with `suffix` inserted before the extension of its file name (appended when the
+/// name has none).
+pub fn insert_before_extension(path: &str, suffix: &str) -> String {
+    let mut out = path.to_owned();
+    let name_start = out.rfind('/').map_or(0, |i| i + 1);
+    match out[name_start..].rfind('.') {
+        Some(dot) if dot > 0 => out.insert_str(name_start + dot, suffix),
+        _ => out.push_str(suffix),
+    }
+    out
 }
 
 /// Parse a snap length (1 to 262144).
@@ -221,6 +248,14 @@ mod tests {
             PathBuf::from(".cap-e1")
         );
         assert_eq!(CaptureSpec::new("a%z%").path_for(0), PathBuf::from("a%z%"));
+        // A forked child without %p gets its pid; with %p nothing is added.
+        let s = CaptureSpec::new("/tmp/c.pcapng");
+        assert_eq!(s.expand(0, 77, true), PathBuf::from("/tmp/c-p77.pcapng"));
+        assert_eq!(s.expand(2, 77, true), PathBuf::from("/tmp/c-p77-e2.pcapng"));
+        assert_eq!(s.expand(2, 77, false), PathBuf::from("/tmp/c-e2.pcapng"));
+        let s = CaptureSpec::new("/tmp/c-%p.pcapng");
+        assert_eq!(s.expand(0, 77, true), PathBuf::from("/tmp/c-77.pcapng"));
+        assert_eq!(insert_before_extension("/a.b/c", "-x"), "/a.b/c-x");
     }
 
     #[test]
