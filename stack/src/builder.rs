@@ -16,6 +16,17 @@
 //! the stack handle's kick to the engine's doorbell, so every command an application
 //! queues wakes the engine. [`EngineBuilder::vwire_pair`] makes two builders joined by the
 //! virtual wire; `EngineBuilder::xdp` (in [`crate::xdp`]) one on an AF_XDP interface.
+//!
+//! ## Captures
+//! Every engine spawned here records the frames it receives and sends when capture is
+//! configured: [`EngineBuilder::capture`], else the process's setting
+//! (`xwarp_poll_driver::pcap::set_process_capture`, the tools' `--pcap`), else
+//! **`XWARP_PCAP`** (`CaptureSpec::configured`). Each engine gets a file of its own (the
+//! `%e`/`-eN` naming of `CaptureSpec`), written as pcapng with one interface named after
+//! the engine's link ([`EngineBuilder::interface_name`]: the AF_XDP interface,
+//! `vwire-a`/`vwire-b`, else the engine thread's name). A file that cannot be created is
+//! reported once on stderr and the engine runs without capture. Off, it costs one branch
+//! per engine poll.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -23,6 +34,7 @@ use std::sync::Arc;
 
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_poll_driver::pcap::{Capture, CaptureSpec};
 use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
 
 use crate::proto::ProtocolHost;
@@ -35,6 +47,30 @@ pub struct EngineBuilder<B> {
     stack: StackConfig,
     engine: EngineConfig,
     host: Option<Box<dyn ProtocolHost>>,
+    /// `None`: as the process is configured ([`CaptureSpec::configured`]).
+    capture: Option<Option<CaptureSpec>>,
+    /// The link's name in a capture.
+    iface_name: Option<String>,
+}
+
+/// Open the capture of an engine named `engine` on link `iface` as `choice` (or the
+/// process's configuration) says; a failure is reported once and means no capture.
+fn open_capture(
+    choice: Option<Option<CaptureSpec>>,
+    iface: Option<&str>,
+    engine: &str,
+) -> Option<Capture> {
+    let spec = choice.unwrap_or_else(CaptureSpec::configured)?;
+    let desc = format!("xwarp engine {engine}, pid {}", std::process::id());
+    match spec.open_engine(iface.unwrap_or(engine), &desc) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            xwarp_poll_driver::pcap::sink::report_once(&format!(
+                "xwarp: engine {engine} runs without capture: {e}"
+            ));
+            None
+        }
+    }
 }
 
 impl<B> std::fmt::Debug for EngineBuilder<B> {
@@ -43,6 +79,7 @@ impl<B> std::fmt::Debug for EngineBuilder<B> {
             .field("stack", &self.stack)
             .field("engine", &self.engine)
             .field("host", &self.host.is_some())
+            .field("capture", &self.capture)
             .finish_non_exhaustive()
     }
 }
@@ -65,7 +102,22 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
             stack,
             engine,
             host: None,
+            capture: None,
+            iface_name: None,
         }
+    }
+
+    /// Capture this engine's frames as `spec` says (`None`: no capture), instead of as
+    /// the process is configured (`XWARP_PCAP`, see the module docs).
+    pub fn capture(mut self, spec: Option<CaptureSpec>) -> Self {
+        self.capture = Some(spec);
+        self
+    }
+
+    /// The name of the engine's link in a capture (pcapng `if_name`).
+    pub fn interface_name(mut self, name: impl Into<String>) -> Self {
+        self.iface_name = Some(name.into());
+        self
     }
 
     /// The stack settings the engine will run with (e.g. to size a protocol host by the
@@ -100,6 +152,8 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
         if let Some(host) = self.host {
             service.set_protocol_host(host);
         }
+        let name = &self.engine.name;
+        service.set_capture(open_capture(self.capture, self.iface_name.as_deref(), name));
         let engine = Engine::spawn(self.engine, self.backend, service)?;
         let bell = engine.doorbell();
         stack.set_kick(Arc::new(move || bell.ring()));
@@ -147,8 +201,8 @@ impl EngineBuilder<VirtualNic> {
         let mut eb = cfg.engine;
         eb.name = format!("{}-b", eb.name);
         Ok((
-            EngineBuilder::new(nic_a, cfg.a, ea),
-            EngineBuilder::new(nic_b, cfg.b, eb),
+            EngineBuilder::new(nic_a, cfg.a, ea).interface_name("vwire-a"),
+            EngineBuilder::new(nic_b, cfg.b, eb).interface_name("vwire-b"),
         ))
     }
 }
@@ -167,6 +221,63 @@ mod tests {
             a.stack_config().ipv4,
             Some((Ipv4Addr::new(10, 77, 0, 1), 24))
         );
+    }
+
+    /// The pcapng blocks of `bytes`: (type, body).
+    fn blocks(mut bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        while bytes.len() >= 12 {
+            let bt = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
+            let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+            v.push((bt, bytes[8..len - 4].to_vec()));
+            bytes = &bytes[len..];
+        }
+        assert!(bytes.is_empty(), "trailing bytes");
+        v
+    }
+
+    #[test]
+    fn each_engine_of_a_pair_captures_to_its_own_file_named_after_its_end() {
+        let dir = std::env::temp_dir();
+        let tmpl = dir.join(format!("xwarp-builder-{}-%e.pcapng", std::process::id()));
+        let spec = CaptureSpec::new(tmpl.to_str().unwrap());
+        let (a, b) = EngineBuilder::vwire_pair(PairConfig::default()).unwrap();
+        let a = a.capture(Some(spec.clone())).spawn().unwrap();
+        let b = b.capture(Some(spec)).spawn().unwrap();
+        let live = xwarp_poll_driver::pcap::active_captures();
+        let mine: Vec<_> = live
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("xwarp-builder-"))
+            .cloned()
+            .collect();
+        assert_eq!(mine.len(), 2, "{live:?}");
+        assert_ne!(mine[0], mine[1]);
+        drop((a.engine.stop().unwrap(), b.engine.stop().unwrap()));
+        for (p, end) in mine.iter().zip(["vwire-a", "vwire-b"]) {
+            let bytes = std::fs::read(p).unwrap();
+            let bl = blocks(&bytes);
+            // Section header, the interface (named after the end), statistics at close.
+            assert_eq!(bl[0].0, 0x0A0D_0D0A);
+            assert_eq!(bl[1].0, 1);
+            let idb = &bl[1].1;
+            assert_eq!(u16::from_le_bytes([idb[8], idb[9]]), 2, "if_name first");
+            assert_eq!(u16::from_le_bytes([idb[10], idb[11]]) as usize, end.len());
+            assert_eq!(&idb[12..12 + end.len()], end.as_bytes());
+            assert_eq!(bl.last().unwrap().0, 5);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    #[test]
+    fn an_engine_whose_capture_cannot_be_created_runs_without_it() {
+        let (a, b) = EngineBuilder::vwire_pair(PairConfig::default()).unwrap();
+        let spec = CaptureSpec::new("/nonexistent-xwarp-dir/%e.pcapng");
+        let a = a.capture(Some(spec)).spawn().unwrap();
+        let b = b.capture(None).spawn().unwrap();
+        let ea = a.engine.stop().unwrap();
+        assert!(ea.service.capture().is_none());
+        assert!(ea.error.is_none());
+        assert!(b.engine.stop().unwrap().service.capture().is_none());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use smoltcp::socket::tcp::State;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpListenEndpoint};
 use xwarp_poll_driver::backend::Backend;
 use xwarp_poll_driver::engine::{PollOutcome, Service};
+use xwarp_poll_driver::pcap::{Capture, Tapped};
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::StackConfig;
@@ -80,6 +81,8 @@ pub struct TcpService {
     /// Some connection may have a smoltcp timeout (keep-alive): [`TcpService::detect_timeouts`]
     /// has work to do. Cleared when a scan finds none.
     timeouts_armed: bool,
+    /// Every frame through the backend recorded here ([`TcpService::set_capture`]).
+    capture: Option<Capture>,
 }
 
 impl std::fmt::Debug for TcpService {
@@ -117,6 +120,7 @@ impl TcpService {
             trace: std::env::var_os("XWARP_STACK_TRACE").map(|_| Instant::now()),
             proto: None,
             timeouts_armed: false,
+            capture: None,
         }
     }
 
@@ -630,6 +634,32 @@ fn app_conn(
 
 impl<B: Backend> Service<B> for TcpService {
     fn poll(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
+        // Not capturing: one branch per poll. Capturing: the same poll through a
+        // recording view of the backend (neither type changes).
+        match self.capture.take() {
+            None => self.poll_backend(backend, now),
+            Some(cap) => {
+                let out = self.poll_backend(&mut Tapped::new(backend, &cap), now);
+                self.capture = Some(cap);
+                out
+            }
+        }
+    }
+}
+
+impl TcpService {
+    /// Record every frame this engine receives and sends to `capture` (`None`: stop).
+    /// The engine builder sets it from `XWARP_PCAP` (`xwarp_poll_driver::pcap`).
+    pub fn set_capture(&mut self, capture: Option<Capture>) {
+        self.capture = capture;
+    }
+
+    /// The capture frames are recorded to, if any.
+    pub fn capture(&self) -> Option<&Capture> {
+        self.capture.as_ref()
+    }
+
+    fn poll_backend<B: Backend>(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
         let t = self.smol_now(now);
         let mut busy = false;
         let _ = backend.poll_rx();

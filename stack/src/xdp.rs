@@ -196,8 +196,9 @@ impl EngineBuilder<AfXdpNic> {
     /// `None`; [`open_xdp_nic`]) and make a builder of an engine on it, with the stack
     /// settings derived from the NIC. Root is needed.
     pub fn xdp(ns: Option<&NetNs>, cfg: XdpEngineConfig) -> io::Result<Self> {
+        let ifname = cfg.ifname.clone();
         let (nic, stack, engine) = open_xdp_nic(ns, cfg)?;
-        Ok(EngineBuilder::new(nic, stack, engine))
+        Ok(EngineBuilder::new(nic, stack, engine).interface_name(ifname))
     }
 }
 

@@ -1,8 +1,12 @@
 //! What every command line of the tools shares: the engine-selection flags
-//! ([`EngineArgs`]: `--iface IF --addr A/P [--gateway G]`), their value parsers, and how a
+//! ([`EngineArgs`]: `--iface IF --addr A/P [--gateway G] [--pcap FILE]`), their value
+//! parsers, the `--pcap FILE` capture option ([`pcap_arg`], [`take_pcap_flag`]), and how a
 //! clap error is turned into a one-line message.
 
+use std::ffi::OsString;
 use std::net::Ipv4Addr;
+
+use xwarp::poll_driver::pcap::{set_process_capture, CaptureSpec};
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
@@ -38,13 +42,79 @@ pub struct EngineArgs {
     /// IPv4 default gateway of the engine.
     #[arg(long = "gateway", id = "engine_gateway", value_name = "G", value_parser = gateway_arg)]
     pub gateway: Option<Ipv4Addr>,
+    /// Record every frame of the engines to FILE: pcapng (`.pcap`: classic pcap); `%p`
+    /// becomes the pid, `%e` the engine's index [XWARP_PCAP].
+    #[arg(long = "pcap", id = "engine_pcap", value_name = "FILE", value_parser = pcap_arg)]
+    pub pcap: Option<CaptureSpec>,
 }
 
 impl EngineArgs {
-    /// True when no engine flag was given.
+    /// True when no engine-selection flag was given (`--pcap` selects no engine).
     pub fn is_empty(&self) -> bool {
         self.iface.is_none() && self.addr.is_none() && self.gateway.is_none()
     }
+
+    /// With `--pcap`: make every engine this process starts from now on capture there
+    /// (overriding `XWARP_PCAP`).
+    pub fn apply_pcap(&self) {
+        if let Some(spec) = &self.pcap {
+            set_process_capture(Some(spec.clone()));
+        }
+    }
+}
+
+/// clap value parser of `--pcap FILE`: the capture of every engine, as `XWARP_PCAP_NS`
+/// and `XWARP_PCAP_SNAPLEN` refine it; the file's directory must exist.
+pub fn pcap_arg(s: &str) -> Result<CaptureSpec, String> {
+    let spec = CaptureSpec::with_env_settings(s).map_err(|e| format!("--pcap: {e}"))?;
+    spec.validate().map_err(|e| format!("--pcap: {e}"))?;
+    Ok(spec)
+}
+
+/// `path` with `-%p` before its extension unless it has a `%p` already: one file per
+/// process for commands that start several programs (`xwarp bench shim`).
+pub fn per_process(path: &str) -> String {
+    if path.contains("%p") {
+        return path.to_owned();
+    }
+    xwarp::poll_driver::pcap::spec::insert_before_extension(path, "-%p")
+}
+
+/// Take `--pcap FILE` (or `--pcap=FILE`) out of `args` (a command whose own parser does
+/// not know it: `xwarp bench ...`), before any `--`. Returns the checked file, or an
+/// error for a missing or bad value.
+pub fn take_pcap_flag(args: &mut Vec<OsString>) -> Result<Option<String>, String> {
+    let mut found = None;
+    let mut i = 0;
+    while i < args.len() {
+        let Some(a) = args[i].to_str() else {
+            i += 1;
+            continue;
+        };
+        if a == "--" {
+            break;
+        }
+        let value = if a == "--pcap" {
+            let v = args
+                .get(i + 1)
+                .and_then(|v| v.to_str())
+                .filter(|v| !v.starts_with('-'))
+                .ok_or("--pcap needs a value")?
+                .to_owned();
+            args.drain(i..i + 2);
+            v
+        } else if let Some(v) = a.strip_prefix("--pcap=") {
+            let v = v.to_owned();
+            args.remove(i);
+            v
+        } else {
+            i += 1;
+            continue;
+        };
+        pcap_arg(&value)?;
+        found = Some(value);
+    }
+    Ok(found)
 }
 
 /// The message of a clap parse error on one line, without clap's `error: ` prefix and
@@ -95,5 +165,34 @@ mod tests {
         let e = T::try_parse_from(["t", "--bogus"]).unwrap_err();
         assert!(clap_message(&e).contains("--bogus"), "{e}");
         assert!(!clap_message(&e).contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn pcap_flag_is_checked_and_selects_no_engine() {
+        let t = T::try_parse_from(["t", "--pcap", "/tmp/x-%p.pcapng"]).unwrap();
+        assert_eq!(t.engine.pcap.as_ref().unwrap().path, "/tmp/x-%p.pcapng");
+        assert!(t.engine.is_empty());
+        let e = T::try_parse_from(["t", "--pcap", "/nonexistent-xwarp/x.pcapng"]).unwrap_err();
+        assert!(clap_message(&e).contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn pcap_flag_is_taken_out_of_a_foreign_command_line() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let mut a = os(&["--secs", "3", "--pcap", "/tmp/b.pcapng", "--json", "x"]);
+        assert_eq!(take_pcap_flag(&mut a), Ok(Some("/tmp/b.pcapng".into())));
+        assert_eq!(a, os(&["--secs", "3", "--json", "x"]));
+        let mut a = os(&["--pcap=/tmp/c.pcap"]);
+        assert_eq!(take_pcap_flag(&mut a), Ok(Some("/tmp/c.pcap".into())));
+        assert!(a.is_empty());
+        let mut a = os(&["--", "prog", "--pcap", "/tmp/d"]);
+        assert_eq!(take_pcap_flag(&mut a), Ok(None));
+        assert_eq!(a.len(), 4);
+        assert!(take_pcap_flag(&mut os(&["--pcap"])).is_err());
+        assert!(take_pcap_flag(&mut os(&["--pcap", "--secs"])).is_err());
+        let e = take_pcap_flag(&mut os(&["--pcap", "/nonexistent-xwarp/x"])).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        assert_eq!(per_process("/tmp/s.pcapng"), "/tmp/s-%p.pcapng");
+        assert_eq!(per_process("/tmp/s-%p.pcap"), "/tmp/s-%p.pcap");
     }
 }

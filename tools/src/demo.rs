@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use xwarp::poll_driver::pcap::{self, CaptureSpec};
 use xwarp::poll_driver::vwire::{LinkConfig, VirtualNic, WireConfig};
 
 use xwarp::net::{PairConfig, TcpListener, TcpStream};
@@ -35,6 +36,10 @@ pub struct DemoArgs {
     /// A perfect wire instead of one with fault injection.
     #[arg(long)]
     pub clean: bool,
+    /// Record every frame of both engines: FILE for engine a, FILE with -e1 before the
+    /// extension for engine b (pcapng; `.pcap`: classic pcap) [XWARP_PCAP].
+    #[arg(long, value_name = "FILE", value_parser = crate::cli::pcap_arg)]
+    pub pcap: Option<CaptureSpec>,
 }
 
 struct Opts {
@@ -54,6 +59,9 @@ pub fn main(a: &DemoArgs) -> ExitCode {
         bw_bytes: a.bw_mib.clamp(1, 4096) << 20,
         clean: a.clean,
     };
+    if let Some(spec) = &a.pcap {
+        pcap::set_process_capture(Some(spec.clone()));
+    }
     match run(&opts) {
         Ok(()) => {
             println!("demo: all data verified");
@@ -164,6 +172,9 @@ fn run(o: &Opts) -> Result<(), String> {
         ..PairConfig::default()
     })
     .map_err(err)?;
+    for p in pcap::active_captures() {
+        println!("demo: capturing to {}", p.display());
+    }
     let started = Instant::now();
     rping(&a, &b, o)?;
     write_bw(&a, &b, o)?;

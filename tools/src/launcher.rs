@@ -3,7 +3,8 @@
 //! ```text
 //! xwarp run [--iface IF] [--addr A.B.C.D/P] [--addr6 X::Y/P] [--gateway A.B.C.D]
 //!           [--ports LIST] [--connect subnet|all|none] [--spin-us N]
-//!           [--log off|warn|info|debug] [--strict] [--preload PATH] -- CMD [ARGS...]
+//!           [--log off|warn|info|debug] [--strict] [--pcap FILE] [--preload PATH]
+//!           -- CMD [ARGS...]
 //! ```
 //! Each option sets the `XWARP_*` variable of the same name (see `preload/README.md`);
 //! variables already in the environment are kept unless an option overrides them.
@@ -70,6 +71,10 @@ struct Cli {
     /// Exit if the engine cannot start [XWARP_STRICT=1].
     #[arg(long)]
     strict: bool,
+    /// Record every frame of the engine to FILE: pcapng (`.pcap`: classic pcap); `%p`
+    /// becomes the pid (for programs that fork), `%e` the engine's index [XWARP_PCAP].
+    #[arg(long, value_name = "FILE", value_parser = pcap_path_arg)]
+    pcap: Option<OsString>,
     /// The shim library (default: see below) [XWARP_PRELOAD].
     #[arg(long, value_name = "PATH")]
     preload: Option<PathBuf>,
@@ -90,6 +95,7 @@ impl Cli {
             ("XWARP_CONNECT", self.connect.take()),
             ("XWARP_SPIN_US", self.spin_us.take()),
             ("XWARP_LOG", self.log.take()),
+            ("XWARP_PCAP", self.pcap.take()),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k.to_string(), v?)))
@@ -99,6 +105,11 @@ impl Cli {
         }
         out
     }
+}
+
+/// clap value parser of `--pcap`: the file's directory must exist.
+fn pcap_path_arg(s: &str) -> Result<OsString, String> {
+    crate::cli::pcap_arg(s).map(|_| OsString::from(s))
 }
 
 /// clap's view of `args` (after `xwarp run`); help and version requests are errors of
@@ -290,6 +301,25 @@ mod tests {
             get("LD_PRELOAD").unwrap(),
             "/opt/xwarp/lib/libxwarp_preload.so:/other.so"
         );
+    }
+
+    #[test]
+    fn pcap_sets_xwarp_pcap_for_the_program_and_is_checked() {
+        let exists = |p: &Path| p == Path::new("/opt/xwarp/bin/libxwarp_preload.so");
+        let args = os(&["--iface", "v", "--pcap", "/tmp/x-%p.pcapng", "--", "true"]);
+        let p = plan(&args, env_of(&[]), Path::new("/opt/xwarp/bin"), exists).unwrap();
+        let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("XWARP_PCAP").unwrap(), "/tmp/x-%p.pcapng");
+        let bad = os(&[
+            "--iface",
+            "v",
+            "--pcap",
+            "/nonexistent-xwarp/x",
+            "--",
+            "true",
+        ]);
+        let e = plan(&bad, env_of(&[]), Path::new("/opt/xwarp/bin"), exists).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
     }
 
     #[test]

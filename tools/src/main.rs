@@ -24,7 +24,8 @@ enum Command {
     /// [options] -- CMD [ARGS...]`; see `xwarp run --help`.
     #[command(disable_help_flag = true)]
     Run(Passthrough),
-    /// Benchmarks against the kernel (root).
+    /// Benchmarks against the kernel (root). `--pcap FILE` (any bench) records every
+    /// frame of the xwarp engines (XWARP_PCAP; `bench shim` adds `-%p`: one file per program).
     Bench {
         #[command(subcommand)]
         which: Bench,
@@ -76,7 +77,24 @@ static ALLOC: xwarp_tools::attack::lab::CountingAlloc = xwarp_tools::attack::lab
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let n = command_words(&argv);
-    let rest = argv[n..].to_vec();
+    let mut rest = argv[n..].to_vec();
+    if argv.get(1).is_some_and(|a| a == "bench") {
+        // `--pcap FILE` on every bench: XWARP_PCAP for its engines and the programs it
+        // starts (set before any thread exists).
+        match xwarp_tools::cli::take_pcap_flag(&mut rest) {
+            Ok(Some(mut f)) => {
+                if argv.get(2).is_some_and(|a| a == "shim") {
+                    f = xwarp_tools::cli::per_process(&f);
+                }
+                std::env::set_var(xwarp::poll_driver::pcap::PCAP_ENV, f)
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("xwarp bench: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let cli = Cli::parse_from(&argv[..n]);
     match cli.command {
         Command::Demo(a) => xwarp_tools::demo::main(&a),

@@ -127,6 +127,7 @@ pub(super) const USAGE: &str =
                this is the server, with a host the client connecting to it
   --addr A/P   the engine's own IPv4 address and prefix (not configured in the kernel)
   --gateway G  IPv4 default gateway of the engine
+  --pcap FILE  record every frame of the engines (pcapng; .pcap: classic; %p pid, %e engine)
   --vwire      both ends in this process over the in-process virtual wire
   --loss P     with --vwire: drop/reorder/duplicate probability per frame (<= 0.1)
   --veth       both ends in this process on AF_XDP engines over a veth pair between two
@@ -234,6 +235,7 @@ pub fn parse(test: Test, args: Vec<OsString>) -> Result<Opts, String> {
 
 /// Check the parsed command line and fill in the test's defaults.
 pub(super) fn from_cli(test: Test, c: Cli) -> Result<Opts, String> {
+    c.engine.apply_pcap();
     let mut o = Opts {
         size: if test.is_bw() { 65536 } else { 2 },
         iters: if test.is_bw() { 5000 } else { 1000 },

@@ -15,9 +15,10 @@
 //! ([`Net::from_env`]): unset or `kernel` → kernel TCP; `xdp:IFACE:ADDR/PREFIX` (e.g.
 //! `xdp:tap0:10.77.0.3/24`) → an engine on `IFACE`. `--rx-checksum verify` (or the
 //! variable's `,verify` suffix) checks every received L4 checksum ([`RxChecksum::Verify`]);
-//! the default trusts them ([`RxChecksum::TrustL4`], see `xwarp::toe`). The engine records every frame it receives and sends to
-//! **`XWARP_PCAP`** (poll-driver's `PcapTap`); `%p` in that path becomes the process id, so
-//! several tool processes of one run write separate files.
+//! the default trusts them ([`RxChecksum::TrustL4`], see `xwarp::toe`). Like every engine,
+//! it records every frame it receives and sends when **`XWARP_PCAP`** is set (the engine
+//! builder does it, `xwarp_poll_driver::pcap`); `%p` in that path becomes the process id,
+//! so several tool processes of one run write separate files.
 //!
 //! Call [`Net::finish`] before the process exits: it lets the engine send the last ACKs,
 //! stops it, and flushes the capture.
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use xwarp::net::{NetEngine, StackConfig};
 use xwarp::poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
 use xwarp::poll_driver::engine::EngineConfig;
-use xwarp::poll_driver::pcap::{PcapSink, PcapTap, TsPrecision, PCAP_ENV, PCAP_NS_ENV};
+use xwarp::stack::builder::EngineBuilder;
 use xwarp::toe::RxChecksum;
 
 use crate::cli::EngineArgs;
@@ -229,14 +230,6 @@ impl EngineSpec {
     }
 }
 
-/// The capture file named by `XWARP_PCAP` with `%p` replaced by the process id, if set.
-pub fn pcap_path_from_env() -> Option<String> {
-    std::env::var(PCAP_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .map(|p| p.replace("%p", &std::process::id().to_string()))
-}
-
 /// First local port of a process's engine: spread over 49152..=65532 by process id, so
 /// consecutive example processes in one capture use different 4-tuples (each engine starts
 /// its ephemeral ports at the range's start; identical 4-tuples from sequential processes
@@ -245,11 +238,11 @@ pub fn ephemeral_start(pid: u32) -> u16 {
     49152 + ((pid % 4096) * 4) as u16
 }
 
-/// The engine type: AF_XDP NIC wrapped by the pcap recorder.
-type Engine = NetEngine<PcapTap<AfXdpNic>>;
+/// The engine type: an AF_XDP NIC (capturing as the process is configured).
+type Engine = NetEngine<AfXdpNic>;
 
-/// Starts an engine for `spec` in the caller's namespace, recording to `pcap` if given.
-fn start_engine(spec: &EngineSpec, pcap: Option<&str>) -> io::Result<Engine> {
+/// Starts an engine for `spec` in the caller's namespace.
+fn start_engine(spec: &EngineSpec) -> io::Result<Engine> {
     let mut xcfg = AfXdpConfig::new(
         &spec.ifname,
         SteeringFilter::new(vec![spec.ipv4], Vec::new()),
@@ -272,23 +265,12 @@ fn start_engine(spec: &EngineSpec, pcap: Option<&str>) -> io::Result<Engine> {
         ephemeral_ports: ephemeral_start(std::process::id())..=65535,
         ..StackConfig::default()
     };
-    let sink = match pcap {
-        Some(p) => {
-            let ns = std::env::var(PCAP_NS_ENV).is_ok_and(|v| v == "1");
-            let precision = if ns {
-                TsPrecision::Nanos
-            } else {
-                TsPrecision::Micros
-            };
-            Some(PcapSink::create(p, precision)?)
-        }
-        None => None,
-    };
     let engine = EngineConfig {
         name: "xwarp-interop".into(),
         ..EngineConfig::default()
     };
-    NetEngine::start(PcapTap::new(nic, sink), stack, engine)
+    let builder = EngineBuilder::new(nic, stack, engine).interface_name(spec.ifname.as_str());
+    NetEngine::from_builder(builder)
 }
 
 /// Where the tools' TCP comes from: the kernel or an xwarp engine.
@@ -348,6 +330,7 @@ impl Net {
     /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
     pub fn from_args(a: &NetArgs) -> Result<Net, String> {
         a.check()?;
+        a.engine.apply_pcap();
         if a.engine.is_empty() {
             return Net::from_env();
         }
@@ -384,16 +367,17 @@ impl Net {
 
     /// Start an engine for `spec` (capturing to `XWARP_PCAP` if set).
     fn start(spec: EngineSpec) -> Result<Net, String> {
-        let pcap = pcap_path_from_env();
-        let engine = start_engine(&spec, pcap.as_deref())
-            .map_err(|e| format!("xwarp engine on {}: {e}", spec.ifname))?;
+        let engine =
+            start_engine(&spec).map_err(|e| format!("xwarp engine on {}: {e}", spec.ifname))?;
+        let pcap = xwarp::poll_driver::pcap::active_captures().pop();
         eprintln!(
             "xwarp: engine on {} owns {}/{} ({:?}){}",
             spec.ifname,
             spec.ipv4,
             spec.prefix,
             spec.rx_checksum,
-            pcap.map(|p| format!(", capture {p}")).unwrap_or_default()
+            pcap.map(|p| format!(", capture {}", p.display()))
+                .unwrap_or_default()
         );
         Ok(Net::Engine {
             spec,
