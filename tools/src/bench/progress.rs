@@ -13,7 +13,7 @@
 //! the JSON report.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,8 @@ static BYTES: AtomicU64 = AtomicU64::new(0);
 static RETRANS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// No progress lines (`--quiet`).
 static QUIET: AtomicBool = AtomicBool::new(false);
+/// The intervals of every meter finished since the last [`take_log`].
+static LOG: Mutex<Vec<Interval>> = Mutex::new(Vec::new());
 
 /// The shortest final partial interval that is reported.
 const MIN_TAIL: Duration = Duration::from_millis(50);
@@ -51,6 +53,13 @@ pub struct Meter {
     thread: Option<JoinHandle<Vec<Interval>>>,
 }
 
+/// The intervals of the meters finished since the last call (for the JSON report).
+pub fn take_log() -> Vec<Interval> {
+    LOG.lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default()
+}
+
 /// Start a meter for the row `test` / `name` (message size `size`): resets the counters.
 pub fn start(test: &str, name: &str, size: Option<usize>) -> Meter {
     BYTES.store(0, Ordering::Relaxed);
@@ -66,16 +75,20 @@ pub fn start(test: &str, name: &str, size: Option<usize>) -> Meter {
 
 impl Meter {
     /// Stop the meter (the last partial interval is reported if it is long enough) and
-    /// return the intervals.
+    /// return the intervals (also kept for [`take_log`]).
     pub fn finish(mut self) -> Vec<Interval> {
         self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take() {
+        let iv = match self.thread.take() {
             Some(t) => {
                 t.thread().unpark();
                 t.join().unwrap_or_default()
             }
             None => Vec::new(),
+        };
+        if let Ok(mut log) = LOG.lock() {
+            log.extend(iv.iter().cloned());
         }
+        iv
     }
 }
 

@@ -252,10 +252,12 @@ impl Row {
 
     /// True when this row and `other` measure the same thing (test, metric, unit, size).
     fn comparable(&self, other: &Row) -> bool {
-        self.test == other.test
-            && self.metric == other.metric
-            && self.unit == other.unit
-            && self.size == other.size
+        self.same_measure(other) && self.size == other.size
+    }
+
+    /// True when this row and `other` share test, metric and unit (any size).
+    fn same_measure(&self, other: &Row) -> bool {
+        self.test == other.test && self.metric == other.metric && self.unit == other.unit
     }
 }
 
@@ -419,17 +421,19 @@ impl Report {
     }
 
     /// Set every row's ratios: `ratio_to_kernel` over the comparable kernel row (the one
-    /// `kernel_row` names, else the first), `ratio_to_ceiling` over the comparable ceiling
-    /// row (a ceiling row without a size compares with every size). Baselines of value 0
-    /// give no ratio.
+    /// `kernel_row` names, else the first; a row without a size compares with any size),
+    /// `ratio_to_ceiling` over the comparable ceiling row (a ceiling row without a size
+    /// compares with every size). Baselines of value 0 give no ratio.
     pub fn fill_ratios(&mut self) {
         let rows = self.rows.clone();
         for r in &mut self.rows {
             let ratio = |b: &Row| (b.value > 0.0).then(|| r.value / b.value).and_then(finite);
             if r.side != Side::Kernel {
+                // A row without a size (the ceiling's MTU frames) compares with the
+                // first kernel row of its test and metric.
                 let k = rows.iter().find(|k| {
                     k.side == Side::Kernel
-                        && k.comparable(r)
+                        && (k.comparable(r) || (r.size.is_none() && k.same_measure(r)))
                         && r.kernel_row.as_ref().is_none_or(|n| *n == k.name)
                 });
                 r.ratio_to_kernel = k.and_then(ratio);
@@ -438,9 +442,7 @@ impl Report {
             if r.side != Side::Ceiling {
                 let c = rows.iter().find(|c| {
                     c.side == Side::Ceiling
-                        && c.test == r.test
-                        && c.metric == r.metric
-                        && c.unit == r.unit
+                        && c.same_measure(r)
                         && (c.size.is_none() || c.size == r.size)
                 });
                 r.ratio_to_ceiling = c.and_then(ratio);
