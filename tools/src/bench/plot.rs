@@ -166,6 +166,13 @@ fn draw_bandwidth(
 ) -> Result<(), String> {
     let xs = sized.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (lo, hi) = xs.fold((f64::INFINITY, 0f64), |(a, b), x| (a.min(x), b.max(x)));
+    // Ticks at the sizes measured.
+    let mut keys: Vec<f64> = sized
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    keys.sort_by(f64::total_cmp);
+    keys.dedup();
     // A single size still gets a visible range.
     let (lo, hi) = if hi > lo {
         (lo, hi)
@@ -187,7 +194,7 @@ fn draw_bandwidth(
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(60)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..ymax)
+        .build_cartesian_2d((lo..hi).log_scale().with_key_points(keys), 0f64..ymax)
         .map_err(e2s)?;
     chart
         .configure_mesh()

@@ -157,9 +157,8 @@ fn round3(v: f64) -> f64 {
 /// One progress line.
 pub fn line(label: &str, iv: &Interval) -> String {
     format!(
-        "[{label}] {:>7.2}-{:<7.2} s {:>9.3} GB {:>8.2} Gbit/s   retr {}",
-        iv.start_s,
-        iv.end_s,
+        "[{label}] {:>16} {:>9.3} GB {:>8.2} Gbit/s   retr {}",
+        format!("{:.2}-{:.2} s", iv.start_s, iv.end_s),
         iv.bytes as f64 / 1e9,
         iv.gbps,
         iv.retransmits
