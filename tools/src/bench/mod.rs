@@ -23,4 +23,5 @@ pub mod progress;
 pub mod rdma;
 pub mod report;
 pub mod shim;
+pub mod shim_out;
 pub mod tcp;
