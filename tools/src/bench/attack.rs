@@ -13,7 +13,8 @@ use std::process::ExitCode;
 
 use std::time::Instant;
 
-use super::report::{write_outputs, Check, Fact, Report, Row, Side, Unit};
+use super::plot::write_outputs;
+use super::report::{Check, Fact, Report, Row, Side, Unit};
 use crate::attack::{self, Outcome, Volumes, ATTACKS};
 
 /// Options of `xwarp bench attack`.

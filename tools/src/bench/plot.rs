@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 
 use plotters::prelude::*;
 
-use super::report::{Report, Row, Side, Unit};
+use std::path::Path;
+
+use super::report::{write_out, Report, Row, Side, Unit};
 
 /// Width of the picture.
 const WIDTH: u32 = 960;
@@ -308,6 +310,18 @@ pub fn svg(rep: &Report) -> Result<String, String> {
         root.present().map_err(e2s)?;
     }
     Ok(out)
+}
+
+/// Write the report's JSON and plot where the options ask (`None`: not asked).
+pub fn write_outputs(r: &Report, json: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
+    if let Some(p) = json {
+        r.write_json(p).map_err(|e| e.to_string())?;
+    }
+    if let Some(p) = plot {
+        let svg = svg(r)?;
+        write_out(p, svg.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -508,18 +508,6 @@ pub fn write_out(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
 }
 
-/// Write the report's JSON and plot where the options ask (`None`: not asked).
-pub fn write_outputs(r: &Report, json: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
-    if let Some(p) = json {
-        r.write_json(p).map_err(|e| e.to_string())?;
-    }
-    if let Some(p) = plot {
-        let svg = super::plot::svg(r)?;
-        write_out(p, svg.as_bytes()).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 impl Host {
     /// This machine.
     pub fn this() -> Host {

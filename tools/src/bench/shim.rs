@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::report::{write_outputs, Report};
+use super::plot::write_outputs;
+use super::report::Report;
+pub use super::shim_out::{MemcachedResult, PingResult, RedisResult, StackResults};
 use xwarp::poll_driver::netns::{self, VethPair};
 
 /// Options of `xwarp bench shim`.
@@ -178,52 +180,18 @@ fn check(c: Cli) -> Result<Options, String> {
     Ok(o)
 }
 
-/// One redis-benchmark test (SET or GET) on one stack.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisResult {
-    /// `SET` or `GET`.
-    pub test: String,
-    /// redis-benchmark clients.
-    pub clients: u32,
-    /// Requests per second.
-    pub rps: f64,
-    /// Median latency in ms as redis-benchmark reports it (`None` if absent).
-    pub p50_ms: Option<f64>,
-}
-
-/// sockperf ping-pong results on one stack (half round trips, µs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PingResult {
-    /// Average.
-    pub avg_us: f64,
-    /// Median.
-    pub p50_us: f64,
-    /// 99th percentile.
-    pub p99_us: f64,
-    /// Round trips in the measured interval.
-    pub observations: u64,
-}
-
-/// memcaslap against memcached on one stack.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemcachedResult {
-    /// memcaslap connections.
-    pub connections: u32,
-    /// Operations (gets and sets) per second.
-    pub tps: f64,
-    /// Operations in the run.
-    pub ops: u64,
-}
-
-/// Everything measured on one stack.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StackResults {
-    /// redis-benchmark tests.
-    pub redis: Vec<RedisResult>,
-    /// memcaslap.
-    pub memcached: Option<MemcachedResult>,
-    /// sockperf ping-pong.
-    pub ping: Option<PingResult>,
+/// Fill `rep` (made when the run started) with the options and both stacks' results
+/// (the rows: [`super::shim_out::fill`]).
+pub fn fill(rep: &mut Report, o: &Options, kernel: &StackResults, shim: &StackResults) {
+    rep.config("net", o.net);
+    rep.config("requests", o.requests);
+    rep.config("latency_requests", o.latency_requests);
+    rep.config("duration_s", o.duration.as_secs());
+    rep.config("msg_size", 64);
+    rep.config("redis", o.redis);
+    rep.config("memcached", o.memcached);
+    rep.config("sockperf", o.sockperf);
+    super::shim_out::fill(rep, (o.requests, o.latency_requests), kernel, shim);
 }
 
 /// Entry point of `xwarp bench shim ARGS...`.
@@ -245,9 +213,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let (t0, mut rep) = (Instant::now(), Report::new("shim"));
     match run(&o) {
         Ok((kernel, shim)) => {
-            super::shim_out::fill(&mut rep, &o, &kernel, &shim);
+            fill(&mut rep, &o, &kernel, &shim);
             rep.finish(t0);
-            print!("{}", super::shim_out::table(&o, &rep));
+            print!("{}", super::shim_out::table(o.net, &rep));
             if let Err(e) = write_outputs(&rep, o.json.as_deref(), None) {
                 eprintln!("xwarp bench shim: {e}");
                 return ExitCode::from(1);
@@ -773,9 +741,9 @@ mod tests {
         };
         let (k, x) = (mk(1000.0, 10.0), mk(500.0, 5.0));
         let mut rep = Report::new("shim");
-        super::super::shim_out::fill(&mut rep, &o, &k, &x);
+        fill(&mut rep, &o, &k, &x);
         rep.fill_ratios();
-        let t = super::super::shim_out::table(&o, &rep);
+        let t = super::super::shim_out::table(o.net, &rep);
         assert!(t.contains("0.50x"), "{t}");
         assert!(t.contains("memcaslap -c 16"), "{t}");
         let ratio = |test: &str, metric: &str| {

@@ -1,34 +1,79 @@
-//! `xwarp bench shim` output: the results as [`Report`] rows (the `--json` schema) and the
-//! table printed from those rows.
+//! `xwarp bench shim` results: what one stack measured, as [`Report`] rows (the `--json`
+//! schema), and the table printed from those rows.
 
 use super::report::{fmt_ratio, Report, Row, Side, Unit};
-use super::shim::{Options, StackResults};
 
-/// Fill `rep` (made when the run started) with the options and both stacks' results.
+/// One redis-benchmark test (SET or GET) on one stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisResult {
+    /// `SET` or `GET`.
+    pub test: String,
+    /// redis-benchmark clients.
+    pub clients: u32,
+    /// Requests per second.
+    pub rps: f64,
+    /// Median latency in ms as redis-benchmark reports it (`None` if absent).
+    pub p50_ms: Option<f64>,
+}
+
+/// sockperf ping-pong results on one stack (half round trips, µs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PingResult {
+    /// Average.
+    pub avg_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Round trips in the measured interval.
+    pub observations: u64,
+}
+
+/// memcaslap against memcached on one stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemcachedResult {
+    /// memcaslap connections.
+    pub connections: u32,
+    /// Operations (gets and sets) per second.
+    pub tps: f64,
+    /// Operations in the run.
+    pub ops: u64,
+}
+
+/// Everything measured on one stack.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StackResults {
+    /// redis-benchmark tests.
+    pub redis: Vec<RedisResult>,
+    /// memcaslap.
+    pub memcached: Option<MemcachedResult>,
+    /// sockperf ping-pong.
+    pub ping: Option<PingResult>,
+}
+
+/// Add both stacks' results to `rep`; `requests`: redis-benchmark's `-n` with 50 clients
+/// and with one.
 ///
 /// Rows (name `kernel`, side kernel; name `shim`, side xwarp): test `redis SET -c 50 -n
 /// 100000` and the like: `rate` (requests/s) and `latency_p50` (ms, as redis-benchmark
 /// reports it); test `memcaslap -c 16`: `rate` (operations/s), `ops`; test `sockperf
 /// ping-pong 64 B`: `latency_avg`, `latency_p50`, `latency_p99` (µs, half round trips, as
 /// sockperf reports them), `round_trips`.
-pub fn fill(rep: &mut Report, o: &Options, kernel: &StackResults, shim: &StackResults) {
-    rep.config("net", o.net);
-    rep.config("requests", o.requests);
-    rep.config("latency_requests", o.latency_requests);
-    rep.config("duration_s", o.duration.as_secs());
-    rep.config("msg_size", 64);
-    rep.config("redis", o.redis);
-    rep.config("memcached", o.memcached);
-    rep.config("sockperf", o.sockperf);
+pub fn fill(
+    rep: &mut Report,
+    (requests, latency_requests): (u32, u32),
+    kernel: &StackResults,
+    shim: &StackResults,
+) {
     for (name, side, res) in [
         ("kernel", Side::Kernel, kernel),
         ("shim", Side::Xwarp, shim),
     ] {
         for r in &res.redis {
             let n = if r.clients == 1 {
-                o.latency_requests
+                latency_requests
             } else {
-                o.requests
+                requests
             };
             let test = format!("redis {} -c {} -n {n}", r.test, r.clients);
             rep.push(Row::new(&test, name, side, "rate", Unit::PerSec, r.rps));
@@ -78,10 +123,10 @@ pub fn fill(rep: &mut Report, o: &Options, kernel: &StackResults, shim: &StackRe
 
 /// The readable table, generated from the report's rows: one line per (test, metric) with
 /// the kernel's and the shim's value and their ratio.
-pub fn table(o: &Options, rep: &Report) -> String {
+pub fn table(net: u8, rep: &Report) -> String {
     let mut s = format!(
         "xwarp bench shim: veth pair 10.88.{}.0/24, servers in A (kernel .1 / shim engine .10), clients in B on the kernel\n\n",
-        o.net
+        net
     );
     s += &format!(
         "{:<44} {:>12} {:>12} {:>10}\n",

@@ -57,8 +57,9 @@ use options::*;
 pub use options::{parse, BwResults, Options, Pin, Results};
 pub use output::{fill, table};
 
+use super::plot::write_outputs;
 use super::progress;
-use super::report::{write_outputs, Report};
+use super::report::Report;
 
 use super::common::{self, process_cores, process_cpu};
 use xwarp::toe::{RxChecksum, XdpEngineConfig};

@@ -67,8 +67,9 @@ pub use options::{parse_args, BulkResult, Options, PairKind, PairResult, Pin, Rp
 pub use output::{fill, table};
 use traffic::*;
 
+use super::plot::write_outputs;
 use super::progress;
-use super::report::{write_outputs, Report};
+use super::report::Report;
 
 use super::common::{self, socket_buffer};
 use xwarp::net::{TcpListener, TcpStream};
