@@ -36,7 +36,11 @@
 //! MTU 1500 2.49-2.65 CPU s/GB generic vs 2.94-3.08 native (Gbit/s median 4.8 vs 2.3, noisy);
 //! MTU 9000 1.15-1.35 vs 1.21-1.43 (no clear difference).
 //!
-//! Prints a table with ratios and one JSON object.
+//! `--sizes LIST` measures write_bw, read_bw and the kernel bulk at every size (the
+//! ceiling moves MTU frames and runs once). Prints a table with ratios (generated from the
+//! rows of [`crate::bench::report`]), per-second progress lines of every bandwidth
+//! measurement on stderr (`--quiet`: none); `--json FILE` writes the report, `--plot
+//! FILE.svg` draws bandwidth against size and the latency CDFs ([`crate::bench::plot`]).
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};

@@ -46,6 +46,11 @@
 //! moves to the receiver's core, which then also copies to the reader, while the sender's
 //! core waits; without RPS the sender's softirq does TCP input and the receiver only copies).
 //! `--rps all` gives the kernel pair RPS too (the old default, for comparison).
+//!
+//! Output: a table generated from the rows of [`crate::bench::report`] (one line per pair
+//! and `--sizes` size), per-second progress lines of every bulk run on stderr with the
+//! sender's TCP retransmissions (`--quiet`: none); `--json FILE` writes the report, `--plot
+//! FILE.svg` draws bulk bandwidth against write size and the ping-pong latency CDFs.
 
 use std::ffi::OsString;
 use std::io;
