@@ -178,6 +178,9 @@ pub struct Results {
     pub tcp_lat_samples: Vec<f64>,
     /// Of the polled kernel ping-pong.
     pub tcp_lat_poll_samples: Vec<f64>,
+    /// Every round's bandwidth results (the spread behind the medians; empty for one round's
+    /// own results).
+    pub bw_rounds: Vec<Vec<BwResults>>,
 }
 
 impl Results {
@@ -194,6 +197,7 @@ impl Results {
             send_lat_samples: Vec::new(),
             tcp_lat_samples: Vec::new(),
             tcp_lat_poll_samples: Vec::new(),
+            bw_rounds: Vec::new(),
         }
     }
 }

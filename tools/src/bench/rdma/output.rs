@@ -56,6 +56,7 @@ pub(super) fn median(rounds: &[Results]) -> Results {
         send_lat_samples: all(|r| &r.send_lat_samples),
         tcp_lat_samples: all(|r| &r.tcp_lat_samples),
         tcp_lat_poll_samples: all(|r| &r.tcp_lat_poll_samples),
+        bw_rounds: rounds.iter().map(|r| r.bw.clone()).collect(),
     }
 }
 
@@ -82,32 +83,46 @@ pub fn fill(rep: &mut Report, o: &Options, r: &Results) {
     if let Some(only) = &o.only {
         rep.config("only", only.clone());
     }
-    for b in &r.bw {
-        for (name, side, gbps, cpu) in [
+    type Of = fn(&BwResults) -> f64;
+    for (i, b) in r.bw.iter().enumerate() {
+        let rounds: Vec<&BwResults> = r.bw_rounds.iter().filter_map(|bw| bw.get(i)).collect();
+        let tests: [(&str, Side, Of, Of); 3] = [
             (
                 "tcp",
                 Side::Kernel,
-                b.tcp_bulk_gbps,
-                b.tcp_bulk_cpu_s_per_gb,
+                |b| b.tcp_bulk_gbps,
+                |b| b.tcp_bulk_cpu_s_per_gb,
             ),
             (
                 "write_bw",
                 Side::Xwarp,
-                b.write_bw_gbps,
-                b.write_bw_cpu_s_per_gb,
+                |b| b.write_bw_gbps,
+                |b| b.write_bw_cpu_s_per_gb,
             ),
             (
                 "read_bw",
                 Side::Xwarp,
-                b.read_bw_gbps,
-                b.read_bw_cpu_s_per_gb,
+                |b| b.read_bw_gbps,
+                |b| b.read_bw_cpu_s_per_gb,
             ),
-        ] {
+        ];
+        for (name, side, gbps, cpu) in tests {
             let row = |metric, unit, v| Row::new("bulk", name, side, metric, unit, v).size(b.size);
-            let mut bw = row("bandwidth", Unit::Gbps, gbps);
+            let mut bw = row("bandwidth", Unit::Gbps, gbps(b));
             bw.runs = Some(o.repeat);
+            // The spread over the rounds behind the median.
+            let v: Vec<f64> = rounds
+                .iter()
+                .map(|b| gbps(b))
+                .filter(|v| v.is_finite())
+                .collect();
+            if !v.is_empty() {
+                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                bw = bw.spread(v.len() as u32, lo, hi);
+            }
             rep.push(bw);
-            rep.push(row("cpu", Unit::SecPerGb, cpu));
+            rep.push(row("cpu", Unit::SecPerGb, cpu(b)));
         }
     }
     rep.push(
@@ -293,6 +308,8 @@ mod tests {
         };
         assert_eq!(w(65536).ratio_to_kernel, Some(0.5));
         assert_eq!(w(65536).ratio_to_ceiling, Some(0.2));
+        let spread = (w(65536).runs, w(65536).min, w(65536).max);
+        assert_eq!(spread, (Some(3), Some(2.0), Some(6.0)));
         let l = rep.find("pingpong", "write_lat", "latency_p50").unwrap();
         assert_eq!(
             (l.ratio_to_kernel, l.kernel_row.as_deref()),
