@@ -3,13 +3,18 @@
 //! attack: volume, process RSS before / during / after and the bound, the victim's held
 //! connections, the legitimate flow's throughput during the attack against without, what
 //! the attacker received, the bytes changed outside what it may touch (must be 0) and the
-//! checks that failed; `--json FILE` writes the same. Options: `--only NAME[,NAME...]`,
+//! checks that failed; `--json FILE` writes the same as a report of the bench schema
+//! ([`super::report`]: rows, facts and checks). Options: `--only NAME[,NAME...]`,
 //! `--scale N` (multiply the volumes), `--json FILE`.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use std::time::Instant;
+
+use super::plot::write_outputs;
+use super::report::{Check, Fact, Report, Row, Side, Unit};
 use crate::attack::{self, Outcome, Volumes, ATTACKS};
 
 /// Options of `xwarp bench attack`.
@@ -73,85 +78,119 @@ fn scaled(v: Volumes, k: u64) -> Volumes {
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / (1u64 << 20) as f64)
+fn mib(b: f64) -> String {
+    format!("{:.1}", b / (1u64 << 20) as f64)
 }
 
-/// The table of `outcomes`.
-pub fn table(outcomes: &[Outcome]) -> String {
+/// Fill `rep` (made when the run started) with the options and the outcomes.
+///
+/// Rows (test: the attack; name `victim`, side xwarp): `volume` (count; the note names
+/// the unit), `heap_before` / `heap_during` / `heap_after` and `rss_before` / `rss_during`
+/// / `rss_after` (B), `connections_held` (count), `legit_during` and `legit_without` (MB/s
+/// of the legitimate flow), `legit_fraction` (ratio), `outside_changed` (B, must be 0).
+/// Facts: `bound`, `attacker_got`. Checks: every check with its result.
+pub fn fill(rep: &mut Report, o: &Options, outcomes: &[Outcome]) {
+    rep.config("scale", o.scale);
+    rep.config("only", o.only.clone());
+    for out in outcomes {
+        let t = out.attack.as_str();
+        let row = |metric: &str, unit, v: f64| Row::new(t, "victim", Side::Xwarp, metric, unit, v);
+        rep.push(row("volume", Unit::Count, out.volume as f64).note(out.unit));
+        for (when, m) in [
+            ("before", &out.before),
+            ("during", &out.during),
+            ("after", &out.after),
+        ] {
+            rep.push(row(&format!("heap_{when}"), Unit::Bytes, m.heap as f64));
+            rep.push(row(&format!("rss_{when}"), Unit::Bytes, m.rss as f64));
+        }
+        rep.push(row(
+            "connections_held",
+            Unit::Count,
+            out.during.connections() as f64,
+        ));
+        rep.push(row("legit_during", Unit::MBps, out.legit_during / 1e6));
+        rep.push(row("legit_without", Unit::MBps, out.legit_base / 1e6));
+        rep.push(row("legit_fraction", Unit::Ratio, out.legit_fraction()));
+        rep.push(row(
+            "outside_changed",
+            Unit::Bytes,
+            out.outside_changed as f64,
+        ));
+        for (name, value) in [("bound", &out.bound), ("attacker_got", &out.attacker_got)] {
+            rep.facts.push(Fact {
+                test: t.into(),
+                name: name.into(),
+                value: value.clone(),
+            });
+        }
+        for (c, ok) in &out.checks {
+            rep.checks.push(Check {
+                test: t.into(),
+                name: c.clone(),
+                ok: *ok,
+            });
+        }
+    }
+}
+
+/// The table, generated from the report's rows, facts and checks.
+pub fn table(rep: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "| attack | volume | heap MiB before/during/after | RSS MiB before/during/after | bound | conns held | legit MB/s during/without | attacker got | outside changed | failed checks |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
-    for o in outcomes {
+    let mut attacks: Vec<&str> = Vec::new();
+    for r in &rep.rows {
+        if !attacks.contains(&r.test.as_str()) {
+            attacks.push(&r.test);
+        }
+    }
+    for t in attacks {
+        let v = |m: &str| rep.value(t, "victim", m).unwrap_or(f64::NAN);
+        let fact = |n: &str| {
+            rep.facts
+                .iter()
+                .find(|f| f.test == t && f.name == n)
+                .map_or("", |f| f.value.as_str())
+        };
+        let failed: Vec<&str> = rep
+            .checks
+            .iter()
+            .filter(|c| c.test == t && !c.ok)
+            .map(|c| c.name.as_str())
+            .collect();
+        let unit = rep
+            .find(t, "victim", "volume")
+            .and_then(|r| r.note.as_deref())
+            .unwrap_or("");
         let _ = writeln!(
             s,
-            "| {} | {} {} | {}/{}/{} | {}/{}/{} | {} | {} | {:.1}/{:.1} ({:.2}×) | {} | {} | {} |",
-            o.attack,
-            o.volume,
-            o.unit,
-            mib(o.before.heap),
-            mib(o.during.heap),
-            mib(o.after.heap),
-            mib(o.before.rss),
-            mib(o.during.rss),
-            mib(o.after.rss),
-            o.bound,
-            o.during.connections(),
-            o.legit_during / 1e6,
-            o.legit_base / 1e6,
-            o.legit_fraction(),
-            o.attacker_got,
-            o.outside_changed,
-            if o.failures().is_empty() {
+            "| {t} | {} {unit} | {}/{}/{} | {}/{}/{} | {} | {} | {:.1}/{:.1} ({:.2}×) | {} | {} | {} |",
+            v("volume"),
+            mib(v("heap_before")),
+            mib(v("heap_during")),
+            mib(v("heap_after")),
+            mib(v("rss_before")),
+            mib(v("rss_during")),
+            mib(v("rss_after")),
+            fact("bound"),
+            v("connections_held"),
+            v("legit_during"),
+            v("legit_without"),
+            v("legit_fraction"),
+            fact("attacker_got"),
+            v("outside_changed"),
+            if failed.is_empty() {
                 "none".to_string()
             } else {
-                o.failures().join("; ")
+                failed.join("; ")
             }
         );
     }
     s
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-/// `outcomes` as JSON.
-pub fn json(outcomes: &[Outcome]) -> String {
-    let rows: Vec<String> = outcomes
-        .iter()
-        .map(|o| {
-            let checks: Vec<String> = o
-                .checks
-                .iter()
-                .map(|(c, ok)| format!("{{\"check\":\"{}\",\"ok\":{ok}}}", esc(c)))
-                .collect();
-            format!(
-                "{{\"attack\":\"{}\",\"volume\":{},\"unit\":\"{}\",\"heap_before\":{},\"heap_during\":{},\"heap_after\":{},\"rss_before\":{},\"rss_during\":{},\"rss_after\":{},\"bound\":\"{}\",\"connections_held\":{},\"legit_bytes_per_s_during\":{:.0},\"legit_bytes_per_s_without\":{:.0},\"legit_fraction\":{:.3},\"attacker_got\":\"{}\",\"outside_changed\":{},\"checks\":[{}]}}",
-                esc(&o.attack),
-                o.volume,
-                o.unit,
-                o.before.heap,
-                o.during.heap,
-                o.after.heap,
-                o.before.rss,
-                o.during.rss,
-                o.after.rss,
-                esc(&o.bound),
-                o.during.connections(),
-                o.legit_during,
-                o.legit_base,
-                o.legit_fraction(),
-                esc(&o.attacker_got),
-                o.outside_changed,
-                checks.join(",")
-            )
-        })
-        .collect();
-    format!("[\n{}\n]\n", rows.join(",\n"))
 }
 
 /// Entry point of `xwarp bench attack ARGS...`.
@@ -167,6 +206,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let (t0, mut rep) = (Instant::now(), Report::new("attack"));
     let v = scaled(Volumes::bench(), o.scale);
     let mut outcomes = Vec::new();
     for name in ATTACKS
@@ -182,12 +222,12 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             }
         }
     }
-    print!("{}", table(&outcomes));
-    if let Some(path) = &o.json {
-        if let Err(e) = std::fs::write(path, json(&outcomes)) {
-            eprintln!("xwarp bench attack: writing {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
+    fill(&mut rep, &o, &outcomes);
+    rep.finish(t0);
+    print!("{}", table(&rep));
+    if let Err(e) = write_outputs(&rep, o.json.as_deref(), None) {
+        eprintln!("xwarp bench attack: {e}");
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

@@ -178,6 +178,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
             loop {
                 nic_b.poll_rx()?;
                 let mut got = false;
+                let before = tally.bytes;
                 while let Some((rx, _)) = nic_b.receive(smoltcp::time::Instant::now()) {
                     got = true;
                     rx.consume(|f: &[u8]| {
@@ -212,6 +213,7 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
                     });
                 }
                 nic_b.flush()?;
+                super::progress::add(tally.bytes - before);
                 let now = Instant::now();
                 if got {
                     ne.store(next, Ordering::Release);

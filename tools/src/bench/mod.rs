@@ -10,10 +10,18 @@
 //!   [`shim`].
 //! * `xwarp bench attack`: the attack suite on the virtual wire with bigger volumes (no
 //!   root): memory, legitimate throughput, what the attacker got. See [`attack`].
+//!
+//! Every bench writes the same JSON shape with `--json FILE` ([`report`]); `bench tcp` and
+//! `bench rdma` draw it with `--plot FILE.svg` ([`plot`]) and print per-second progress
+//! lines during their bandwidth measurements ([`progress`]; `--quiet` stops them).
 
 pub mod attack;
 pub mod ceiling;
 pub mod common;
+pub mod plot;
+pub mod progress;
 pub mod rdma;
+pub mod report;
 pub mod shim;
+pub mod shim_out;
 pub mod tcp;

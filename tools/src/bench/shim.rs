@@ -15,7 +15,8 @@
 //!
 //! Missing tools are installed with apt (idempotent). One server at a time: the shim's
 //! engine binds the interface's AF_XDP queue, so the shimmed servers run one after the
-//! other. Prints a table with shim/kernel ratios and, with `--json`, writes the results.
+//! other. Prints a table with shim/kernel ratios and, with `--json`, writes the results
+//! ([`super::shim_out`]).
 
 use std::ffi::OsString;
 use std::io;
@@ -25,6 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use super::plot::write_outputs;
+use super::report::Report;
+pub use super::shim_out::{MemcachedResult, PingResult, RedisResult, StackResults};
 use xwarp::poll_driver::netns::{self, VethPair};
 
 /// Options of `xwarp bench shim`.
@@ -94,7 +98,8 @@ struct Cli {
     /// or one directory up).
     #[arg(long = "preload", value_name = "PATH")]
     preload: Option<String>,
-    /// Also write the results as JSON.
+    /// Also write the results as JSON (schema xwarp-bench/1, see tools/README.md; `-`:
+    /// stdout).
     #[arg(long = "json", value_name = "FILE")]
     json: Option<String>,
     /// Run only `redis`, only `memcached` or only `sockperf` (both stacks); default: all.
@@ -175,52 +180,18 @@ fn check(c: Cli) -> Result<Options, String> {
     Ok(o)
 }
 
-/// One redis-benchmark test (SET or GET) on one stack.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisResult {
-    /// `SET` or `GET`.
-    pub test: String,
-    /// redis-benchmark clients.
-    pub clients: u32,
-    /// Requests per second.
-    pub rps: f64,
-    /// Median latency in ms as redis-benchmark reports it (`None` if absent).
-    pub p50_ms: Option<f64>,
-}
-
-/// sockperf ping-pong results on one stack (half round trips, µs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PingResult {
-    /// Average.
-    pub avg_us: f64,
-    /// Median.
-    pub p50_us: f64,
-    /// 99th percentile.
-    pub p99_us: f64,
-    /// Round trips in the measured interval.
-    pub observations: u64,
-}
-
-/// memcaslap against memcached on one stack.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemcachedResult {
-    /// memcaslap connections.
-    pub connections: u32,
-    /// Operations (gets and sets) per second.
-    pub tps: f64,
-    /// Operations in the run.
-    pub ops: u64,
-}
-
-/// Everything measured on one stack.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StackResults {
-    /// redis-benchmark tests.
-    pub redis: Vec<RedisResult>,
-    /// memcaslap.
-    pub memcached: Option<MemcachedResult>,
-    /// sockperf ping-pong.
-    pub ping: Option<PingResult>,
+/// Fill `rep` (made when the run started) with the options and both stacks' results
+/// (the rows: [`super::shim_out::fill`]).
+pub fn fill(rep: &mut Report, o: &Options, kernel: &StackResults, shim: &StackResults) {
+    rep.config("net", o.net);
+    rep.config("requests", o.requests);
+    rep.config("latency_requests", o.latency_requests);
+    rep.config("duration_s", o.duration.as_secs());
+    rep.config("msg_size", 64);
+    rep.config("redis", o.redis);
+    rep.config("memcached", o.memcached);
+    rep.config("sockperf", o.sockperf);
+    super::shim_out::fill(rep, (o.requests, o.latency_requests), kernel, shim);
 }
 
 /// Entry point of `xwarp bench shim ARGS...`.
@@ -239,14 +210,15 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         eprintln!("xwarp bench shim: needs root (network namespaces, veth, AF_XDP)");
         return ExitCode::from(1);
     }
+    let (t0, mut rep) = (Instant::now(), Report::new("shim"));
     match run(&o) {
         Ok((kernel, shim)) => {
-            print!("{}", table(&o, &kernel, &shim));
-            if let Some(path) = &o.json {
-                if let Err(e) = std::fs::write(path, json(&o, &kernel, &shim)) {
-                    eprintln!("xwarp bench shim: writing {}: {e}", path.display());
-                    return ExitCode::from(1);
-                }
+            fill(&mut rep, &o, &kernel, &shim);
+            rep.finish(t0);
+            print!("{}", super::shim_out::table(o.net, &rep));
+            if let Err(e) = write_outputs(&rep, o.json.as_deref(), None) {
+                eprintln!("xwarp bench shim: {e}");
+                return ExitCode::from(1);
             }
             ExitCode::SUCCESS
         }
@@ -668,162 +640,6 @@ pub fn parse_sockperf(text: &str) -> Option<PingResult> {
     })
 }
 
-fn ratio(a: f64, b: f64) -> Option<f64> {
-    (b > 0.0 && a.is_finite()).then(|| a / b)
-}
-
-fn fmt_ratio(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
-}
-
-fn find<'a>(rs: &'a [RedisResult], test: &str, clients: u32) -> Option<&'a RedisResult> {
-    rs.iter().find(|r| r.test == test && r.clients == clients)
-}
-
-/// The readable table.
-pub fn table(o: &Options, kernel: &StackResults, shim: &StackResults) -> String {
-    let mut s = format!(
-        "xwarp bench shim: veth pair 10.88.{}.0/24, servers in A (kernel .1 / shim engine .10), clients in B on the kernel\n\n",
-        o.net
-    );
-    s += &format!(
-        "{:<34} {:>12} {:>12} {:>10}\n",
-        "test", "kernel", "shim", "shim/kern"
-    );
-    for (clients, n) in [(50u32, o.requests), (1, o.latency_requests)] {
-        for test in ["SET", "GET"] {
-            let (Some(k), Some(x)) = (
-                find(&kernel.redis, test, clients),
-                find(&shim.redis, test, clients),
-            ) else {
-                continue;
-            };
-            s += &format!(
-                "{:<34} {:>12.0} {:>12.0} {:>10}\n",
-                format!("redis {test} -c {clients} -n {n} (req/s)"),
-                k.rps,
-                x.rps,
-                fmt_ratio(ratio(x.rps, k.rps))
-            );
-            if clients == 1 {
-                if let (Some(kp), Some(xp)) = (k.p50_ms, x.p50_ms) {
-                    s += &format!(
-                        "{:<34} {:>12.3} {:>12.3} {:>10}\n",
-                        format!("redis {test} -c 1 p50 (ms)"),
-                        kp,
-                        xp,
-                        fmt_ratio(ratio(xp, kp))
-                    );
-                }
-            }
-        }
-    }
-    if let (Some(k), Some(x)) = (&kernel.memcached, &shim.memcached) {
-        s += &format!(
-            "{:<34} {:>12.0} {:>12.0} {:>10}\n",
-            format!(
-                "memcaslap -c {} {} s (ops/s)",
-                k.connections,
-                o.duration.as_secs()
-            ),
-            k.tps,
-            x.tps,
-            fmt_ratio(ratio(x.tps, k.tps))
-        );
-    }
-    if let (Some(k), Some(x)) = (&kernel.ping, &shim.ping) {
-        for (name, kv, xv) in [
-            ("sockperf 64 B half RTT avg (us)", k.avg_us, x.avg_us),
-            ("sockperf 64 B half RTT p50 (us)", k.p50_us, x.p50_us),
-            ("sockperf 64 B half RTT p99 (us)", k.p99_us, x.p99_us),
-        ] {
-            s += &format!(
-                "{:<34} {:>12.2} {:>12.2} {:>10}\n",
-                name,
-                kv,
-                xv,
-                fmt_ratio(ratio(xv, kv))
-            );
-        }
-        s += &format!(
-            "{:<34} {:>12} {:>12}\n",
-            format!("sockperf round trips in {} s", o.duration.as_secs()),
-            k.observations,
-            x.observations
-        );
-    }
-    s += "\nreq/s: higher is better; latencies: lower is better (shim/kern < 1 means the shim is faster).\n";
-    s
-}
-
-/// The results as JSON.
-pub fn json(o: &Options, kernel: &StackResults, shim: &StackResults) -> String {
-    let num = |v: Option<f64>| match v {
-        Some(v) if v.is_finite() => format!("{v:.4}"),
-        _ => "null".into(),
-    };
-    let mut s = format!(
-        "{{\n  \"config\": {{\"net\": {}, \"requests\": {}, \"latency_requests\": {}, \"sockperf_duration_s\": {}, \"msg_size\": 64}},\n  \"redis\": [\n",
-        o.net,
-        o.requests,
-        o.latency_requests,
-        o.duration.as_secs()
-    );
-    let mut rows = Vec::new();
-    for k in &kernel.redis {
-        let x = find(&shim.redis, &k.test, k.clients);
-        rows.push(format!(
-            "    {{\"test\": \"{}\", \"clients\": {}, \"kernel_rps\": {}, \"shim_rps\": {}, \"rps_ratio\": {}, \"kernel_p50_ms\": {}, \"shim_p50_ms\": {}}}",
-            k.test,
-            k.clients,
-            num(Some(k.rps)),
-            num(x.map(|x| x.rps)),
-            num(x.and_then(|x| ratio(x.rps, k.rps))),
-            num(k.p50_ms),
-            num(x.and_then(|x| x.p50_ms))
-        ));
-    }
-    s += &rows.join(",\n");
-    s += "\n  ],\n  \"memcached\": ";
-    match (&kernel.memcached, &shim.memcached) {
-        (Some(k), Some(x)) => {
-            s += &format!(
-                "{{\"connections\": {}, \"duration_s\": {}, \"kernel_ops_per_s\": {}, \"shim_ops_per_s\": {}, \"ops_ratio\": {}, \"kernel_ops\": {}, \"shim_ops\": {}}}",
-                k.connections,
-                o.duration.as_secs(),
-                num(Some(k.tps)),
-                num(Some(x.tps)),
-                num(ratio(x.tps, k.tps)),
-                k.ops,
-                x.ops
-            );
-        }
-        _ => s += "null",
-    }
-    s += ",\n  \"sockperf\": ";
-    match (&kernel.ping, &shim.ping) {
-        (Some(k), Some(x)) => {
-            s += &format!(
-                "{{\"kernel_avg_us\": {}, \"shim_avg_us\": {}, \"avg_ratio\": {}, \"kernel_p50_us\": {}, \"shim_p50_us\": {}, \"p50_ratio\": {}, \"kernel_p99_us\": {}, \"shim_p99_us\": {}, \"p99_ratio\": {}, \"kernel_round_trips\": {}, \"shim_round_trips\": {}}}",
-                num(Some(k.avg_us)),
-                num(Some(x.avg_us)),
-                num(ratio(x.avg_us, k.avg_us)),
-                num(Some(k.p50_us)),
-                num(Some(x.p50_us)),
-                num(ratio(x.p50_us, k.p50_us)),
-                num(Some(k.p99_us)),
-                num(Some(x.p99_us)),
-                num(ratio(x.p99_us, k.p99_us)),
-                k.observations,
-                x.observations
-            );
-        }
-        _ => s += "null",
-    }
-    s += "\n}\n";
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -924,12 +740,20 @@ mod tests {
             }),
         };
         let (k, x) = (mk(1000.0, 10.0), mk(500.0, 5.0));
-        let t = table(&o, &k, &x);
+        let mut rep = Report::new("shim");
+        fill(&mut rep, &o, &k, &x);
+        rep.fill_ratios();
+        let t = super::super::shim_out::table(o.net, &rep);
         assert!(t.contains("0.50x"), "{t}");
-        let j = json(&o, &k, &x);
-        assert!(j.contains("\"rps_ratio\": 0.5000"), "{j}");
-        assert!(j.contains("\"p50_ratio\": 0.5000"), "{j}");
-        assert!(j.contains("\"ops_ratio\": 0.5000"), "{j}");
         assert!(t.contains("memcaslap -c 16"), "{t}");
+        let ratio = |test: &str, metric: &str| {
+            rep.find(test, "shim", metric)
+                .and_then(|r| r.ratio_to_kernel)
+        };
+        assert_eq!(ratio("redis SET -c 50 -n 100000", "rate"), Some(0.5));
+        assert_eq!(ratio("redis GET -c 1 -n 20000", "latency_p50"), Some(0.5));
+        assert_eq!(ratio("memcaslap -c 16", "rate"), Some(0.5));
+        assert_eq!(ratio("sockperf ping-pong 64 B", "latency_p99"), Some(0.5));
+        assert_eq!(Report::from_json(&rep.to_json()).unwrap(), rep);
     }
 }

@@ -36,7 +36,11 @@
 //! MTU 1500 2.49-2.65 CPU s/GB generic vs 2.94-3.08 native (Gbit/s median 4.8 vs 2.3, noisy);
 //! MTU 9000 1.15-1.35 vs 1.21-1.43 (no clear difference).
 //!
-//! Prints a table with ratios and one JSON object.
+//! `--sizes LIST` measures write_bw, read_bw and the kernel bulk at every size (the
+//! ceiling moves MTU frames and runs once). Prints a table with ratios (generated from the
+//! rows of [`crate::bench::report`]), per-second progress lines of every bandwidth
+//! measurement on stderr (`--quiet`: none); `--json FILE` writes the report, `--plot
+//! FILE.svg` draws bandwidth against size and the latency CDFs ([`crate::bench::plot`]).
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -51,9 +55,15 @@ use xwarp::poll_driver::engine::SpinBudget;
 use xwarp::poll_driver::netns::VethPair;
 
 mod options;
+mod output;
 
 use options::*;
-pub use options::{parse, Options, Pin, Results};
+pub use options::{parse, BwResults, Options, Pin, Results};
+pub use output::{fill, table};
+
+use super::plot::write_outputs;
+use super::progress;
+use super::report::Report;
 
 use super::common::{self, process_cores, process_cpu};
 use xwarp::toe::{RxChecksum, XdpEngineConfig};
@@ -74,10 +84,18 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    progress::set_quiet(o.quiet);
+    let (t0, mut rep) = (Instant::now(), Report::new("rdma"));
     match run(&o) {
         Ok(r) => {
-            print!("{}", table(&o, &r));
-            println!("{}", json(&o, &r));
+            output::fill(&mut rep, &o, &r);
+            rep.intervals = progress::take_log();
+            rep.finish(t0);
+            print!("{}", output::table(&o, &rep));
+            if let Err(e) = write_outputs(&rep, o.json.as_deref(), o.plot.as_deref()) {
+                eprintln!("xwarp bench rdma: {e}");
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -134,9 +152,9 @@ fn connect(
     a: &Context<AfXdpNic>,
     b: &Context<AfXdpNic>,
     addr: SocketAddr,
+    len: usize,
 ) -> io::Result<(End, End)> {
     let listener = b.device().listen(addr, 4)?;
-    let len = BULK * DEPTH * 2;
     let c = end(a, len)?;
     let s = end(b, len)?;
     c.qp.connect(
@@ -170,16 +188,16 @@ fn bw_pattern(side: u8, i: usize) -> u8 {
     (i % 251) as u8 ^ side.wrapping_mul(0x5b)
 }
 
-/// Write or Read bandwidth, `BULK`-byte messages, `DEPTH` outstanding, Gbit/s; and the
+/// Write or Read bandwidth, `size`-byte messages (`BULK` by default), `DEPTH` outstanding, Gbit/s; and the
 /// process CPU seconds spent per GB moved (both engines, the client and the kernel's
 /// work done on their behalf). The data source is filled with a pattern first, and every
 /// message slot is compared with it afterwards.
-fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)> {
+fn rdma_bw(c: &End, s: &End, read: bool, size: usize, dur: Duration) -> io::Result<(f64, f64)> {
     let slots = DEPTH * 2;
     let (src, dst, side) = if read { (s, c, 2) } else { (c, s, 1) };
-    let pattern: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(side, i)).collect();
+    let pattern: Vec<u8> = (0..size * slots).map(|i| bw_pattern(side, i)).collect();
     src.buf.write(0, &pattern)?;
-    dst.buf.fill(0, BULK * slots, 0)?;
+    dst.buf.fill(0, size * slots, 0)?;
     let (mut posted, mut done) = (0u64, 0u64);
     // `--pin apart`: the client runs on the core of the engine that receives the data (see
     // the module docs); this thread goes back to side A's core afterwards.
@@ -196,8 +214,8 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
     loop {
         // Past the deadline, post up to the next signaled request only.
         while posted - done < DEPTH as u64 && (t0.elapsed() < dur || posted % SIGNAL_EVERY != 0) {
-            let off = (posted as usize % slots) * BULK;
-            let sge = c.buf.sge(off, BULK).ok_or_else(|| err("sge"))?;
+            let off = (posted as usize % slots) * size;
+            let sge = c.buf.sge(off, size).ok_or_else(|| err("sge"))?;
             let (rkey, raddr) = (s.buf.rkey(), s.buf.addr() + off as u64);
             let mut wr = if read {
                 SendRequest::read(posted, sge, rkey, raddr)
@@ -216,15 +234,16 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
         if wc.wr_id < done || wc.wr_id >= posted {
             return Err(err(format!("completion for wr {} out of order", wc.wr_id)));
         }
+        progress::add((wc.wr_id + 1 - done) * size as u64);
         done = wc.wr_id + 1;
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu = process_cpu().saturating_sub(cpu0);
-    let bytes = done as f64 * BULK as f64;
-    let mut got = vec![0u8; BULK * slots];
+    let bytes = done as f64 * size as f64;
+    let mut got = vec![0u8; size * slots];
     dst.buf.read(0, &mut got)?;
     // Slots never written (a run shorter than `slots` messages) stay zero.
-    let used = (done as usize).min(slots) * BULK;
+    let used = (done as usize).min(slots) * size;
     if got[..used] != pattern[..used] {
         return Err(err("bandwidth: placed data differs from the source"));
     }
@@ -241,12 +260,22 @@ fn rdma_bw(c: &End, s: &End, read: bool, dur: Duration) -> io::Result<(f64, f64)
 /// at the same CPU per GB (0.62-0.64 s).
 const BULK_POLL: Duration = Duration::from_millis(2);
 
-fn p50_half_us(mut v: Vec<Duration>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable();
-    v[v.len() / 2].as_secs_f64() * 1e6 / 2.0
+/// The p50 half round trip in µs of round trips `v` (NaN when empty) and every half
+/// round trip in µs.
+fn p50_half_us(v: &[Duration]) -> (f64, Vec<f64>) {
+    let half: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e6 / 2.0).collect();
+    let mut sorted = half.clone();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
+        half,
+    )
+}
+
+/// The port of the `i`-th `--sizes` run of a test whose first run uses `base` (a fresh
+/// listener each; 20 apart, so no test's ports meet another's).
+fn sweep_port(base: u16, i: usize) -> u16 {
+    base + 20 * i as u16
 }
 
 /// Set by [`run`]: threads are pinned or not.
@@ -314,11 +343,11 @@ fn spin(stop: &AtomicBool, mut f: impl FnMut() -> bool) -> io::Result<bool> {
 }
 
 /// Write ping-pong: each side Writes `size` bytes into the peer's buffer; the last byte
-/// carries the iteration mark the peer polls for. Half round trip p50, µs.
-fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+/// carries the iteration mark the peer polls for. The round trips.
+fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<Vec<Duration>> {
     let last = size - 1;
     let stop = AtomicBool::new(false);
-    std::thread::scope(|sc| -> io::Result<f64> {
+    std::thread::scope(|sc| -> io::Result<Vec<Duration>> {
         let server = sc.spawn(|| -> io::Result<()> {
             pin(1);
             let mut n = 0u64;
@@ -365,13 +394,13 @@ fn write_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
         let srv = server.join().map_err(|_| err("server panicked"))?;
         let lat = r?;
         srv?;
-        Ok(p50_half_us(lat))
+        Ok(lat)
     })
 }
 
 /// Send ping-pong with `size`-byte inline Sends; the echoed payload is verified.
-/// Half round trip p50, µs.
-fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
+/// The round trips.
+fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<Vec<Duration>> {
     let stop = AtomicBool::new(false);
     let rsge = |e: &End| e.buf.sge(0, size).ok_or_else(|| err("sge"));
     s.qp.post_recv(0, &[rsge(s)?])
@@ -382,7 +411,7 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
     // a receive posted just before the peer's Send arrives can otherwise miss it (DDP
     // Terminate, untagged buffer, no buffer available).
     drop(s.pd.alloc_mr(64, Access::LOCAL_WRITE, false)?);
-    std::thread::scope(|sc| -> io::Result<f64> {
+    std::thread::scope(|sc| -> io::Result<Vec<Duration>> {
         let server = sc.spawn(|| -> io::Result<()> {
             pin(1);
             let mut n = 0u64;
@@ -449,13 +478,13 @@ fn send_lat(c: &End, s: &End, size: usize, dur: Duration) -> io::Result<f64> {
         let srv = server.join().map_err(|_| err("server panicked"))?;
         let lat = r?;
         srv?;
-        Ok(p50_half_us(lat))
+        Ok(lat)
     })
 }
 
-/// Kernel TCP bulk from namespace A to B: `BULK`-byte writes for `dur`, Gbit/s at the
+/// Kernel TCP bulk from namespace A to B: `size`-byte writes for `dur`, Gbit/s at the
 /// receiver (which checks the byte count), and process CPU seconds per GB.
-fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> {
+fn tcp_bulk(net: &VethPair, port: u16, size: usize, dur: Duration) -> io::Result<(f64, f64)> {
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
     let slots = DEPTH * 2;
@@ -464,24 +493,25 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> 
         let (mut s, _) = l.accept()?;
         // Reads land in `slots` rotating 64 KiB slots, as the RDMA Writes do (written
         // once first, as `rdma_bw` clears its sink: no page faults inside the measurement).
-        let mut buf = vec![0xffu8; BULK * slots];
+        let mut buf = vec![0xffu8; size * slots];
         let mut n = 0u64;
         let t0 = Instant::now();
         loop {
-            let off = (n / BULK as u64 % slots as u64) as usize * BULK;
-            let at = (n % BULK as u64) as usize;
-            let k = s.read(&mut buf[off + at..off + BULK])?;
+            let off = (n / size as u64 % slots as u64) as usize * size;
+            let at = (n % size as u64) as usize;
+            let k = s.read(&mut buf[off + at..off + size])?;
             if k == 0 {
                 return Ok((n, t0.elapsed()));
             }
             // Spot-check the stream: the first and last byte of each read.
             for i in [0, k - 1] {
-                let pos = (n + i as u64) % (BULK * slots) as u64;
+                let pos = (n + i as u64) % (size * slots) as u64;
                 if buf[off + at + i] != bw_pattern(1, pos as usize) {
                     return Err(err(format!("kernel bulk: byte {} differs", n + i as u64)));
                 }
             }
             n += k as u64;
+            progress::add(k as u64);
         }
     });
     let mut c = net
@@ -489,15 +519,27 @@ fn tcp_bulk(net: &VethPair, port: u16, dur: Duration) -> io::Result<(f64, f64)> 
         .run(move || std::net::TcpStream::connect_timeout(&addr, WAIT))??;
     c.set_nodelay(true)?;
     // The same source as write_bw: `slots` 64 KiB messages of the same pattern, in turn.
-    let buf: Vec<u8> = (0..BULK * slots).map(|i| bw_pattern(1, i)).collect();
+    let buf: Vec<u8> = (0..size * slots).map(|i| bw_pattern(1, i)).collect();
     let mut sent = 0u64;
     let cpu0 = process_cpu();
     let t0 = Instant::now();
-    while t0.elapsed() < dur {
-        let off = (sent / BULK as u64 % slots as u64) as usize * BULK;
-        c.write_all(&buf[off..off + BULK])?;
-        sent += BULK as u64;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&c);
+    let retrans = || progress::kernel_retransmits(fd);
+    let mut next_sample = Duration::ZERO;
+    loop {
+        let now = t0.elapsed();
+        if now >= dur {
+            break;
+        }
+        if now >= next_sample {
+            progress::set_retransmits(retrans());
+            next_sample = now + Duration::from_millis(250);
+        }
+        let off = (sent / size as u64 % slots as u64) as usize * size;
+        c.write_all(&buf[off..off + size])?;
+        sent += size as u64;
     }
+    progress::set_retransmits(retrans());
     c.shutdown(std::net::Shutdown::Write)?;
     let (n, el) = rx.join().map_err(|_| err("receiver panicked"))??;
     let cpu = process_cpu().saturating_sub(cpu0);
@@ -535,7 +577,7 @@ fn read_full(s: &mut std::net::TcpStream, buf: &mut [u8], poll: bool) -> io::Res
     Ok(())
 }
 
-/// Kernel TCP ping-pong of `size`-byte messages (echo verified). Half round trip p50, µs.
+/// Kernel TCP ping-pong of `size`-byte messages (echo verified). The round trips.
 /// `poll`: both ends poll non-blocking sockets instead of sleeping in `read`.
 fn tcp_pingpong(
     net: &VethPair,
@@ -543,7 +585,7 @@ fn tcp_pingpong(
     size: usize,
     dur: Duration,
     poll: bool,
-) -> io::Result<f64> {
+) -> io::Result<Vec<Duration>> {
     let addr = SocketAddr::from((net.addr_b, port));
     let l = net.b.run(move || std::net::TcpListener::bind(addr))??;
     let echo = std::thread::spawn(move || -> io::Result<()> {
@@ -583,7 +625,7 @@ fn tcp_pingpong(
     }
     c.shutdown(std::net::Shutdown::Write)?;
     echo.join().map_err(|_| err("echo panicked"))??;
-    Ok(p50_half_us(lat))
+    Ok(lat)
 }
 
 /// Run every measurement on a fresh veth pair (root needed).
@@ -605,46 +647,22 @@ pub fn run(o: &Options) -> io::Result<Results> {
         let r = run_round(o, &net)?;
         if o.repeat > 1 {
             // Each round's bandwidths, so the spread behind the medians is on record.
-            eprintln!(
-                "xwarp bench rdma: round {}: write_bw {:.2} read_bw {:.2} kernel bulk {:.2} \
-                 ceiling {:.2} Gbit/s",
-                round + 1,
-                r.write_bw_gbps,
-                r.read_bw_gbps,
-                r.tcp_bulk_gbps,
-                r.ceiling_gbps
-            );
+            for b in &r.bw {
+                eprintln!(
+                    "xwarp bench rdma: round {}: {} B: write_bw {:.2} read_bw {:.2} kernel bulk \
+                     {:.2} ceiling {:.2} Gbit/s",
+                    round + 1,
+                    b.size,
+                    b.write_bw_gbps,
+                    b.read_bw_gbps,
+                    b.tcp_bulk_gbps,
+                    r.ceiling_gbps
+                );
+            }
         }
         rounds.push(r);
     }
-    Ok(median(&rounds))
-}
-
-/// The median of every value over the rounds (a noisy shared machine: one slow round of
-/// the kernel or of the engines must not decide a ratio).
-fn median(rounds: &[Results]) -> Results {
-    let m = |f: fn(&Results) -> f64| {
-        let mut v: Vec<f64> = rounds.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    };
-    Results {
-        write_bw_gbps: m(|r| r.write_bw_gbps),
-        read_bw_gbps: m(|r| r.read_bw_gbps),
-        write_lat_us: m(|r| r.write_lat_us),
-        send_lat_us: m(|r| r.send_lat_us),
-        tcp_bulk_gbps: m(|r| r.tcp_bulk_gbps),
-        ceiling_gbps: m(|r| r.ceiling_gbps),
-        write_bw_cpu_s_per_gb: m(|r| r.write_bw_cpu_s_per_gb),
-        read_bw_cpu_s_per_gb: m(|r| r.read_bw_cpu_s_per_gb),
-        tcp_bulk_cpu_s_per_gb: m(|r| r.tcp_bulk_cpu_s_per_gb),
-        tcp_lat_us: m(|r| r.tcp_lat_us),
-        tcp_lat_poll_us: m(|r| r.tcp_lat_poll_us),
-    }
+    Ok(output::median(&rounds))
 }
 
 /// One round of every selected test on the pair: kernel TCP first (no XDP program attached
@@ -652,14 +670,24 @@ fn median(rounds: &[Results]) -> Results {
 fn run_round(o: &Options, net: &VethPair) -> io::Result<Results> {
     let a_ip = Ipv4Addr::new(10, 88, o.net, 10);
     let b_ip = Ipv4Addr::new(10, 88, o.net, 20);
-    let mut r = Results::default();
+    let mut r = Results::new(&o.sizes);
     if o.runs("tcp") {
-        (r.tcp_bulk_gbps, r.tcp_bulk_cpu_s_per_gb) = tcp_bulk(net, 5201, o.duration)?;
-        r.tcp_lat_us = tcp_pingpong(net, 5202, o.small, o.duration, false)?;
-        r.tcp_lat_poll_us = tcp_pingpong(net, 5203, o.small, o.duration, true)?;
+        for (i, w) in r.bw.iter_mut().enumerate() {
+            let meter = progress::start("bulk", "tcp", Some(w.size));
+            let res = tcp_bulk(net, sweep_port(5201, i), w.size, o.duration);
+            meter.finish();
+            (w.tcp_bulk_gbps, w.tcp_bulk_cpu_s_per_gb) = res?;
+        }
+        let lat = tcp_pingpong(net, 5202, o.small, o.duration, false)?;
+        (r.tcp_lat_us, r.tcp_lat_samples) = p50_half_us(&lat);
+        let lat = tcp_pingpong(net, 5203, o.small, o.duration, true)?;
+        (r.tcp_lat_poll_us, r.tcp_lat_poll_samples) = p50_half_us(&lat);
     }
     if o.runs("ceiling") {
-        r.ceiling_gbps = ceiling(net, o, a_ip, b_ip)?;
+        let meter = progress::start("bulk", "afxdp-ceiling", None);
+        let res = ceiling(net, o, a_ip, b_ip);
+        meter.finish();
+        r.ceiling_gbps = res?;
     }
     let cfg = |ifname: &str, ip, name: &str, core| {
         let mut c = XdpEngineConfig::new(ifname, ip, 24);
@@ -696,25 +724,36 @@ fn run_round(o: &Options, net: &VethPair) -> io::Result<Results> {
             ev(&s.qp)
         ))
     };
-    if o.runs("write_bw") {
-        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4791)))?;
-        (r.write_bw_gbps, r.write_bw_cpu_s_per_gb) =
-            rdma_bw(&c, &s, false, o.duration).map_err(|e| stage("write_bw", &c, &s, e))?;
+    for (test, read, base) in [("write_bw", false, 4791), ("read_bw", true, 4792)] {
+        if !o.runs(test) {
+            continue;
+        }
+        for (i, w) in r.bw.iter_mut().enumerate() {
+            let addr = SocketAddr::from((b_ip, sweep_port(base, i)));
+            let (c, s) = connect(&a, &b, addr, w.size * DEPTH * 2)?;
+            let meter = progress::start("bulk", test, Some(w.size));
+            let res = rdma_bw(&c, &s, read, w.size, o.duration);
+            meter.finish();
+            let res = res.map_err(|e| stage(test, &c, &s, e))?;
+            if read {
+                (w.read_bw_gbps, w.read_bw_cpu_s_per_gb) = res;
+            } else {
+                (w.write_bw_gbps, w.write_bw_cpu_s_per_gb) = res;
+            }
+        }
     }
-    if o.runs("read_bw") {
-        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4792)))?;
-        (r.read_bw_gbps, r.read_bw_cpu_s_per_gb) =
-            rdma_bw(&c, &s, true, o.duration).map_err(|e| stage("read_bw", &c, &s, e))?;
-    }
+    let lat_len = BULK * DEPTH * 2;
     if o.runs("write_lat") {
-        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)))?;
-        r.write_lat_us =
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4793)), lat_len)?;
+        let lat =
             write_lat(&c, &s, o.small, o.duration).map_err(|e| stage("write_lat", &c, &s, e))?;
+        (r.write_lat_us, r.write_lat_samples) = p50_half_us(&lat);
     }
     if o.runs("send_lat") {
-        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)))?;
-        r.send_lat_us =
+        let (c, s) = connect(&a, &b, SocketAddr::from((b_ip, 4794)), lat_len)?;
+        let lat =
             send_lat(&c, &s, o.small, o.duration).map_err(|e| stage("send_lat", &c, &s, e))?;
+        (r.send_lat_us, r.send_lat_samples) = p50_half_us(&lat);
     }
     // Per-engine counters on stderr: frames dropped anywhere on the AF_XDP path mean
     // TCP recovery (and stalls) inside the measurements.
@@ -782,7 +821,7 @@ fn engine_spin(o: &Options) -> SpinBudget {
 /// Default engine idle policy of `xwarp bench rdma` (see [`engine_spin`]).
 const ENGINE_SPIN: SpinBudget = SpinBudget::Yield(Duration::from_millis(2));
 
-fn spin_name(o: &Options) -> String {
+pub(super) fn spin_name(o: &Options) -> String {
     match engine_spin(o) {
         SpinBudget::Iterations(n) => format!("{n} iterations"),
         SpinBudget::Duration(d) => format!("{} us", d.as_micros()),
@@ -791,107 +830,11 @@ fn spin_name(o: &Options) -> String {
     }
 }
 
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 {
-        a / b
-    } else {
-        0.0
-    }
-}
-
-fn csum_name(o: &Options) -> &'static str {
+pub(super) fn csum_name(o: &Options) -> &'static str {
     match o.rx_checksum {
         RxChecksum::TrustL4 => "trust-l4",
         RxChecksum::Verify => "verify",
     }
-}
-
-fn pin_name(o: &Options) -> &'static str {
-    o.pin.name()
-}
-
-/// The human-readable table.
-pub fn table(o: &Options, r: &Results) -> String {
-    format!(
-        "xwarp bench rdma: veth pair, MTU {}, {:.1} s per test, medians of {} rounds, MPA CRC on, rx checksum {}, \
-         XDP {}, small = {} B, pin {}, engine spin {}\n\
-         test                     xwarp RDMA     kernel TCP     ratio   target\n\
-         write_bw 64 KiB (Gb/s)   {:>10.2}     {:>10.2}     {:>5.2}   >= 1.0\n\
-         read_bw 64 KiB (Gb/s)    {:>10.2}     {:>10.2}     {:>5.2}\n\
-         write_lat p50 (µs, 1/2)  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
-         send_lat p50 (µs, 1/2)   {:>10.2}     {:>10.2}     {:>5.2}\n\
-         write_bw CPU (s/GB)      {:>10.3}     {:>10.3}     {:>5.2}\n\
-         write_lat vs polled TCP  {:>10.2}     {:>10.2}     {:>5.2}   <= 0.5\n\
-         afxdp ceiling (Gb/s)     {:>10.2}     {:>10.2}     {:>5.2}\n\
-         (kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
-         \x20as the xwarp waiters poll; afxdp ceiling: raw UDP frames between two AF_XDP sockets\n\
-         \x20on this veth with one copy at each end and no TCP or RDMA, the most any engine on\n\
-         \x20this path could move: write_bw can reach at most this ratio to kernel TCP)\n",
-        o.mtu,
-        o.duration.as_secs_f64(),
-        o.repeat,
-        csum_name(o),
-        o.xdp_mode.name(),
-        o.small,
-        pin_name(o),
-        spin_name(o),
-        r.write_bw_gbps,
-        r.tcp_bulk_gbps,
-        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
-        r.read_bw_gbps,
-        r.tcp_bulk_gbps,
-        ratio(r.read_bw_gbps, r.tcp_bulk_gbps),
-        r.write_lat_us,
-        r.tcp_lat_us,
-        ratio(r.write_lat_us, r.tcp_lat_us),
-        r.send_lat_us,
-        r.tcp_lat_us,
-        ratio(r.send_lat_us, r.tcp_lat_us),
-        r.write_bw_cpu_s_per_gb,
-        r.tcp_bulk_cpu_s_per_gb,
-        ratio(r.write_bw_cpu_s_per_gb, r.tcp_bulk_cpu_s_per_gb),
-        r.write_lat_us,
-        r.tcp_lat_poll_us,
-        ratio(r.write_lat_us, r.tcp_lat_poll_us),
-        r.ceiling_gbps,
-        r.tcp_bulk_gbps,
-        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
-    )
-}
-
-/// One JSON object with every number and the ratios.
-pub fn json(o: &Options, r: &Results) -> String {
-    format!(
-        "{{\"bench\":\"rdma\",\"mtu\":{},\"rx_checksum\":\"{}\",\"xdp_mode\":\"{}\",\"duration_s\":{:.3},\"repeat\":{},\"small\":{},\"pin\":\"{}\",\"engine_spin\":\"{}\",\"bulk\":{BULK},\"crc\":true,\
-         \"write_bw_gbps\":{:.3},\"read_bw_gbps\":{:.3},\"write_lat_us\":{:.3},\
-         \"send_lat_us\":{:.3},\"tcp_bulk_gbps\":{:.3},\"ceiling_gbps\":{:.3},\"ceiling_ratio\":{:.3},\"tcp_lat_us\":{:.3},\
-         \"tcp_lat_poll_us\":{:.3},\"write_bw_ratio\":{:.3},\"write_lat_ratio\":{:.3},\
-         \"write_lat_poll_ratio\":{:.3},\"write_bw_cpu_s_per_gb\":{:.4},\
-         \"read_bw_cpu_s_per_gb\":{:.4},\"tcp_bulk_cpu_s_per_gb\":{:.4}}}",
-        o.mtu,
-        csum_name(o),
-        o.xdp_mode.name(),
-        o.duration.as_secs_f64(),
-        o.repeat,
-        o.small,
-        pin_name(o),
-        spin_name(o),
-        r.write_bw_gbps,
-        r.read_bw_gbps,
-        r.write_lat_us,
-        r.send_lat_us,
-        r.tcp_bulk_gbps,
-        r.ceiling_gbps,
-        ratio(r.ceiling_gbps, r.tcp_bulk_gbps),
-        r.tcp_lat_us,
-        r.tcp_lat_poll_us,
-        ratio(r.write_bw_gbps, r.tcp_bulk_gbps),
-        ratio(r.write_lat_us, r.tcp_lat_us),
-        ratio(r.write_lat_us, r.tcp_lat_poll_us),
-        r.write_bw_cpu_s_per_gb,
-        r.read_bw_cpu_s_per_gb,
-        r.tcp_bulk_cpu_s_per_gb,
-    )
 }
 
 #[cfg(test)]
@@ -984,6 +927,20 @@ mod tests {
             (d.xdp_mode, d.rx_checksum),
             (XdpMode::Generic, RxChecksum::TrustL4)
         );
+        let o = parse(&a(&[
+            "--sizes", "4K,64K", "--json", "-", "--plot", "p.svg", "--quiet",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((&o.sizes[..], o.quiet), (&[4096, 65536][..], true));
+        assert_eq!(o.json.as_deref(), Some(std::path::Path::new("-")));
+        assert!(parse(&a(&["--sizes", "2M"])).is_err());
+        assert!(parse(&a(&["--sizes", "1,x"])).is_err());
+        assert_eq!(Options::default().sizes, vec![BULK]);
+        assert_eq!((sweep_port(4791, 0), sweep_port(4791, 2)), (4791, 4831));
+        let (p50, half) = p50_half_us(&[Duration::from_micros(10), Duration::from_micros(30)]);
+        assert_eq!((p50, half), (15.0, vec![5.0, 15.0]));
+        assert!(p50_half_us(&[]).0.is_nan());
         let o = parse(&a(&[])).unwrap().unwrap();
         assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
         assert!(TESTS.iter().all(|t| o.runs(t)));

@@ -37,6 +37,14 @@ pub struct Options {
     pub xdp_mode: XdpMode,
     /// Rounds; every reported value is the median over them.
     pub repeat: u32,
+    /// Message sizes of the bandwidth tests and the kernel bulk (`--sizes`), ascending.
+    pub sizes: Vec<usize>,
+    /// JSON output file (`-`: stdout).
+    pub json: Option<std::path::PathBuf>,
+    /// SVG plot file.
+    pub plot: Option<std::path::PathBuf>,
+    /// No per-second progress lines.
+    pub quiet: bool,
 }
 
 /// Thread placement of `xwarp bench rdma` (see the module docs).
@@ -62,6 +70,11 @@ impl Pin {
         }
     }
 }
+
+/// Largest `--sizes` size (each bandwidth end registers `2 * DEPTH` messages).
+pub(super) const MAX_SIZE: usize = 1 << 20;
+/// Most sizes in a `--sizes` sweep.
+pub(super) const MAX_SIZES: usize = 16;
 
 /// Largest `--mtu`: 16 chained 4096-byte chunks (`afxdp::MAX_CHAIN`) minus headroom.
 pub(super) const MAX_MTU: usize = 60000;
@@ -97,37 +110,96 @@ impl Default for Options {
             repeat: 1,
             rx_checksum: RxChecksum::TrustL4,
             xdp_mode: XdpMode::Generic,
+            sizes: vec![BULK],
+            json: None,
+            plot: None,
+            quiet: false,
         }
     }
 }
 
-/// Results of one run (bandwidth in Gbit/s, latency one-way p50 in µs).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Results {
-    /// RDMA Write bandwidth, 64 KiB messages.
+/// Bandwidth results at one message size (Gbit/s; NaN: not run).
+#[derive(Debug, Clone, Copy)]
+pub struct BwResults {
+    /// Message size, bytes.
+    pub size: usize,
+    /// RDMA Write bandwidth.
     pub write_bw_gbps: f64,
-    /// RDMA Read bandwidth, 64 KiB messages.
+    /// RDMA Read bandwidth.
     pub read_bw_gbps: f64,
-    /// RDMA Write ping-pong, half round trip p50.
-    pub write_lat_us: f64,
-    /// Send ping-pong, half round trip p50.
-    pub send_lat_us: f64,
-    /// Kernel TCP bulk, 64 KiB writes.
+    /// Kernel TCP bulk, `size`-byte writes.
     pub tcp_bulk_gbps: f64,
-    /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
-    /// TCP, no RDMA ([`crate::bench::ceiling`]): the most any engine on this path could move.
-    pub ceiling_gbps: f64,
     /// Process CPU seconds per GB moved by write_bw (engines, client, kernel work).
     pub write_bw_cpu_s_per_gb: f64,
     /// Process CPU seconds per GB moved by read_bw.
     pub read_bw_cpu_s_per_gb: f64,
     /// Process CPU seconds per GB moved by the kernel bulk transfer (both sockets).
     pub tcp_bulk_cpu_s_per_gb: f64,
+}
+
+impl BwResults {
+    /// Nothing measured yet at `size`.
+    pub fn new(size: usize) -> BwResults {
+        BwResults {
+            size,
+            write_bw_gbps: f64::NAN,
+            read_bw_gbps: f64::NAN,
+            tcp_bulk_gbps: f64::NAN,
+            write_bw_cpu_s_per_gb: f64::NAN,
+            read_bw_cpu_s_per_gb: f64::NAN,
+            tcp_bulk_cpu_s_per_gb: f64::NAN,
+        }
+    }
+}
+
+/// Results of a run (bandwidth in Gbit/s, latency one-way = half the round trip, µs; NaN:
+/// not run, `--only`).
+#[derive(Debug, Clone)]
+pub struct Results {
+    /// Bandwidth at each `--sizes` size.
+    pub bw: Vec<BwResults>,
+    /// RDMA Write ping-pong, half round trip p50.
+    pub write_lat_us: f64,
+    /// Send ping-pong, half round trip p50.
+    pub send_lat_us: f64,
+    /// Raw UDP frames between two AF_XDP sockets on the same veth, one copy at each end, no
+    /// TCP, no RDMA ([`crate::bench::ceiling`]): the most any engine on this path could move.
+    pub ceiling_gbps: f64,
     /// Kernel TCP ping-pong, half round trip p50 (blocking reads: threads sleep).
     pub tcp_lat_us: f64,
     /// Kernel TCP ping-pong with non-blocking reads polled (yielding) like the xwarp
     /// waiters poll their memory and CQs: the like-for-like baseline for the latency ratio.
     pub tcp_lat_poll_us: f64,
+    /// Every round's half round trips of write_lat, µs (the CDF).
+    pub write_lat_samples: Vec<f64>,
+    /// Of send_lat.
+    pub send_lat_samples: Vec<f64>,
+    /// Of the kernel ping-pong.
+    pub tcp_lat_samples: Vec<f64>,
+    /// Of the polled kernel ping-pong.
+    pub tcp_lat_poll_samples: Vec<f64>,
+    /// Every round's bandwidth results (the spread behind the medians; empty for one round's
+    /// own results).
+    pub bw_rounds: Vec<Vec<BwResults>>,
+}
+
+impl Results {
+    /// Nothing measured yet, at `sizes`.
+    pub fn new(sizes: &[usize]) -> Results {
+        Results {
+            bw: sizes.iter().map(|&s| BwResults::new(s)).collect(),
+            write_lat_us: f64::NAN,
+            send_lat_us: f64::NAN,
+            ceiling_gbps: f64::NAN,
+            tcp_lat_us: f64::NAN,
+            tcp_lat_poll_us: f64::NAN,
+            write_lat_samples: Vec::new(),
+            send_lat_samples: Vec::new(),
+            tcp_lat_samples: Vec::new(),
+            tcp_lat_poll_samples: Vec::new(),
+            bw_rounds: Vec::new(),
+        }
+    }
 }
 
 /// The command line of `xwarp bench rdma` as clap sees it; every value is checked by
@@ -181,6 +253,21 @@ pub(super) struct Cli {
     /// veth, see the module docs).
     #[arg(long = "xdp-mode", value_name = "M")]
     xdp_mode: Option<String>,
+    /// Message sizes of write_bw, read_bw and the kernel bulk, e.g. 4K,16K,64K,256K,1M
+    /// (K = 1024, M = 1024²; at most 1M; default 64K); the ceiling moves MTU frames and runs
+    /// once.
+    #[arg(long = "sizes", value_name = "LIST")]
+    sizes: Option<String>,
+    /// Also write the results as JSON (schema xwarp-bench/1, see tools/README.md; `-`:
+    /// stdout).
+    #[arg(long = "json", value_name = "FILE")]
+    json: Option<String>,
+    /// Also draw bandwidth against message size and the latency CDFs as SVG.
+    #[arg(long = "plot", value_name = "FILE.svg")]
+    plot: Option<String>,
+    /// No per-second progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 impl Cli {
@@ -197,6 +284,9 @@ impl Cli {
             ("--mtu", self.mtu),
             ("--rx-checksum", self.rx_checksum),
             ("--xdp-mode", self.xdp_mode),
+            ("--sizes", self.sizes),
+            ("--json", self.json),
+            ("--plot", self.plot),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -225,7 +315,10 @@ pub fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
 
 /// Check every given value and build the options.
 pub(super) fn check(c: Cli) -> Result<Options, String> {
-    let mut o = Options::default();
+    let mut o = Options {
+        quiet: c.quiet,
+        ..Options::default()
+    };
     for (a, v) in c.given() {
         let v = v.as_str();
         match a {
@@ -285,6 +378,14 @@ pub(super) fn check(c: Cli) -> Result<Options, String> {
                     return Err(format!("--repeat {v} out of range (1..=50)"));
                 }
             }
+            "--sizes" => {
+                o.sizes = crate::bench::report::parse_sizes(a, v, MAX_SIZE)?;
+                if o.sizes.len() > MAX_SIZES {
+                    return Err(format!("--sizes: at most {MAX_SIZES} sizes"));
+                }
+            }
+            "--json" => o.json = Some(v.into()),
+            "--plot" => o.plot = Some(v.into()),
             "--only" => {
                 let list: Vec<String> = v.split(',').map(str::to_string).collect();
                 if let Some(bad) = list.iter().find(|t| !TESTS.contains(&t.as_str())) {

@@ -46,24 +46,35 @@
 //! moves to the receiver's core, which then also copies to the reader, while the sender's
 //! core waits; without RPS the sender's softirq does TCP input and the receiver only copies).
 //! `--rps all` gives the kernel pair RPS too (the old default, for comparison).
+//!
+//! Output: a table generated from the rows of [`crate::bench::report`] (one line per pair
+//! and `--sizes` size), per-second progress lines of every bulk run on stderr with the
+//! sender's TCP retransmissions (`--quiet`: none); `--json FILE` writes the report, `--plot
+//! FILE.svg` draws bulk bandwidth against write size and the ping-pong latency CDFs.
 
 use std::ffi::OsString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use xwarp::poll_driver::backend::Backend;
 use xwarp::poll_driver::netns::{NetNs, VethPair};
 
 mod options;
+mod output;
 mod traffic;
 
 use options::*;
 
-pub use options::{parse_args, Options, PairKind, PairResult, Pin, Rps};
+pub use options::{parse_args, BulkResult, Options, PairKind, PairResult, Pin, Rps};
+pub use output::{fill, table};
 use traffic::*;
+
+use super::plot::write_outputs;
+use super::progress;
+use super::report::Report;
 
 use super::common::{self, socket_buffer};
 use xwarp::net::{TcpListener, TcpStream};
@@ -81,14 +92,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    progress::set_quiet(opts.quiet);
+    let (t0, mut rep) = (Instant::now(), Report::new("tcp"));
     match run(&opts) {
         Ok(results) => {
-            print!("{}", table(&opts, &results));
-            if let Some(path) = &opts.json {
-                if let Err(e) = std::fs::write(path, json(&opts, &results)) {
-                    eprintln!("xwarp bench tcp: writing {}: {e}", path.display());
-                    return ExitCode::FAILURE;
-                }
+            output::fill(&mut rep, &opts, &results);
+            rep.intervals = progress::take_log();
+            rep.finish(t0);
+            print!("{}", output::table(&opts, &rep));
+            if let Err(e) = write_outputs(&rep, opts.json.as_deref(), opts.plot.as_deref()) {
+                eprintln!("xwarp bench tcp: {e}");
+                return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS
         }
@@ -236,29 +250,59 @@ fn engine_cpu(engines: &[&XdpEngine]) -> Duration {
         .sum()
 }
 
-fn result(
-    kind: PairKind,
-    bulk: (BulkSide, BulkSide),
-    engine_cpu: Duration,
-    h: &Histogram<u64>,
-) -> PairResult {
-    let (c, s) = bulk;
+/// One bulk measurement as a [`BulkResult`] (one run).
+fn bulk_result(size: usize, c: &BulkSide, s: &BulkSide, engine_cpu: Duration) -> BulkResult {
     let secs = s.elapsed.as_secs_f64().max(1e-9);
     let gbps = s.bytes as f64 * 8.0 / secs / 1e9;
+    BulkResult {
+        size: Some(size),
+        gbps,
+        gbps_min: gbps,
+        gbps_max: gbps,
+        bytes: s.bytes,
+        client_cpu_s_per_gb: Some(per_gb(c.cpu, s.bytes)),
+        server_cpu_s_per_gb: Some(per_gb(s.cpu, s.bytes)),
+        engine_cpu_s_per_gb: per_gb(engine_cpu, s.bytes),
+    }
+}
+
+fn result(kind: PairKind, bulk: Vec<BulkResult>, h: Histogram<u64>) -> PairResult {
     PairResult {
         kind,
         runs: 1,
-        bulk_gbps: gbps,
-        bulk_gbps_min: gbps,
-        bulk_gbps_max: gbps,
-        bulk_bytes: s.bytes,
-        client_cpu_s_per_gb: per_gb(c.cpu, s.bytes),
-        server_cpu_s_per_gb: per_gb(s.cpu, s.bytes),
-        engine_cpu_s_per_gb: per_gb(engine_cpu, s.bytes),
+        bulk,
         half_rtt_p50_us: h.value_at_quantile(0.50) as f64 / 1e3,
         half_rtt_p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
         pingpongs: h.len(),
+        half_rtt_ns: Some(h),
     }
+}
+
+/// The port of the bulk run at the `i`-th size (a fresh listener each).
+fn bulk_port(i: usize) -> u16 {
+    if i == 0 {
+        BULK_PORT
+    } else {
+        BULK_SWEEP_PORT + i as u16
+    }
+}
+
+/// The bulk run of one pair at every `--sizes` size, each under a progress meter: `one`
+/// runs it at (size, port) and returns both sides and the engines' CPU time.
+fn sweep(
+    o: &Options,
+    kind: PairKind,
+    mut one: impl FnMut(usize, u16) -> io::Result<((BulkSide, BulkSide), Duration)>,
+) -> io::Result<Vec<BulkResult>> {
+    let mut out = Vec::new();
+    for (i, &size) in o.sizes.iter().enumerate() {
+        let meter = progress::start("bulk", kind.name(), Some(size));
+        let r = one(size, bulk_port(i));
+        meter.finish();
+        let ((c, s), ecpu) = r?;
+        out.push(bulk_result(size, &c, &s, ecpu));
+    }
+    Ok(out)
 }
 
 /// Run every requested pair over one fresh veth pair.
@@ -283,34 +327,63 @@ pub fn run(o: &Options) -> io::Result<Vec<PairResult>> {
     Ok(samples.iter().filter_map(|s| median(s)).collect())
 }
 
-/// The median of each measured value over repeated runs of one pair (bulk min/max kept).
+fn med(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The median of each measured value over repeated runs of one pair, per write size (bulk
+/// min/max kept); the ping-pong histograms are merged.
 fn median(runs: &[PairResult]) -> Option<PairResult> {
     let first = runs.first()?;
-    let med = |f: fn(&PairResult) -> f64| {
-        let mut v: Vec<f64> = runs.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+    let m = |f: &dyn Fn(&PairResult) -> f64| med(runs.iter().map(f).collect());
+    let bulk = (0..first.bulk.len())
+        .map(|j| {
+            let at: Vec<&BulkResult> = runs.iter().filter_map(|r| r.bulk.get(j)).collect();
+            let mb = |f: &dyn Fn(&BulkResult) -> f64| med(at.iter().map(|b| f(b)).collect());
+            let mo = |f: &dyn Fn(&BulkResult) -> Option<f64>| {
+                let v: Vec<f64> = at.iter().filter_map(|b| f(b)).collect();
+                (!v.is_empty()).then(|| med(v))
+            };
+            BulkResult {
+                size: first.bulk[j].size,
+                gbps: mb(&|b| b.gbps),
+                gbps_min: at.iter().map(|b| b.gbps).fold(f64::INFINITY, f64::min),
+                gbps_max: at.iter().map(|b| b.gbps).fold(0.0, f64::max),
+                bytes: at.iter().map(|b| b.bytes).sum(),
+                client_cpu_s_per_gb: mo(&|b| b.client_cpu_s_per_gb),
+                server_cpu_s_per_gb: mo(&|b| b.server_cpu_s_per_gb),
+                engine_cpu_s_per_gb: mb(&|b| b.engine_cpu_s_per_gb),
+            }
+        })
+        .collect();
+    let mut hist: Option<Histogram<u64>> = None;
+    for h in runs.iter().filter_map(|r| r.half_rtt_ns.as_ref()) {
+        match &mut hist {
+            None => hist = Some(h.clone()),
+            Some(all) => {
+                let _ = all.add(h);
+            }
         }
-    };
-    let gbps = runs.iter().map(|r| r.bulk_gbps);
+    }
     Some(PairResult {
         kind: first.kind,
         runs: runs.len() as u32,
-        bulk_gbps: med(|r| r.bulk_gbps),
-        bulk_gbps_min: gbps.clone().fold(f64::INFINITY, f64::min),
-        bulk_gbps_max: gbps.fold(0.0, f64::max),
-        bulk_bytes: runs.iter().map(|r| r.bulk_bytes).sum(),
-        client_cpu_s_per_gb: med(|r| r.client_cpu_s_per_gb),
-        server_cpu_s_per_gb: med(|r| r.server_cpu_s_per_gb),
-        engine_cpu_s_per_gb: med(|r| r.engine_cpu_s_per_gb),
-        half_rtt_p50_us: med(|r| r.half_rtt_p50_us),
-        half_rtt_p99_us: med(|r| r.half_rtt_p99_us),
+        bulk,
+        half_rtt_p50_us: m(&|r| r.half_rtt_p50_us),
+        half_rtt_p99_us: m(&|r| r.half_rtt_p99_us),
         pingpongs: runs.iter().map(|r| r.pingpongs).sum(),
+        half_rtt_ns: hist,
     })
+}
+
+/// Bytes of every bulk run of a result.
+fn bulk_bytes(r: &PairResult) -> u64 {
+    r.bulk.iter().map(|b| b.bytes).sum()
 }
 
 /// One measurement of every pair in `order` (kernel baseline first: engines of the
@@ -334,58 +407,67 @@ fn run_round(
             o.repeat,
             kind.name()
         );
-        let kserver = SocketAddr::from((net.veth.addr_b, BULK_PORT));
         apply_rps(net, o, o.rps.applies(kind))?;
         let r = match kind {
             PairKind::KernelKernel => {
-                let bulk = run_bulk(
-                    &ends,
-                    kernel_acceptor(kernel_listener(net, BULK_PORT)?),
-                    Box::new(|| kernel_connect(net, BULK_PORT)),
-                    o,
-                )?;
+                let bulk = sweep(o, kind, |size, port| {
+                    let b = run_bulk(
+                        &ends,
+                        kernel_acceptor(kernel_listener(net, port)?),
+                        Box::new(move || kernel_connect(net, port)),
+                        o,
+                        size,
+                    )?;
+                    Ok((b, Duration::ZERO))
+                })?;
                 let h = run_ping(
                     &ends,
                     kernel_acceptor(kernel_listener(net, PING_PORT)?),
                     Box::new(|| kernel_connect(net, PING_PORT)),
                     o,
                 )?;
-                result(kind, bulk, Duration::ZERO, &h)
+                result(kind, bulk, h)
             }
             PairKind::XwarpKernel => {
                 let ea = start_engine(net, o, true, core_a)?;
-                let cpu0 = engine_cpu(&[&ea]);
-                let bulk = run_bulk(
-                    &ends,
-                    kernel_acceptor(kernel_listener(net, BULK_PORT)?),
-                    xwarp_connector(&ea, kserver),
-                    o,
-                )?;
-                let ecpu = engine_cpu(&[&ea]) - cpu0;
+                let bulk = sweep(o, kind, |size, port| {
+                    let cpu0 = engine_cpu(&[&ea]);
+                    let b = run_bulk(
+                        &ends,
+                        kernel_acceptor(kernel_listener(net, port)?),
+                        xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, port))),
+                        o,
+                        size,
+                    )?;
+                    Ok((b, engine_cpu(&[&ea]) - cpu0))
+                })?;
                 let h = run_ping(
                     &ends,
                     kernel_acceptor(kernel_listener(net, PING_PORT)?),
                     xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, PING_PORT))),
                     o,
                 )?;
-                let r = result(kind, bulk, ecpu, &h);
-                report_engine("A", ea, r.bulk_bytes)?;
+                let r = result(kind, bulk, h);
+                report_engine("A", ea, bulk_bytes(&r))?;
                 r
             }
             PairKind::XwarpXwarp => {
                 let ea = start_engine(net, o, true, core_a)?;
                 let eb = start_engine(net, o, false, core_b)?;
-                let cpu0 = engine_cpu(&[&ea, &eb]);
-                let bulk = run_bulk(
-                    &ends,
-                    xwarp_acceptor(TcpListener::bind(
-                        eb.stack(),
-                        SocketAddr::from((net.xb, BULK_PORT)),
-                    )?),
-                    xwarp_connector(&ea, SocketAddr::from((net.xb, BULK_PORT))),
-                    o,
-                )?;
-                let ecpu = engine_cpu(&[&ea, &eb]) - cpu0;
+                let bulk = sweep(o, kind, |size, port| {
+                    let cpu0 = engine_cpu(&[&ea, &eb]);
+                    let b = run_bulk(
+                        &ends,
+                        xwarp_acceptor(TcpListener::bind(
+                            eb.stack(),
+                            SocketAddr::from((net.xb, port)),
+                        )?),
+                        xwarp_connector(&ea, SocketAddr::from((net.xb, port))),
+                        o,
+                        size,
+                    )?;
+                    Ok((b, engine_cpu(&[&ea, &eb]) - cpu0))
+                })?;
                 let h = run_ping(
                     &ends,
                     xwarp_acceptor(TcpListener::bind(
@@ -395,12 +477,17 @@ fn run_round(
                     xwarp_connector(&ea, SocketAddr::from((net.xb, PING_PORT))),
                     o,
                 )?;
-                let r = result(kind, bulk, ecpu, &h);
-                report_engine("A", ea, r.bulk_bytes)?;
-                report_engine("B", eb, r.bulk_bytes)?;
+                let r = result(kind, bulk, h);
+                report_engine("A", ea, bulk_bytes(&r))?;
+                report_engine("B", eb, bulk_bytes(&r))?;
                 r
             }
-            PairKind::AfxdpCeiling => ceiling_result(net, o, core_a, core_b)?,
+            PairKind::AfxdpCeiling => {
+                let meter = progress::start("bulk", kind.name(), None);
+                let r = ceiling_result(net, o, core_a, core_b);
+                meter.finish();
+                r?
+            }
         };
         out.push(r);
     }
@@ -473,128 +560,21 @@ fn ceiling_result(
     Ok(PairResult {
         kind: PairKind::AfxdpCeiling,
         runs: 1,
-        bulk_gbps: gbps,
-        bulk_gbps_min: gbps,
-        bulk_gbps_max: gbps,
-        bulk_bytes: r.bytes,
-        client_cpu_s_per_gb: 0.0,
-        server_cpu_s_per_gb: 0.0,
-        engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
+        bulk: vec![BulkResult {
+            size: None,
+            gbps,
+            gbps_min: gbps,
+            gbps_max: gbps,
+            bytes: r.bytes,
+            client_cpu_s_per_gb: None,
+            server_cpu_s_per_gb: None,
+            engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
+        }],
         half_rtt_p50_us: f64::NAN,
         half_rtt_p99_us: f64::NAN,
         pingpongs: 0,
+        half_rtt_ns: None,
     })
-}
-
-fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
-    base.filter(|b| *b > 0.0)
-        .map(|b| x / b)
-        .filter(|r| r.is_finite())
-}
-
-/// The readable table, with ratios to the kernel baseline (when it ran).
-pub fn table(o: &Options, rs: &[PairResult]) -> String {
-    let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
-    let mut s = format!(
-        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, {}-byte writes, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {}\n\n",
-        o.mtu,
-        o.duration.as_secs_f64(),
-        o.msg_size,
-        o.pin,
-        o.spin,
-        o.app_spin,
-        o.rps.name(),
-        o.xdp_mode.name()
-    );
-    s += &format!(
-        "{:<14} {:>9} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11}\n",
-        "pair",
-        "Gbit/s",
-        "(min-max)",
-        "x kern",
-        "p50 µs",
-        "p99 µs",
-        "x kern",
-        "cli s/GB",
-        "srv s/GB",
-        "eng s/GB",
-        "pingpongs"
-    );
-    let fmt_ratio = |r: Option<f64>| r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
-    // A row without ping-pong (afxdp-ceiling) has NaN latencies.
-    let fmt_us = |v: f64| {
-        if v.is_finite() {
-            format!("{v:.2}")
-        } else {
-            "-".into()
-        }
-    };
-    for r in rs {
-        s += &format!(
-            "{:<14} {:>9.2} {:>13} {:>7} {:>10} {:>10} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>11}\n",
-            r.kind.name(),
-            r.bulk_gbps,
-            format!("({:.2}-{:.2})", r.bulk_gbps_min, r.bulk_gbps_max),
-            fmt_ratio(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
-            fmt_us(r.half_rtt_p50_us),
-            fmt_us(r.half_rtt_p99_us),
-            fmt_ratio(ratio(r.half_rtt_p50_us, base.map(|b| b.half_rtt_p50_us))),
-            r.client_cpu_s_per_gb,
-            r.server_cpu_s_per_gb,
-            r.engine_cpu_s_per_gb,
-            r.pingpongs
-        );
-    }
-    s += "\nValues are medians of the rounds (--repeat); (min-max): bulk spread over the rounds.\n";
-    s += "Gbit/s: bulk goodput; p50/p99: 64-byte ping-pong half round trip; x kern: ratio to kernel-kernel\n\
-          (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5); s/GB: CPU seconds per GB on the client and\n\
-          server application threads (getrusage RUSAGE_THREAD) and on the engine threads.\n\
-          afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP,\n\
-          the most any TCP engine on this AF_XDP path could move (xwarp::bench::ceiling).\n";
-    s
-}
-
-/// The results as JSON.
-pub fn json(o: &Options, rs: &[PairResult]) -> String {
-    let base = rs.iter().find(|r| r.kind == PairKind::KernelKernel);
-    let num = |v: Option<f64>| match v {
-        Some(v) if v.is_finite() => format!("{v:.4}"),
-        _ => "null".into(),
-    };
-    let mut s = format!(
-        "{{\n  \"config\": {{\"mtu\": {}, \"duration_s\": {}, \"msg_size\": {}, \"pin\": \"{:?}\", \"engine_spin\": \"{:?}\", \"app_spin_us\": {}, \"repeat\": {}, \"rps\": \"{}\", \"xdp_mode\": \"{}\"}},\n  \"results\": [\n",
-        o.mtu,
-        o.duration.as_secs_f64(),
-        o.msg_size,
-        o.pin,
-        o.spin,
-        o.app_spin.as_micros(),
-        o.repeat,
-        o.rps.name(),
-        o.xdp_mode.name()
-    );
-    for (i, r) in rs.iter().enumerate() {
-        s += &format!(
-            "    {{\"pair\": \"{}\", \"runs\": {}, \"bulk_gbps\": {}, \"bulk_gbps_min\": {}, \"bulk_gbps_max\": {}, \"bulk_bytes\": {}, \"bulk_ratio_to_kernel\": {}, \"half_rtt_p50_us\": {}, \"half_rtt_p99_us\": {}, \"half_rtt_p50_ratio_to_kernel\": {}, \"pingpongs\": {}, \"client_cpu_s_per_gb\": {}, \"server_cpu_s_per_gb\": {}, \"engine_cpu_s_per_gb\": {}}}{}\n",
-            r.kind.name(),
-            r.runs,
-            num(Some(r.bulk_gbps)),
-            num(Some(r.bulk_gbps_min)),
-            num(Some(r.bulk_gbps_max)),
-            r.bulk_bytes,
-            num(ratio(r.bulk_gbps, base.map(|b| b.bulk_gbps))),
-            num(Some(r.half_rtt_p50_us)),
-            num(Some(r.half_rtt_p99_us)),
-            num(ratio(r.half_rtt_p50_us, base.map(|b| b.half_rtt_p50_us))),
-            r.pingpongs,
-            num(Some(r.client_cpu_s_per_gb)),
-            num(Some(r.server_cpu_s_per_gb)),
-            num(Some(r.engine_cpu_s_per_gb)),
-            if i + 1 < rs.len() { "," } else { "" }
-        );
-    }
-    s += "  ]\n}\n";
-    s
 }
 
 #[cfg(test)]
@@ -633,7 +613,12 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(o.duration, Duration::from_millis(1500));
-        assert_eq!(o.msg_size, 1000);
+        assert_eq!(o.sizes, vec![1000]);
+        let w = parse_args(&args(&["--sizes", "64K,1K", "--quiet", "--plot", "x.svg"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((&w.sizes[..], w.quiet), (&[1024, 65536][..], true));
+        assert_eq!(w.plot.as_deref(), Some(std::path::Path::new("x.svg")));
         assert_eq!(o.repeat, 5);
         assert_eq!(o.rps, Rps::All);
         assert_eq!(o.xdp_mode, XdpMode::Native);
@@ -661,70 +646,47 @@ mod tests {
             &["--rps", "some"],
             &["--xdp-mode", "zerocopy"],
             &["--frobnicate", "1"],
+            &["--sizes", "1K,0"],
+            &["--sizes", "1K", "--msg-size", "1000"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
         }
     }
 
     #[test]
-    fn table_and_json_carry_ratios() {
-        let r = |kind, gbps, p50| PairResult {
-            kind,
-            runs: 1,
-            bulk_gbps: gbps,
-            bulk_gbps_min: gbps,
-            bulk_gbps_max: gbps,
-            bulk_bytes: 1,
-            client_cpu_s_per_gb: 0.5,
-            server_cpu_s_per_gb: 0.25,
-            engine_cpu_s_per_gb: 0.0,
-            half_rtt_p50_us: p50,
-            half_rtt_p99_us: p50 * 2.0,
-            pingpongs: 10,
-        };
-        let rs = [
-            r(PairKind::KernelKernel, 10.0, 10.0),
-            r(PairKind::XwarpXwarp, 8.0, 4.0),
-        ];
-        let o = Options::default();
-        let t = table(&o, &rs);
-        assert!(
-            t.contains("xwarp-xwarp") && t.contains("0.80") && t.contains("0.40"),
-            "{t}"
-        );
-        let j = json(&o, &rs);
-        assert!(j.contains("\"bulk_ratio_to_kernel\": 0.8000"), "{j}");
-        assert!(
-            j.contains("\"half_rtt_p50_ratio_to_kernel\": 0.4000"),
-            "{j}"
-        );
-    }
-
-    #[test]
-    fn median_of_rounds_keeps_the_bulk_spread() {
-        let r = |gbps: f64, p50: f64| PairResult {
-            kind: PairKind::XwarpKernel,
-            runs: 1,
-            bulk_gbps: gbps,
-            bulk_gbps_min: gbps,
-            bulk_gbps_max: gbps,
-            bulk_bytes: 10,
-            client_cpu_s_per_gb: 1.0,
-            server_cpu_s_per_gb: 2.0,
-            engine_cpu_s_per_gb: 3.0,
-            half_rtt_p50_us: p50,
-            half_rtt_p99_us: p50,
-            pingpongs: 5,
+    fn median_of_rounds_keeps_the_bulk_spread_per_size() {
+        let r = |gbps: f64, p50: f64| {
+            let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+            h.record((p50 * 1e3) as u64).unwrap();
+            let b = |size, g| BulkResult {
+                size: Some(size),
+                gbps: g,
+                gbps_min: g,
+                gbps_max: g,
+                bytes: 10,
+                client_cpu_s_per_gb: Some(1.0),
+                server_cpu_s_per_gb: Some(2.0),
+                engine_cpu_s_per_gb: 3.0,
+            };
+            PairResult {
+                kind: PairKind::XwarpKernel,
+                runs: 1,
+                bulk: vec![b(1024, gbps / 2.0), b(65536, gbps)],
+                half_rtt_p50_us: p50,
+                half_rtt_p99_us: p50,
+                pingpongs: 5,
+                half_rtt_ns: Some(h),
+            }
         };
         let m = median(&[r(1.0, 9.0), r(7.0, 3.0), r(4.0, 5.0)]).unwrap();
-        assert_eq!(
-            (m.bulk_gbps, m.bulk_gbps_min, m.bulk_gbps_max),
-            (4.0, 1.0, 7.0)
-        );
+        let big = &m.bulk[1];
+        assert_eq!((big.gbps, big.gbps_min, big.gbps_max), (4.0, 1.0, 7.0));
+        assert_eq!((m.bulk[0].gbps, m.bulk[0].size), (2.0, Some(1024)));
         assert_eq!(m.half_rtt_p50_us, 5.0);
-        assert_eq!((m.runs, m.bulk_bytes, m.pingpongs), (3, 30, 15));
+        assert_eq!((m.runs, big.bytes, m.pingpongs), (3, 30, 15));
+        assert_eq!(m.half_rtt_ns.as_ref().map(|h| h.len()), Some(3));
         let even = median(&[r(2.0, 1.0), r(4.0, 3.0)]).unwrap();
-        assert_eq!((even.bulk_gbps, even.half_rtt_p50_us), (3.0, 2.0));
+        assert_eq!((even.bulk[1].gbps, even.half_rtt_p50_us), (3.0, 2.0));
         assert!(median(&[]).is_none());
     }
 

@@ -16,6 +16,10 @@ pub(super) const WARMUP: u32 = 2000;
 /// Port numbers on the servers.
 pub(super) const BULK_PORT: u16 = 5201;
 pub(super) const PING_PORT: u16 = 5202;
+/// Bulk ports of the second and later `--sizes` (`BULK_SWEEP_PORT + i`).
+pub(super) const BULK_SWEEP_PORT: u16 = 5300;
+/// Most sizes in a `--sizes` sweep.
+pub(super) const MAX_SIZES: usize = 32;
 
 /// How threads are placed on cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +37,9 @@ pub enum Pin {
 pub struct Options {
     /// Length of each bulk run and each ping-pong run.
     pub duration: Duration,
-    /// Bulk write size.
-    pub msg_size: usize,
+    /// Bulk write sizes (`--msg-size` or the `--sizes` sweep), ascending; each pair's bulk
+    /// run is measured at every size.
+    pub sizes: Vec<usize>,
     /// Engine idle spin.
     pub spin: SpinBudget,
     /// Application spin before sleeping.
@@ -45,8 +50,12 @@ pub struct Options {
     pub mtu: usize,
     /// Pairs to run.
     pub pairs: Vec<PairKind>,
-    /// JSON output file.
+    /// JSON output file (`-`: stdout).
     pub json: Option<std::path::PathBuf>,
+    /// SVG plot file.
+    pub plot: Option<std::path::PathBuf>,
+    /// No per-second progress lines.
+    pub quiet: bool,
     /// Third octet of the test /24.
     pub net: u8,
     /// Rounds over all pairs; the results are medians.
@@ -90,7 +99,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             duration: Duration::from_secs(3),
-            msg_size: 64 << 10,
+            sizes: vec![64 << 10],
             spin: SpinBudget::Duration(Duration::from_micros(1000)),
             app_spin: Duration::ZERO,
             pin: Pin::Sides,
@@ -102,6 +111,8 @@ impl Default for Options {
                 PairKind::AfxdpCeiling,
             ],
             json: None,
+            plot: None,
+            quiet: false,
             net: 90,
             repeat: 3,
             rps: Rps::XwarpKernel,
@@ -167,6 +178,11 @@ pub(super) struct Cli {
     /// Bulk write size (default 65536).
     #[arg(long = "msg-size", value_name = "BYTES")]
     msg_size: Option<String>,
+    /// Bulk write sizes to sweep instead, e.g. 1K,4K,16K,64K,256K (K = 1024, M = 1024²; at
+    /// most 16M): every pair's bulk run at every size (the afxdp-ceiling moves MTU frames
+    /// and runs once).
+    #[arg(long = "sizes", value_name = "LIST")]
+    sizes: Option<String>,
     /// Engine idle spin before sleeping, µs; 'forever' never sleeps (default 1000).
     #[arg(long = "spin-us", value_name = "US")]
     spin_us: Option<String>,
@@ -188,9 +204,16 @@ pub(super) struct Cli {
     /// Rounds over all pairs, interleaved; medians are reported (default 3).
     #[arg(long, value_name = "N")]
     repeat: Option<String>,
-    /// Also write the results as JSON.
+    /// Also write the results as JSON (schema xwarp-bench/1, see tools/README.md; `-`:
+    /// stdout).
     #[arg(long, value_name = "FILE")]
     json: Option<String>,
+    /// Also draw bandwidth against message size and the ping-pong latency CDFs as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<String>,
+    /// No per-second progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
     /// The /24 used: 10.88.N.0 (default 90).
     #[arg(long, value_name = "N")]
     net: Option<String>,
@@ -210,6 +233,7 @@ impl Cli {
         [
             ("--duration", self.duration),
             ("--msg-size", self.msg_size),
+            ("--sizes", self.sizes),
             ("--spin-us", self.spin_us),
             ("--app-spin-us", self.app_spin_us),
             ("--pin", self.pin),
@@ -217,6 +241,7 @@ impl Cli {
             ("--only", self.only),
             ("--repeat", self.repeat),
             ("--json", self.json),
+            ("--plot", self.plot),
             ("--net", self.net),
             ("--xdp-mode", self.xdp_mode),
             ("--rps", self.rps),
@@ -247,7 +272,13 @@ pub(super) fn parse_cli(args: &[OsString]) -> Result<Cli, clap::Error> {
 
 /// Check every given value and build the options.
 pub(super) fn check(c: Cli) -> io::Result<Options> {
-    let mut o = Options::default();
+    let mut o = Options {
+        quiet: c.quiet,
+        ..Options::default()
+    };
+    if c.msg_size.is_some() && c.sizes.is_some() {
+        return Err(bad("give --msg-size or --sizes, not both".into()));
+    }
     for (a, v) in c.given() {
         let v = v.as_str();
         let num = |v: &str| -> io::Result<u64> {
@@ -269,7 +300,13 @@ pub(super) fn check(c: Cli) -> io::Result<Options> {
                 if !(1..=(16 << 20)).contains(&n) {
                     return Err(bad("--msg-size must be within 1..=16 MiB".into()));
                 }
-                o.msg_size = n as usize;
+                o.sizes = vec![n as usize];
+            }
+            "--sizes" => {
+                o.sizes = crate::bench::report::parse_sizes(a, v, 16 << 20).map_err(bad)?;
+                if o.sizes.len() > MAX_SIZES {
+                    return Err(bad(format!("--sizes: at most {MAX_SIZES} sizes")));
+                }
             }
             "--spin-us" => {
                 o.spin = if v == "forever" {
@@ -301,6 +338,7 @@ pub(super) fn check(c: Cli) -> io::Result<Options> {
                     .collect::<io::Result<_>>()?;
             }
             "--json" => o.json = Some(v.into()),
+            "--plot" => o.plot = Some(v.into()),
             "--repeat" => {
                 let n = num(v)?;
                 if !(1..=100).contains(&n) {
@@ -329,6 +367,27 @@ pub(super) fn check(c: Cli) -> io::Result<Options> {
     Ok(o)
 }
 
+/// One bulk measurement of a pair at one write size.
+#[derive(Debug, Clone)]
+pub struct BulkResult {
+    /// Write size (`None`: the afxdp-ceiling, which moves MTU-sized frames).
+    pub size: Option<usize>,
+    /// Goodput, Gbit/s (the median of the runs).
+    pub gbps: f64,
+    /// Lowest goodput of the runs, Gbit/s.
+    pub gbps_min: f64,
+    /// Highest goodput of the runs, Gbit/s.
+    pub gbps_max: f64,
+    /// Bytes moved (all runs).
+    pub bytes: u64,
+    /// Client application CPU seconds per GB (`None` for the ceiling: no application).
+    pub client_cpu_s_per_gb: Option<f64>,
+    /// Server application CPU seconds per GB.
+    pub server_cpu_s_per_gb: Option<f64>,
+    /// Engine threads' CPU seconds per GB (0 for kernel-only pairs).
+    pub engine_cpu_s_per_gb: f64,
+}
+
 /// Results of one pair.
 #[derive(Debug, Clone)]
 pub struct PairResult {
@@ -336,24 +395,14 @@ pub struct PairResult {
     pub kind: PairKind,
     /// Runs the values are the median of.
     pub runs: u32,
-    /// Bulk goodput, Gbit/s.
-    pub bulk_gbps: f64,
-    /// Lowest bulk goodput of the runs, Gbit/s.
-    pub bulk_gbps_min: f64,
-    /// Highest bulk goodput of the runs, Gbit/s.
-    pub bulk_gbps_max: f64,
-    /// Bytes moved in the bulk run.
-    pub bulk_bytes: u64,
-    /// Client application CPU seconds per GB (bulk).
-    pub client_cpu_s_per_gb: f64,
-    /// Server application CPU seconds per GB (bulk).
-    pub server_cpu_s_per_gb: f64,
-    /// Engine threads' CPU seconds per GB (bulk; 0 for kernel-only pairs).
-    pub engine_cpu_s_per_gb: f64,
-    /// Ping-pong half round trip p50, µs.
+    /// Bulk at each write size, ascending.
+    pub bulk: Vec<BulkResult>,
+    /// Ping-pong half round trip p50, µs (NaN: no ping-pong).
     pub half_rtt_p50_us: f64,
     /// Ping-pong half round trip p99, µs.
     pub half_rtt_p99_us: f64,
     /// Ping-pong round trips measured.
     pub pingpongs: u64,
+    /// Every run's half round trips (ns), merged: the latency CDF.
+    pub half_rtt_ns: Option<hdrhistogram::Histogram<u64>>,
 }

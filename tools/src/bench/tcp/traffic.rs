@@ -9,11 +9,14 @@ use hdrhistogram::Histogram;
 use xwarp::net::{Shutdown, TcpStream};
 
 use super::super::common::{pattern, thread_cpu, PATTERN_PERIOD};
+use super::super::progress;
 use super::options::{Options, Pin, PING_SIZE, WARMUP};
 /// A connected byte stream of either kind.
 pub(super) trait Conn: Read + Write + Send {
     fn shutdown_write(&mut self) -> io::Result<()>;
     fn prepare(&mut self, app_spin: Duration) -> io::Result<()>;
+    /// TCP retransmissions of this end so far, where its stack counts them.
+    fn retransmits(&self) -> Option<u64>;
 }
 
 impl Conn for std::net::TcpStream {
@@ -22,6 +25,9 @@ impl Conn for std::net::TcpStream {
     }
     fn prepare(&mut self, _app_spin: Duration) -> io::Result<()> {
         self.set_nodelay(true)
+    }
+    fn retransmits(&self) -> Option<u64> {
+        progress::kernel_retransmits(std::os::fd::AsRawFd::as_raw_fd(self))
     }
 }
 
@@ -32,6 +38,10 @@ impl Conn for TcpStream {
     fn prepare(&mut self, app_spin: Duration) -> io::Result<()> {
         self.set_spin(app_spin);
         self.set_nodelay(true)
+    }
+    /// The engine's loss-rescue retransmissions (`TcpInfo::retransmits`).
+    fn retransmits(&self) -> Option<u64> {
+        self.tcp_info().ok().map(|i| u64::from(i.retransmits))
     }
 }
 
@@ -75,11 +85,22 @@ pub(super) fn bulk_send(c: &mut dyn Conn, dur: Duration, msg: usize) -> io::Resu
     let buf: Vec<u8> = (0..(msg as u64 + PATTERN_PERIOD)).map(pattern).collect();
     let t0 = Instant::now();
     let mut off = 0u64;
-    while t0.elapsed() < dur {
+    // The retransmission count for the progress lines, four times a second.
+    let mut next_sample = Duration::ZERO;
+    loop {
+        let now = t0.elapsed();
+        if now >= dur {
+            break;
+        }
+        if now >= next_sample {
+            progress::set_retransmits(c.retransmits());
+            next_sample = now + Duration::from_millis(250);
+        }
         let start = (off % PATTERN_PERIOD) as usize;
         c.write_all(&buf[start..start + msg])?;
         off += msg as u64;
     }
+    progress::set_retransmits(c.retransmits());
     c.shutdown_write()?;
     Ok(BulkSide {
         bytes: off,
@@ -111,6 +132,7 @@ pub(super) fn bulk_recv(c: &mut dyn Conn) -> io::Result<BulkSide> {
             }
         }
         off += n as u64;
+        progress::add(n as u64);
     }
     // Tell the sender we are done (it waits for our FIN).
     c.shutdown_write()?;
@@ -188,12 +210,14 @@ pub(super) struct Ends {
     pub(super) server_core: Option<usize>,
 }
 
-/// Run bulk over one connection: server on its own thread, client on another.
+/// Run bulk over one connection with `msg`-byte writes: server on its own thread, client
+/// on another.
 pub(super) fn run_bulk(
     ends: &Ends,
     accept: Acceptor,
     connect: Connector<'_>,
     o: &Options,
+    msg: usize,
 ) -> io::Result<(BulkSide, BulkSide)> {
     let server_core = ends.server_core;
     let app_spin = o.app_spin;
@@ -211,7 +235,7 @@ pub(super) fn run_bulk(
         })?;
     let mut c = connect()?;
     c.prepare(o.app_spin)?;
-    let (dur, msg, client_core) = (o.duration, o.msg_size, ends.client_core);
+    let (dur, client_core) = (o.duration, ends.client_core);
     let client = std::thread::scope(|s| {
         s.spawn(move || {
             pin_to(client_core);
