@@ -61,10 +61,6 @@ pub fn run(a: &DevicesArgs) -> Result<String, String> {
         _ => None,
     };
     let kernel = caps::kernel();
-    log::debug!("kernel: {kernel:?}");
-    for d in &devs {
-        log::debug!("{}", d.summary());
-    }
     let out = if a.json {
         let v = to_json(&kernel, &devs, probe.as_ref());
         let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;

@@ -76,6 +76,7 @@ fn command_words(argv: &[OsString]) -> usize {
 static ALLOC: xwarp_tools::attack::lab::CountingAlloc = xwarp_tools::attack::lab::CountingAlloc;
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let n = command_words(&argv);
     let rest = argv[n..].to_vec();

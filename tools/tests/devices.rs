@@ -9,6 +9,7 @@
 mod afxdp_skip;
 
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -62,17 +63,34 @@ fn xwarp(ns: &NetNs, args: &[&str]) -> Output {
     wait_bounded(cmd)
 }
 
+/// Run `cmd` and collect its output (read while it runs), killing it after 60 s.
 fn wait_bounded(mut cmd: Command) -> Output {
-    let mut child = cmd.spawn().expect("spawn xwarp");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("xwarp devices did not finish in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    let child = cmd.spawn().expect("spawn xwarp");
+    let pid = child.id() as libc::pid_t;
+    let done = AtomicBool::new(false);
+    let killed = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !done.load(Ordering::Acquire) {
+                if Instant::now() > deadline {
+                    killed.store(true, Ordering::Release);
+                    // SAFETY: kill(2) on our own child, not yet reaped (`done` is unset).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let out = child.wait_with_output().expect("output");
+        done.store(true, Ordering::Release);
+        out
+    });
+    assert!(
+        !killed.load(Ordering::Acquire),
+        "xwarp devices did not finish in 60 s"
+    );
+    out
 }
 
 fn json_of(out: &Output) -> Value {

@@ -272,11 +272,13 @@ pub struct KernelCaps {
 
 /// The kernel-wide capabilities.
 pub fn kernel() -> KernelCaps {
-    KernelCaps {
+    let k = KernelCaps {
         af_xdp: super::available(),
         netdev_family: genl::family_id("netdev").ok().flatten().is_some(),
         tx_metadata: kernel_accepts_tx_metadata(TX_METADATA_LEN).ok(),
-    }
+    };
+    log::debug!("kernel: {k:?}");
+    k
 }
 
 /// Every interface of this network namespace, in ifindex order.
@@ -312,11 +314,22 @@ fn find_link(name: &str) -> io::Result<Link> {
 /// The `netdev` dump, or an empty table (fallback) when the family is absent or the dump
 /// fails.
 fn netdev_table() -> Vec<NetdevInfo> {
-    genl::netdev_dump().ok().flatten().unwrap_or_default()
+    match genl::netdev_dump() {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            log::debug!("no netdev netlink family (Linux < 6.3): XDP capabilities unknown");
+            Vec::new()
+        }
+        Err(e) => {
+            log::warn!("{e}: XDP capabilities unknown");
+            Vec::new()
+        }
+    }
 }
 
 fn describe(link: Link, netdev: &[NetdevInfo]) -> DeviceCaps {
     let netdev = netdev.iter().find(|n| n.ifindex == link.ifindex).copied();
+    log::debug!("{}: rtnetlink {link:?}, netdev {netdev:?}", link.name);
     let mut attached = Vec::new();
     for (mode, id) in [
         ("native", link.xdp_drv),
@@ -660,7 +673,7 @@ pub fn probe(name: &str) -> io::Result<ProbeReport> {
     drop(program);
     let after = find_link(name)?;
     let clean = after.xdp_drv == 0 && after.xdp_skb == 0 && after.xdp_hw == 0;
-    Ok(ProbeReport {
+    let report = ProbeReport {
         name: name.to_owned(),
         generic,
         native,
@@ -669,7 +682,9 @@ pub fn probe(name: &str) -> io::Result<ProbeReport> {
         multi_buffer,
         tx_metadata,
         clean,
-    })
+    };
+    log::debug!("probe: {report:?}");
+    Ok(report)
 }
 
 #[cfg(test)]
