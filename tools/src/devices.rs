@@ -359,6 +359,59 @@ mod tests {
         assert!(e.contains("no network interface named \"nope-xw0\""), "{e}");
     }
 
+    /// What a kernel without the `netdev` family (Debian 12's 6.1) yields: rtnetlink and
+    /// ethtool facts, XDP capabilities unknown.
+    #[test]
+    fn without_the_netdev_family_capabilities_read_unknown() {
+        use xwarp::poll_driver::afxdp::genl::Link;
+        let kernel = KernelCaps {
+            af_xdp: true,
+            netdev_family: false,
+            tx_metadata: Some(false),
+        };
+        let dev = DeviceCaps {
+            link: Link {
+                ifindex: 2,
+                name: "eth0".into(),
+                flags: 1,
+                mtu: 1500,
+                operstate: 6,
+                rx_queues: 8,
+                tx_queues: 8,
+                ..Link::default()
+            },
+            driver: None,
+            channels: None,
+            speed_mbps: Some(25000),
+            tx_checksum_offload: Some(true),
+            netdev: None,
+            attached: Vec::new(),
+        };
+        let t = text(&kernel, std::slice::from_ref(&dev), None);
+        assert!(
+            t.contains("netdev netlink family absent (Linux < 6.3"),
+            "{t}"
+        );
+        assert!(
+            t.contains("XDP          native unknown, generic yes"),
+            "{t}"
+        );
+        assert!(
+            t.contains("zero-copy unknown, multi-buffer (rx-sg) unknown"),
+            "{t}"
+        );
+        assert!(t.contains("rx 8, tx 8") && t.contains("25000 Mb/s"), "{t}");
+        let v = to_json(&kernel, &[dev], None);
+        let d = &v["devices"][0];
+        assert_eq!(v["kernel"]["netdev_family"], false);
+        assert_eq!(d["xdp"]["source"], "unknown");
+        assert_eq!(d["xdp"]["native"], Value::Null);
+        assert_eq!(d["xdp"]["zero_copy"], Value::Null);
+        assert_eq!(d["tx_metadata"]["zc_checksum"], Value::Null);
+        assert_eq!(d["tx_metadata"]["copy_checksum"], false);
+        assert_eq!(d["rx_queues"], 8);
+    }
+
     #[test]
     fn loopback_is_listed_in_text_and_json() {
         let out = run(&DevicesArgs {
