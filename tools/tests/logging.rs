@@ -1,8 +1,11 @@
 //! Logging through the `log` facade (issue 18): the `xwarp` command and the shim install a
 //! logger governed by `XWARP_LOG`; library crates (and smoltcp) log through it; the
 //! default level is quiet except for warnings; `XWARP_STACK_TRACE` dumps are log records.
-//! No root needed.
+//! No root needed, except for the AF_XDP engine's record (`SKIPPED:` without it).
 
+#[macro_use]
+#[path = "../../tests/support/afxdp_skip.rs"]
+mod afxdp_skip;
 #[path = "support/shim_env.rs"]
 mod shim_env;
 
@@ -139,6 +142,33 @@ fn smoltcp_records_follow_the_filter() {
     );
     // Demo results are on stdout, untouched by logging.
     assert!(!text(&out.stdout).contains("smoltcp::"));
+}
+
+#[test]
+fn an_af_xdp_engine_logs_the_mode_it_got_at_info() {
+    require_root_and_afxdp!();
+    let tool = env!("CARGO_BIN_EXE_xwarp-write-bw");
+    let args = ["--veth", "-n", "50", "-s", "4096", "--verify"];
+    let mut c = clean(tool);
+    c.args(args).env("XWARP_LOG", "info");
+    let out = run(c);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for side in ["veth-a", "veth-b"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("[INFO  xwarp_poll_driver::afxdp::caps]")
+                    && l.contains(&format!("AF_XDP on {side} queue 0: copy mode, native XDP"))),
+            "{side}: {err}"
+        );
+    }
+    // Quiet by default, with the same result on stdout.
+    let mut c = clean(tool);
+    c.args(args);
+    let out = run(c);
+    assert!(out.status.success());
+    assert_eq!(text(&out.stderr), "");
+    assert!(text(&out.stdout).contains("BW average"));
 }
 
 /// Collects every record in this process (only the test below installs it).

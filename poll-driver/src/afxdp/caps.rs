@@ -507,6 +507,41 @@ pub fn speed(ifname: &str) -> io::Result<Option<u32>> {
     Ok((s != 0 && s != u32::MAX && s != 0xffff).then_some(s))
 }
 
+/// What an engine's AF_XDP NIC got when it opened, for the log: an info record
+/// (`XWARP_LOG=info` shows it) and, at debug, the interface's [`DeviceCaps::summary`].
+pub(crate) struct Opened<'a> {
+    pub(crate) ifname: &'a str,
+    pub(crate) queue: u32,
+    pub(crate) zero_copy: bool,
+    pub(crate) native: bool,
+    pub(crate) multi_buffer: bool,
+    pub(crate) tx_checksum_offload: bool,
+    pub(crate) max_frame: usize,
+}
+
+impl Opened<'_> {
+    pub(crate) fn log(&self) {
+        let on = |b: bool| if b { "on" } else { "off" };
+        log::info!(
+            "AF_XDP on {} queue {}: {} mode, {} XDP, multi-buffer {}, TX checksum offload {}, \
+             frames up to {} bytes",
+            self.ifname,
+            self.queue,
+            if self.zero_copy { "zero-copy" } else { "copy" },
+            if self.native { "native" } else { "generic" },
+            on(self.multi_buffer),
+            on(self.tx_checksum_offload),
+            self.max_frame
+        );
+        if log::log_enabled!(log::Level::Debug) {
+            match device(self.ifname) {
+                Ok(d) => log::debug!("{}", d.summary()),
+                Err(e) => log::debug!("{}: capabilities: {e}", self.ifname),
+            }
+        }
+    }
+}
+
 /// The result of one [`probe`] step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeOutcome {
