@@ -1,6 +1,7 @@
 //! The command line and start-up shared by the AF_XDP server examples (`http_server`,
 //! `tcp_echo`): `--ifname IFACE --ip ADDR/PREFIX [--port PORT]`, an engine on that
-//! interface, one listener, then the example's accept loop.
+//! interface, one listener, then the example's accept loop. The library's log records go
+//! to stderr through env_logger, filtered by `XWARP_LOG` (default `warn`).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -32,6 +33,9 @@ pub fn run(
         eprintln!("usage: {name} --ifname IFACE --ip ADDR/PREFIX [--port PORT]");
         ExitCode::from(2)
     };
+    let _ = env_logger::Builder::new()
+        .parse_filters(&std::env::var("XWARP_LOG").unwrap_or_else(|_| "warn".into()))
+        .try_init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut ifname, mut ip, mut port) = (None, None, default_port);
     let mut it = args.iter();
@@ -72,7 +76,7 @@ pub fn run(
 }
 
 /// Accept connections until `stop` is set or the listener fails, serving each with
-/// `handle` on a thread of its own (errors are printed with `name`). Returns the number of
+/// `handle` on a thread of its own (errors are logged with `name`). Returns the number of
 /// connections accepted. The accept is non-blocking with a 1 ms nap while idle, so the
 /// loop sees `stop` without a connection arriving.
 pub fn accept_until<R: 'static>(
@@ -83,7 +87,7 @@ pub fn accept_until<R: 'static>(
 ) -> u64 {
     let mut accepted = 0;
     if let Err(e) = listener.set_nonblocking(true) {
-        eprintln!("{name}: {e}");
+        log::error!("{name}: {e}");
         return 0;
     }
     while !stop.load(Ordering::Acquire) {
@@ -92,7 +96,7 @@ pub fn accept_until<R: 'static>(
                 accepted += 1;
                 std::thread::spawn(move || {
                     if let Err(e) = handle(s) {
-                        eprintln!("{name}: {peer}: {e}");
+                        log::warn!("{name}: {peer}: {e}");
                     }
                 });
             }
@@ -100,7 +104,7 @@ pub fn accept_until<R: 'static>(
                 std::thread::sleep(Duration::from_millis(1))
             }
             Err(e) => {
-                eprintln!("{name}: accept: {e}");
+                log::error!("{name}: accept: {e}");
                 break;
             }
         }

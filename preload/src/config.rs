@@ -4,19 +4,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-/// How much the shim logs on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    /// Nothing.
-    Off = 0,
-    /// Failures that change behaviour (engine not started, fallback).
-    Warn = 1,
-    /// Engine start, accelerated listeners and connections.
-    Info = 2,
-    /// Every decision (accelerate or fall back) per call.
-    Debug = 3,
-}
-
 /// Which destinations `connect` runs on the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectScope {
@@ -54,8 +41,9 @@ pub struct Config {
     /// Spinning threads (blocking calls and the idle engine) give their core away with
     /// `sched_yield` on every round instead of busy-spinning (`XWARP_YIELD`).
     pub yield_spin: bool,
-    /// Log level (`XWARP_LOG`: off, warn, info, debug).
-    pub log: LogLevel,
+    /// Log filter (`XWARP_LOG`, env_logger syntax: `off`, `warn`, `info`, `debug`,
+    /// `xwarp_preload=debug,smoltcp=trace`, ...; the shim's logger applies it at load).
+    pub log: String,
     /// Exit instead of falling back to the kernel when the engine cannot start
     /// (`XWARP_STRICT=1`).
     pub strict: bool,
@@ -177,15 +165,11 @@ impl Config {
             Some("1") => true,
             Some(v) => return Err(format!("XWARP_YIELD={v:?}: expected 0 or 1")),
         };
-        let log = match get("XWARP_LOG").as_deref().map(str::trim) {
-            None | Some("warn") => LogLevel::Warn,
-            Some("off") => LogLevel::Off,
-            Some("info") => LogLevel::Info,
-            Some("debug") => LogLevel::Debug,
+        let log = match get("XWARP_LOG") {
+            None => crate::logging::DEFAULT_FILTER.to_owned(),
             Some(v) => {
-                return Err(format!(
-                    "XWARP_LOG={v:?}: expected off, warn, info or debug"
-                ))
+                crate::logging::check(v.trim()).map_err(|e| format!("XWARP_LOG={v:?}: {e}"))?;
+                v.trim().to_owned()
             }
         };
         let strict = match get("XWARP_STRICT").as_deref().map(str::trim) {
@@ -343,7 +327,7 @@ mod tests {
         assert_eq!(c.spin, Duration::from_micros(5));
         assert_eq!(c.engine_spin, Duration::ZERO);
         assert!(c.yield_spin);
-        assert_eq!(c.log, LogLevel::Debug);
+        assert_eq!(c.log, "debug");
         assert!(c.strict);
         assert_eq!(c.mtu, 1400);
     }

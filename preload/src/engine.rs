@@ -103,9 +103,8 @@ pub(crate) fn engine() -> Option<&'static Running> {
         Err(e) => {
             let why = busy_hint(&e);
             if cfg.strict {
-                eprintln!(
-                    "xwarp-preload[{}]: engine cannot start on {} in process `{}`: {e}{why} (XWARP_STRICT=1: exiting)",
-                    std::process::id(),
+                log::error!(
+                    "engine cannot start on {} in process `{}`: {e}{why} (XWARP_STRICT=1: exiting)",
                     cfg.iface,
                     process_name()
                 );

@@ -31,6 +31,7 @@ mod fork;
 mod io;
 mod lifecycle;
 mod linger;
+mod logging;
 mod poll;
 mod process;
 mod real;

@@ -517,7 +517,8 @@ impl ConnTable {
         (any, armed)
     }
 
-    /// `XWARP_STACK_TRACE`: application connection states to stderr.
+    /// `XWARP_STACK_TRACE`: application connection states, logged at info under target
+    /// `xwarp_stack::trace` (shown by the CLI's and the shim's default logger).
     pub(crate) fn dump_app(&self, config: &StackConfig) {
         for (id, c) in &self.conns {
             let Conn {
@@ -528,7 +529,8 @@ impl ConnTable {
                 continue;
             };
             let s = self.sockets.get::<tcp::Socket>(c.handle);
-            eprintln!(
+            log::info!(
+                target: "xwarp_stack::trace",
                 "xwarp-stack {:?} conn {id}: {} send_q {} recv_q {} rx_ring_free {} tx_ring_used {} eof {} err {:?} fin_queued {} app_closed {} dirty {} stalled {}",
                 config.ipv4.map(|a| a.0),
                 s.state(),
@@ -546,14 +548,15 @@ impl ConnTable {
         }
     }
 
-    /// `XWARP_PROTO_TRACE`: hosted connection states to stderr.
+    /// `XWARP_PROTO_TRACE`: hosted connection states, logged like `dump_app`.
     pub(crate) fn dump_hosted(&self, now: Instant, config: &StackConfig) {
         for (id, c) in &self.conns {
             if !matches!(c.sink, Sink::Host(_)) {
                 continue;
             }
             let s = self.sockets.get::<tcp::Socket>(c.tcp.handle);
-            eprintln!(
+            log::info!(
+                target: "xwarp_stack::trace",
                 "proto {:?} {:?} conn {id}: {} send_q {} recv_q {} can_send {} can_recv {} peer {:?}",
                 now,
                 config.ipv4.map(|a| a.0),

@@ -342,7 +342,7 @@ impl ProtoSide {
         moved
     }
 
-    /// `XWARP_PROTO_TRACE`: hosted connection states to stderr once a second.
+    /// `XWARP_PROTO_TRACE`: hosted connection states to the log once a second.
     pub(crate) fn trace(&mut self, cx: &EngineCtx<'_>, now: Instant) {
         if self.trace
             && self

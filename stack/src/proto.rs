@@ -13,7 +13,7 @@
 //! in [`ProtoCtl`]), ingress, then every hosted connection is served (connect outcome,
 //! receive, send, close), then egress. Hosted sockets use Nagle only while a backlog of at
 //! least [`NAGLE_BACKLOG`] bytes is queued. `XWARP_PROTO_TRACE` set: hosted connection
-//! states go to stderr once a second.
+//! states are logged once a second (info, target `xwarp_stack::trace`).
 //!
 //! This file is the interface only. The engine side is `hosted.rs` (the host, its
 //! listeners and its requests) and `conn.rs` (hosted connections are records of the one

@@ -1,7 +1,8 @@
 //! What every command line of the tools shares: the engine-selection flags
 //! ([`EngineArgs`]: `--iface IF --addr A/P [--gateway G] [--pcap FILE]`), their value
-//! parsers, the `--pcap FILE` capture option ([`pcap_arg`], [`take_pcap_flag`]), and how a
-//! clap error is turned into a one-line message.
+//! parsers, the `--pcap FILE` capture option ([`pcap_arg`], [`take_pcap_flag`]), how a
+//! clap error is turned into a one-line message, and the logger every program installs
+//! ([`init_logging`], governed by `XWARP_LOG`).
 
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
@@ -9,6 +10,26 @@ use std::net::Ipv4Addr;
 use xwarp::poll_driver::pcap::{set_process_capture, CaptureSpec};
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+/// The environment variable holding the log filter, in env_logger syntax: `debug`,
+/// `xwarp_stack=debug,smoltcp=trace`, `info,xwarp_poll_driver=off`, ...
+pub const LOG_ENV: &str = "XWARP_LOG";
+
+/// The filter when [`LOG_ENV`] is unset: warnings, plus the `XWARP_STACK_TRACE` /
+/// `XWARP_PROTO_TRACE` dumps (info records of target `xwarp_stack::trace`) when enabled.
+pub const DEFAULT_LOG_FILTER: &str = "warn,xwarp_stack::trace=info";
+
+/// Install the logger of the `xwarp` command and the tools: the `log` records of every
+/// crate (xwarp's libraries and smoltcp) go to stderr as `[LEVEL target] message`,
+/// filtered by `XWARP_LOG` (default [`DEFAULT_LOG_FILTER`]). A malformed directive is
+/// reported on stderr and ignored. Call first thing in `main`; later calls do nothing.
+pub fn init_logging() {
+    let spec = std::env::var(LOG_ENV).unwrap_or_else(|_| DEFAULT_LOG_FILTER.to_owned());
+    let _ = env_logger::Builder::new()
+        .parse_filters(&spec)
+        .target(env_logger::Target::Stderr)
+        .try_init();
+}
 
 /// Parse `A.B.C.D/PREFIX` (prefix 0..=32).
 pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {

@@ -10,6 +10,7 @@ pub mod attack;
 pub mod bench;
 pub mod cli;
 pub mod demo;
+pub mod devices;
 pub mod launcher;
 pub mod perftest;
 pub mod support;

@@ -1,4 +1,4 @@
-//! The `xwarp` command: `demo`, `run`, `bench {tcp,rdma,shim}`.
+//! The `xwarp` command: `demo`, `devices`, `run`, `bench {tcp,rdma,shim}`.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Run the demo over the in-process virtual wire (no privileges needed).
     Demo(DemoArgs),
+    /// Network interfaces and what AF_XDP can do on each (`--probe IFACE` tries for real).
+    Devices(xwarp_tools::devices::DevicesArgs),
     /// Run an unmodified program on the xwarp engine (LD_PRELOAD shim): `xwarp run
     /// [options] -- CMD [ARGS...]`; see `xwarp run --help`.
     #[command(disable_help_flag = true)]
@@ -75,6 +77,7 @@ fn command_words(argv: &[OsString]) -> usize {
 static ALLOC: xwarp_tools::attack::lab::CountingAlloc = xwarp_tools::attack::lab::CountingAlloc;
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let n = command_words(&argv);
     let mut rest = argv[n..].to_vec();
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(&argv[..n]);
     match cli.command {
         Command::Demo(a) => xwarp_tools::demo::main(&a),
+        Command::Devices(a) => xwarp_tools::devices::main(&a),
         Command::Run(_) => xwarp_tools::launcher::main(rest),
         Command::Bench { which } => match which {
             Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),

@@ -54,6 +54,8 @@
 //! the NIC put them on; keep test interfaces at one queue or open a NIC per queue.
 
 mod bpf;
+pub mod caps;
+pub mod genl;
 pub mod netlink;
 mod nic;
 mod program;

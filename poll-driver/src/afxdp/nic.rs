@@ -584,6 +584,16 @@ impl AfXdpNic {
             checksum: config.checksum.clone(),
         };
         nic.refill();
+        super::caps::Opened {
+            ifname: &c.ifname,
+            queue: c.queue,
+            zero_copy: nic.is_zero_copy(),
+            native: nic.is_native(),
+            multi_buffer: c.multi_buffer,
+            tx_checksum_offload: offload,
+            max_frame: nic.mtu,
+        }
+        .log();
         Ok(nic)
     }
 

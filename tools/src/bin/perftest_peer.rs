@@ -531,6 +531,7 @@ fn read_test(
 }
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     let o: Opts = NetArgs::parse_checked(|o: &Opts| &o.net);
     let r = Net::from_args(&o.net).and_then(|net| {
         let r = run(&o, &net);

@@ -168,6 +168,7 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     let o: Opts = NetArgs::parse_checked(|o: &Opts| &o.net);
     let r = Net::from_args(&o.net).and_then(|net| {
         let r = match (o.server, o.client) {

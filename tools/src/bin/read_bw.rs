@@ -11,5 +11,6 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     xwarp_tools::perftest::main(xwarp_tools::perftest::Test::ReadBw)
 }

@@ -304,6 +304,7 @@ fn bad_stag<T: endpoint::Transport>(
 }
 
 fn main() -> ExitCode {
+    xwarp_tools::cli::init_logging();
     let o: Opts = NetArgs::parse_checked(|o: &Opts| &o.net);
     let net = match Net::from_args(&o.net) {
         Ok(n) => n,
