@@ -237,6 +237,13 @@ impl ConnTable {
         }
     }
 
+    /// Every connection with its socket (for `xwarp stat`).
+    pub(crate) fn each(&self) -> impl Iterator<Item = (u64, &Conn, &tcp::Socket<'static>)> {
+        self.conns
+            .iter()
+            .map(|(&id, c)| (id, c, self.sockets.get::<tcp::Socket>(c.tcp.handle)))
+    }
+
     /// The socket behind `h`.
     pub(crate) fn socket(&self, h: SocketHandle) -> &tcp::Socket<'static> {
         self.sockets.get::<tcp::Socket>(h)
@@ -573,12 +580,12 @@ impl ConnTable {
 #[derive(Debug, Default)]
 pub(crate) struct ConnExtra {
     /// Bytes handed to smoltcp for sending.
-    tx_total: u64,
+    pub(crate) tx_total: u64,
     /// Bytes taken from smoltcp's receive buffer.
-    rx_total: u64,
+    pub(crate) rx_total: u64,
     /// RFC 6298 `SRTT` and `RTTVAR`.
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    pub(crate) srtt: Option<Duration>,
+    pub(crate) rttvar: Duration,
     /// RTT sample in flight: when bytes were handed to an idle connection and the
     /// `tx_total` whose acknowledgement ends the sample.
     probe: Option<(Instant, u64)>,
@@ -586,9 +593,9 @@ pub(crate) struct ConnExtra {
     /// timeout, reported as `TimedOut` rather than `Reset`.
     timeout_armed: bool,
     /// Loss rescues (rescue.rs) triggered for this connection.
-    rescues: u32,
+    pub(crate) rescues: u32,
     /// Receive and send buffer sizes of the smoltcp socket.
-    buffers: (usize, usize),
+    pub(crate) buffers: (usize, usize),
 }
 
 impl ConnExtra {
@@ -600,6 +607,17 @@ impl ConnExtra {
             timeout_armed,
             ..ConnExtra::default()
         }
+    }
+
+    /// The retransmission timeout the engine works with: smoltcp's own minimum RTO is
+    /// 1 s; the rescue floor (rescue.rs) lowers it.
+    pub(crate) fn rto(&self, config: &StackConfig) -> Duration {
+        let floor = config.rto_floor.unwrap_or(Duration::from_secs(1));
+        match self.srtt {
+            None => Duration::from_secs(1).max(floor),
+            Some(srtt) => (srtt + (self.rttvar * 4).max(Duration::from_millis(1))).max(floor),
+        }
+        .min(Duration::from_secs(60))
     }
 
     /// RFC 6298 §2: fold one RTT measurement into `SRTT`/`RTTVAR`.
@@ -624,7 +642,7 @@ fn buffer_bytes(s: &tcp::Socket<'static>) -> u64 {
 }
 
 /// Linux's `TCP_*` state numbers (`include/net/tcp_states.h`).
-fn linux_state(s: State) -> u8 {
+pub(crate) fn linux_state(s: State) -> u8 {
     match s {
         State::Established => 1,
         State::SynSent => 2,
@@ -645,13 +663,7 @@ fn tcp_info(s: &tcp::Socket<'static>, c: &ConnTcp, a: &AppEnd, config: &StackCon
     let v6 = matches!(a.shared.addrs(), Some((SocketAddr::V6(_), _)));
     let mss = config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u32;
     let x = &c.extra;
-    // smoltcp's own minimum RTO is 1 s; the rescue floor (rescue.rs) lowers it.
-    let floor = config.rto_floor.unwrap_or(Duration::from_secs(1));
-    let rto = match x.srtt {
-        None => Duration::from_secs(1).max(floor),
-        Some(srtt) => (srtt + (x.rttvar * 4).max(Duration::from_millis(1))).max(floor),
-    }
-    .min(Duration::from_secs(60));
+    let rto = x.rto(config);
     let send_queue = s.send_queue();
     let u32c = |v: usize| v.min(u32::MAX as usize) as u32;
     TcpInfo {

@@ -24,7 +24,7 @@ use crate::proto::ProtocolHost;
 use crate::rescue::{AckWatch, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared};
 use crate::socket::{buffer_sizes, new_socket_with};
-use crate::stats::{EngineUsage, StackStats, StatsCell};
+use crate::stats::{conn_record, EngineUsage, StackStats, StatsCell, Telemetry, TELEMETRY_EVERY};
 
 /// FIN-only segments (rescue.rs `split_fin`) kept while the TX ring is full.
 const SPLIT_FINS_MAX: usize = 64;
@@ -71,6 +71,8 @@ pub struct TcpService {
     /// Some connection may have a smoltcp timeout (keep-alive): [`TcpService::detect_timeouts`]
     /// has work to do. Cleared when a scan finds none.
     timeouts_armed: bool,
+    /// Where `xwarp stat` reads the counters and tables, if published.
+    telemetry: Option<Telemetry>,
 }
 
 impl std::fmt::Debug for TcpService {
@@ -108,7 +110,63 @@ impl TcpService {
             trace: std::env::var_os("XWARP_STACK_TRACE").map(|_| Instant::now()),
             proto: None,
             timeouts_armed: false,
+            telemetry: None,
         }
+    }
+
+    /// Publish the stack's counters, its connection table and the protocol host's QP
+    /// table ([`ProtocolHost::qp_records`]) to `seg` every 100 ms from the engine thread
+    /// (`xwarp stat`).
+    pub fn set_telemetry(&mut self, seg: Arc<xwarp_telemetry::Segment>) {
+        self.telemetry = Some(Telemetry::new(seg));
+    }
+
+    /// Publish to the telemetry segment if it is time (end of a poll that did `busy`
+    /// work); returns when the engine must poll again to publish what changed.
+    fn publish_telemetry(&mut self, now: Instant, busy: bool) -> Option<Instant> {
+        let t = self.telemetry.as_mut()?;
+        t.dirty |= busy;
+        if now < t.next {
+            return t.dirty.then_some(t.next);
+        }
+        t.next = now + TELEMETRY_EVERY;
+        t.dirty = false;
+        let c = &self.counters;
+        t.seg.set_stack(&xwarp_telemetry::StackCounters {
+            established: c.established,
+            accepted: c.accepted,
+            resets: c.resets,
+            recycled: c.recycled,
+            tx_bytes: c.tx_bytes,
+            rx_bytes: c.rx_bytes,
+            listeners_armed: c.listeners_armed,
+            syn_dropped_backlog: c.syn_dropped_backlog,
+            refused_limit: c.refused_limit,
+            flows_evicted: c.flows_evicted,
+            syn_received_expired: c.syn_received_expired,
+            sockets: self.table.socket_count() as u64,
+            socket_buffer_bytes: self.table.buffer_bytes(),
+            connections: self.table.len_all() as u64,
+            hosted_connections: self.table.len(Kind::Hosted) as u64,
+            listeners: self.listeners.len() as u64,
+        });
+        let cap = t.seg.capacity();
+        t.conns.clear();
+        let mut total = 0;
+        for (id, conn, sock) in self.table.each() {
+            total += 1;
+            if t.conns.len() < cap.conns {
+                t.conns.push(conn_record(id, conn, sock, &self.config));
+            }
+        }
+        t.conns.sort_by_key(|r| r.id);
+        t.seg.publish_conns(&t.conns, total);
+        t.qps.clear();
+        if let Some(p) = self.proto.as_mut() {
+            p.host_mut().qp_records(&mut t.qps);
+        }
+        t.seg.publish_qps(&t.qps, t.qps.len());
+        None
     }
 
     /// Number of smoltcp sockets alive (connections, TIME-WAIT, armed listeners).
@@ -839,9 +897,11 @@ impl<B: Backend> Service<B> for TcpService {
         // A FIN-only segment still queued (no TX token for a reply this time) must go in
         // on the next iteration, not after the engine slept until the next frame.
         busy |= !self.watch.split_fins.is_empty();
+        // Not in `self.next_deadline`: a publication is no timer of the connections.
+        let publish_at = self.publish_telemetry(now, busy);
         PollOutcome {
             busy,
-            next_deadline: next,
+            next_deadline: [next, publish_at].into_iter().flatten().min(),
         }
     }
 }

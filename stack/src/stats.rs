@@ -112,3 +112,81 @@ impl StatsCell {
         self.inner.store(s);
     }
 }
+
+/// How often the TCP service publishes its counters and tables for `xwarp stat`.
+pub(crate) const TELEMETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The TCP service's side of the engine's telemetry segment (`xwarp-telemetry`): its
+/// counters, the connection table and the protocol host's QP table, published every
+/// [`TELEMETRY_EVERY`] from the engine thread.
+pub(crate) struct Telemetry {
+    pub(crate) seg: std::sync::Arc<xwarp_telemetry::Segment>,
+    /// When to publish next.
+    pub(crate) next: std::time::Instant,
+    /// Something happened since the last publication (the engine must wake to publish
+    /// it even if nothing else is due).
+    pub(crate) dirty: bool,
+    pub(crate) conns: Vec<xwarp_telemetry::ConnRecord>,
+    pub(crate) qps: Vec<xwarp_telemetry::QpRecord>,
+}
+
+impl Telemetry {
+    /// Publishing to `seg`, first at once.
+    pub(crate) fn new(seg: std::sync::Arc<xwarp_telemetry::Segment>) -> Telemetry {
+        Telemetry {
+            seg,
+            next: std::time::Instant::now(),
+            dirty: true,
+            conns: Vec::new(),
+            qps: Vec::new(),
+        }
+    }
+}
+
+/// The record of connection `id` for the telemetry table.
+pub(crate) fn conn_record(
+    id: u64,
+    c: &crate::conn::Conn,
+    s: &smoltcp::socket::tcp::Socket<'static>,
+    config: &crate::StackConfig,
+) -> xwarp_telemetry::ConnRecord {
+    use crate::conn::Sink;
+    use std::net::SocketAddr;
+    let ep =
+        |e: Option<smoltcp::wire::IpEndpoint>| e.map(|e| SocketAddr::new(e.addr.into(), e.port));
+    let local = ep(s.local_endpoint());
+    let v6 = matches!(local, Some(SocketAddr::V6(_)));
+    let x = &c.tcp.extra;
+    let send_queue = s.send_queue() as u64;
+    let (rx_ring, tx_ring) = match &c.sink {
+        Sink::App(a) => (
+            Some((a.rx.buffer().capacity() - a.rx.slots()) as u64),
+            Some(a.tx.slots() as u64),
+        ),
+        Sink::Host(_) => (None, None),
+    };
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    xwarp_telemetry::ConnRecord {
+        id,
+        state: crate::conn::linux_state(s.state()),
+        hosted: matches!(c.sink, Sink::Host(_)),
+        local,
+        remote: ep(s.remote_endpoint()),
+        bytes_sent: x.tx_total,
+        bytes_acked: x.tx_total.saturating_sub(send_queue),
+        bytes_received: x.rx_total + s.recv_queue() as u64,
+        send_queue,
+        send_buffer: x.buffers.1 as u64,
+        recv_queue: s.recv_queue() as u64,
+        recv_buffer: x.buffers.0 as u64,
+        rx_ring_used: rx_ring,
+        tx_ring_used: tx_ring,
+        retransmits: u64::from(x.rescues),
+        srtt_us: x.srtt.map(us),
+        rttvar_us: x.srtt.map(|_| us(x.rttvar)),
+        rto_us: Some(us(x.rto(config))),
+        // smoltcp keeps its congestion window private.
+        cwnd: None,
+        mss: config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u64,
+    }
+}
