@@ -509,7 +509,11 @@ impl LoopCtx {
         if out.busy {
             st.busy_iterations += 1;
         }
-        if st.iterations.is_multiple_of(PUBLISH_EVERY) {
+        // With a telemetry segment, also at least every 100 ms (a busy iteration can
+        // take long).
+        if st.iterations.is_multiple_of(PUBLISH_EVERY)
+            || (self.seg.is_some() && now >= self.clock.next_nic)
+        {
             self.publish(st, backend, now);
         }
         Ok((out, now))

@@ -383,11 +383,11 @@ impl ConnTable {
         now: Instant,
         stats: &mut StackStats,
     ) {
-        for (&id, c) in self.conns.iter() {
+        for (&id, c) in self.conns.iter_mut() {
             if !matches!(c.sink, Sink::Host(_)) {
                 continue;
             }
-            let c = &c.tcp;
+            let c = &mut c.tcp;
             if c.connecting.is_some() || c.finished {
                 continue;
             }
@@ -403,6 +403,7 @@ impl ConnTable {
                     break;
                 }
                 stats.rx_bytes += n as u64;
+                c.extra.rx_total += n as u64;
             }
         }
     }
@@ -951,6 +952,7 @@ fn serve_hosted(
                 break;
             }
             stats.rx_bytes += n as u64;
+            c.extra.rx_total += n as u64;
             moved = true;
         }
         if !h.fin_reported && !s.may_recv() && s.recv_queue() == 0 && s.state() != State::Closed {
@@ -971,6 +973,7 @@ fn serve_hosted(
                     break;
                 }
                 stats.tx_bytes += n as u64;
+                c.extra.tx_total += n as u64;
                 moved = true;
             }
         }

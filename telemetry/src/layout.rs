@@ -415,6 +415,7 @@ impl ConnRecord {
 /// State of a queue pair, as the verbs layer reports it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 #[repr(u8)]
 pub enum QpState {
     /// Not connected yet (RESET/INIT/RTR, or the MPA exchange in progress).
