@@ -1,10 +1,12 @@
-//! The `xwarp` command: `demo`, `run`, `bench {tcp,rdma,shim}`.
+//! The `xwarp` command: `demo`, `run`, `bench {tcp,rdma,shim}`, `stat`.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use xwarp_tools::demo::DemoArgs;
+
+mod stat;
 
 /// xwarp: a userspace TCP offload engine and iWARP (RDMA over TCP) stack.
 ///
@@ -29,6 +31,9 @@ enum Command {
         #[command(subcommand)]
         which: Bench,
     },
+    /// Live counters of running engines (every process's, read from /dev/shm): per engine,
+    /// per TCP connection and per queue pair; see `xwarp stat --help`.
+    Stat(stat::StatArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(a) => xwarp_tools::demo::main(&a),
         Command::Run(_) => xwarp_tools::launcher::main(rest),
+        Command::Stat(a) => stat::main(&a),
         Command::Bench { which } => match which {
             Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
             Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
