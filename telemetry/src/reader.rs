@@ -180,19 +180,29 @@ pub fn scan(dir: &Path) -> io::Result<Vec<Found>> {
     Ok(out)
 }
 
-/// Remove the segments of dead writers in `dir`; returns the removed paths.
-pub fn clean(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut removed = Vec::new();
+/// What [`clean`] did.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    /// Stale segments removed.
+    pub removed: Vec<PathBuf>,
+    /// Stale segments that could not be removed, and why (e.g. another user's file in
+    /// the sticky `/dev/shm`).
+    pub failed: Vec<(PathBuf, io::Error)>,
+}
+
+/// Remove the segments of dead writers in `dir`.
+pub fn clean(dir: &Path) -> io::Result<Cleaned> {
+    let mut out = Cleaned::default();
     for f in scan(dir)? {
         if f.is_stale() {
             match fs::remove_file(&f.path) {
-                Ok(()) => removed.push(f.path),
+                Ok(()) => out.removed.push(f.path),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                Err(e) => out.failed.push((f.path, e)),
             }
         }
     }
-    Ok(removed)
+    Ok(out)
 }
 
 /// How many times a table copy is retried while the engine is writing it.

@@ -153,14 +153,17 @@ fn run(a: &StatArgs) -> Result<bool, String> {
     let dir = a.dir.clone().unwrap_or_else(xwarp_telemetry::stats_dir);
     let show = |e: io::Error| format!("{}: {e}", dir.display());
     if a.clean {
-        let removed = reader::clean(&dir).map_err(show)?;
-        for p in &removed {
+        let c = reader::clean(&dir).map_err(show)?;
+        for p in &c.removed {
             println!("removed {}", p.display());
         }
-        if removed.is_empty() {
+        for (p, e) in &c.failed {
+            eprintln!("xwarp stat: cannot remove {}: {e}", p.display());
+        }
+        if c.removed.is_empty() && c.failed.is_empty() {
             println!("no stale segments in {}", dir.display());
         }
-        return Ok(true);
+        return Ok(c.failed.is_empty());
     }
     let every = match a.watch {
         Some(s) if !(0.05..=86_400.0).contains(&s) => {
@@ -227,10 +230,9 @@ pub fn main(a: &StatArgs) -> ExitCode {
     match run(a) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!(
-                "xwarp stat: no xwarp engine in process {}",
-                a.pid.unwrap_or(0)
-            );
+            if let (Some(pid), false) = (a.pid, a.clean) {
+                eprintln!("xwarp stat: no xwarp engine in process {pid}");
+            }
             ExitCode::FAILURE
         }
         Err(e) => {
