@@ -962,6 +962,10 @@ fn serve_hosted(
         }
         // Transmit: the protocol encodes straight into the TCP send buffer.
         if !c.fin_queued {
+            // RTT sample as for application connections (`xwarp stat`'s SRTT).
+            if s.send_queue() == 0 && c.extra.probe.is_none() && s.can_send() {
+                c.extra.probe = Some((now, c.extra.tx_total + 1));
+            }
             while s.can_send() {
                 let n = s
                     .send(|buf| {
@@ -975,6 +979,16 @@ fn serve_hosted(
                 stats.tx_bytes += n as u64;
                 c.extra.tx_total += n as u64;
                 moved = true;
+            }
+        }
+        if let Some((start, until)) = c.extra.probe {
+            let acked = c.extra.tx_total.saturating_sub(s.send_queue() as u64);
+            if c.extra.tx_total < until && s.send_queue() == 0 {
+                // Nothing was sent: no sample.
+                c.extra.probe = None;
+            } else if acked >= until {
+                c.extra.probe = None;
+                c.extra.sample(now.saturating_duration_since(start));
             }
         }
         // Nagle only while a bulk backlog is queued: a lone small message (latency

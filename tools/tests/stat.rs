@@ -185,8 +185,10 @@ fn stat_sees_a_running_bench_its_counters_grow_and_its_segments_go_with_it() {
         let r = &y["conns"]["records"][0];
         assert_eq!(r["state_name"], "ESTAB");
         assert_eq!(r["hosted"], true, "the bench's connection is an iWARP one");
-        // smoltcp does not expose the congestion window.
+        // smoltcp does not expose the congestion window; the engine's RTT estimate
+        // covers hosted connections too.
         assert!(r["cwnd"].is_null());
+        assert!(r["srtt_us"].as_u64().is_some(), "no RTT sample: {r}");
         assert!(y["conns"]["consistent"].as_bool().unwrap());
     }
     // The client (10.77.0.1) sends, the server receives: their connection's byte counts
