@@ -16,7 +16,9 @@ use xwarp_poll_driver::engine::{PollOutcome, Service};
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::StackConfig;
-use crate::conn::{flow_of, AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink};
+use crate::conn::{
+    flow_of, linux_state, AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink,
+};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::hosted::ProtoSide;
 use crate::ports::Ports;
@@ -24,7 +26,7 @@ use crate::proto::ProtocolHost;
 use crate::rescue::{AckWatch, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared};
 use crate::socket::{buffer_sizes, new_socket_with};
-use crate::stats::{conn_record, EngineUsage, StackStats, StatsCell, Telemetry, TELEMETRY_EVERY};
+use crate::stats::{EngineUsage, StackStats, StatsCell, Telemetry, TELEMETRY_EVERY};
 
 /// FIN-only segments (rescue.rs `split_fin`) kept while the TX ring is full.
 const SPLIT_FINS_MAX: usize = 64;
@@ -674,6 +676,53 @@ fn app_conn(
             outcome_pending: None,
             state_at_rst: None,
         }),
+    }
+}
+
+/// The record of connection `id` for the telemetry table.
+fn conn_record(
+    id: u64,
+    c: &Conn,
+    s: &smoltcp::socket::tcp::Socket<'static>,
+    config: &StackConfig,
+) -> xwarp_telemetry::ConnRecord {
+    use std::net::SocketAddr;
+    let ep =
+        |e: Option<smoltcp::wire::IpEndpoint>| e.map(|e| SocketAddr::new(e.addr.into(), e.port));
+    let local = ep(s.local_endpoint());
+    let v6 = matches!(local, Some(SocketAddr::V6(_)));
+    let x = &c.tcp.extra;
+    let send_queue = s.send_queue() as u64;
+    let (rx_ring, tx_ring) = match &c.sink {
+        Sink::App(a) => (
+            Some((a.rx.buffer().capacity() - a.rx.slots()) as u64),
+            Some(a.tx.slots() as u64),
+        ),
+        Sink::Host(_) => (None, None),
+    };
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    xwarp_telemetry::ConnRecord {
+        id,
+        state: linux_state(s.state()),
+        hosted: matches!(c.sink, Sink::Host(_)),
+        local,
+        remote: ep(s.remote_endpoint()),
+        bytes_sent: x.tx_total,
+        bytes_acked: x.tx_total.saturating_sub(send_queue),
+        bytes_received: x.rx_total + s.recv_queue() as u64,
+        send_queue,
+        send_buffer: s.send_capacity() as u64,
+        recv_queue: s.recv_queue() as u64,
+        recv_buffer: s.recv_capacity() as u64,
+        rx_ring_used: rx_ring,
+        tx_ring_used: tx_ring,
+        retransmits: u64::from(x.rescues),
+        srtt_us: x.srtt.map(us),
+        rttvar_us: x.srtt.map(|_| us(x.rttvar)),
+        rto_us: Some(us(x.rto(config))),
+        // smoltcp keeps its congestion window private.
+        cwnd: None,
+        mss: config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u64,
     }
 }
 
