@@ -8,6 +8,9 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
+use xwarp_telemetry::layout::{MODE_UNKNOWN, NA};
+use xwarp_telemetry::NicCounters;
+
 /// Counters every backend keeps; the engine reports them and tests assert on them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct BackendStats {
@@ -51,5 +54,30 @@ pub trait Backend: smoltcp::phy::Device {
     /// no such timer.
     fn next_deadline(&self) -> Option<Instant> {
         None
+    }
+
+    /// The backend's counters for `xwarp stat` (`xwarp-telemetry`), called by the engine
+    /// thread a few times a second (it may make a syscall). The default reports
+    /// [`Backend::stats`] with an unknown mode.
+    fn telemetry(&self) -> NicCounters {
+        let s = self.stats();
+        NicCounters {
+            mode: MODE_UNKNOWN,
+            zero_copy: NA,
+            multi_buffer: NA,
+            rx_frames: s.rx_frames,
+            rx_bytes: s.rx_bytes,
+            tx_frames: s.tx_frames,
+            tx_bytes: s.tx_bytes,
+            dropped: s.dropped,
+            wire_faults: NA,
+            ..NicCounters::default()
+        }
+    }
+
+    /// What `xwarp stat` shows as the engine's interface (`vwire`, `veth0 q0`); empty
+    /// by default.
+    fn interface_label(&self) -> String {
+        String::new()
     }
 }

@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use xwarp_telemetry::{EngineCounters, Segment};
 
 /// How long an idle engine keeps spinning before it sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +245,10 @@ pub struct EngineHandle<B, S> {
 /// How often (in iterations) a busy engine publishes its counters.
 const PUBLISH_EVERY: u64 = 1024;
 
+/// At most how often the NIC's counters go to the telemetry segment (they may cost a
+/// syscall: AF_XDP's `XDP_STATISTICS`).
+const NIC_TELEMETRY_EVERY: Duration = Duration::from_millis(100);
+
 impl Engine {
     /// Start an engine thread driving `backend` and `service`. Returns once the thread
     /// runs (and is pinned, when `config.core` is set).
@@ -267,6 +272,24 @@ impl Engine {
         doorbell: Doorbell,
         backend: B,
         service: S,
+    ) -> io::Result<EngineHandle<B, S>>
+    where
+        B: Backend + Send + 'static,
+        S: Service<B> + 'static,
+    {
+        Self::spawn_published(config, doorbell, backend, service, None)
+    }
+
+    /// Like [`Engine::spawn_with_doorbell`], publishing the loop's counters, where its
+    /// time goes and the backend's counters ([`Backend::telemetry`]) to `telemetry` for
+    /// `xwarp stat`: engine counters whenever [`EngineHandle::stats`] are published, NIC
+    /// counters at most every 100 ms. The segment is removed when the loop ends.
+    pub fn spawn_published<B, S>(
+        config: EngineConfig,
+        doorbell: Doorbell,
+        backend: B,
+        service: S,
+        telemetry: Option<Arc<Segment>>,
     ) -> io::Result<EngineHandle<B, S>>
     where
         B: Backend + Send + 'static,
@@ -298,6 +321,8 @@ impl Engine {
             doorbell: doorbell.clone(),
             stop: stop.clone(),
             stats: stats.clone(),
+            seg: telemetry,
+            clock: LoopClock::new(Instant::now()),
         };
         let tid2 = tid.clone();
         let thread = std::thread::Builder::new()
@@ -399,6 +424,31 @@ struct LoopCtx {
     doorbell: Doorbell,
     stop: Arc<AtomicBool>,
     stats: Arc<SharedStats>,
+    /// Where `xwarp stat` reads the counters, if published.
+    seg: Option<Arc<Segment>>,
+    clock: LoopClock,
+}
+
+/// Where the loop's time goes (for the telemetry segment).
+struct LoopClock {
+    start: Instant,
+    /// Idle but awake (spinning or yielding).
+    spin: Duration,
+    /// Asleep in `poll(2)`.
+    sleep: Duration,
+    /// When the NIC's counters are published next.
+    next_nic: Instant,
+}
+
+impl LoopClock {
+    fn new(now: Instant) -> LoopClock {
+        LoopClock {
+            start: now,
+            spin: Duration::ZERO,
+            sleep: Duration::ZERO,
+            next_nic: now,
+        }
+    }
 }
 
 fn soft(e: &io::Error) -> bool {
@@ -409,11 +459,21 @@ fn soft(e: &io::Error) -> bool {
 }
 
 impl LoopCtx {
-    fn run<B: Backend, S: Service<B>>(self, mut backend: B, mut service: S) -> EngineExit<B, S> {
+    fn run<B: Backend, S: Service<B>>(
+        mut self,
+        mut backend: B,
+        mut service: S,
+    ) -> EngineExit<B, S> {
         let mut st = EngineStats::default();
+        self.clock = LoopClock::new(Instant::now());
         let error = self.run_loop(&mut backend, &mut service, &mut st).err();
         self.doorbell.inner.sleeping.store(false, Ordering::SeqCst);
-        self.stats.publish(&st);
+        let now = Instant::now();
+        self.clock.next_nic = now;
+        self.publish(&st, &backend, now);
+        if let Some(seg) = self.seg.take() {
+            seg.remove();
+        }
         EngineExit {
             backend,
             service,
@@ -425,7 +485,7 @@ impl LoopCtx {
     /// One iteration: pull frames, run the service, push frames out. Also returns the
     /// time the service was polled at (the loop's only clock read per iteration).
     fn iterate<B: Backend, S: Service<B>>(
-        &self,
+        &mut self,
         backend: &mut B,
         service: &mut S,
         st: &mut EngineStats,
@@ -449,26 +509,59 @@ impl LoopCtx {
         if out.busy {
             st.busy_iterations += 1;
         }
-        if st.iterations.is_multiple_of(PUBLISH_EVERY) {
-            self.stats.publish(st);
+        // With a telemetry segment, also at least every 100 ms (a busy iteration can
+        // take long).
+        if st.iterations.is_multiple_of(PUBLISH_EVERY)
+            || (self.seg.is_some() && now >= self.clock.next_nic)
+        {
+            self.publish(st, backend, now);
         }
         Ok((out, now))
     }
 
+    /// Publish the counters for [`EngineHandle::stats`] and, if there is a segment, for
+    /// `xwarp stat` (the NIC's at most every [`NIC_TELEMETRY_EVERY`]).
+    fn publish<B: Backend>(&mut self, st: &EngineStats, backend: &B, now: Instant) {
+        self.stats.publish(st);
+        let Some(seg) = &self.seg else { return };
+        let c = &self.clock;
+        seg.set_engine(&EngineCounters {
+            iterations: st.iterations,
+            busy_iterations: st.busy_iterations,
+            sleeps: st.sleeps,
+            sleeps_cancelled: st.sleeps_cancelled,
+            wakeups_doorbell: st.wakeups_doorbell,
+            wakeups_backend: st.wakeups_backend,
+            wakeups_timeout: st.wakeups_timeout,
+            backend_soft_errors: st.backend_soft_errors,
+            doorbell_rings: self.doorbell.rings(),
+            doorbell_syscalls: self.doorbell.syscalls(),
+            run_ns: now.saturating_duration_since(c.start).as_nanos() as u64,
+            spin_ns: c.spin.as_nanos() as u64,
+            sleep_ns: c.sleep.as_nanos() as u64,
+        });
+        if now >= c.next_nic {
+            self.clock.next_nic = now + NIC_TELEMETRY_EVERY;
+            seg.set_nic(&backend.telemetry());
+        }
+    }
+
     fn run_loop<B: Backend, S: Service<B>>(
-        &self,
+        &mut self,
         backend: &mut B,
         service: &mut S,
         st: &mut EngineStats,
     ) -> io::Result<()> {
-        let bell = &self.doorbell.inner;
+        let bell = self.doorbell.inner.clone();
         let mut idle_iters: u64 = 0;
         let mut idle_since: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let (out, now) = self.iterate(backend, service, st)?;
             if out.busy {
+                if let Some(since) = idle_since.take() {
+                    self.clock.spin += now.saturating_duration_since(since);
+                }
                 idle_iters = 0;
-                idle_since = None;
                 continue;
             }
             idle_iters += 1;
@@ -500,7 +593,8 @@ impl LoopCtx {
                 }
                 Err(e) => return Err(e),
             };
-            let (last, _) = self.iterate(backend, service, st)?;
+            let (last, last_at) = self.iterate(backend, service, st)?;
+            self.clock.spin += last_at.saturating_duration_since(since);
             if !may_sleep || last.busy || self.stop.load(Ordering::SeqCst) {
                 bell.sleeping.store(false, Ordering::SeqCst);
                 st.sleeps_cancelled += 1;
@@ -519,7 +613,7 @@ impl LoopCtx {
             .min();
             let timeout = deadline.map(|d| d.saturating_duration_since(now));
             st.sleeps += 1;
-            self.stats.publish(st);
+            self.publish(st, backend, now);
             let bell_fd = bell.efd.as_raw_fd();
             let mut readable = [false; 2];
             match backend.wait_fd() {
@@ -537,7 +631,9 @@ impl LoopCtx {
             if !readable[0] && !readable[1] {
                 st.wakeups_timeout += 1;
             }
-            self.stats.publish(st);
+            let woke = Instant::now();
+            self.clock.sleep += woke.saturating_duration_since(now);
+            self.publish(st, backend, woke);
             idle_iters = 0;
             idle_since = None;
         }
@@ -614,5 +710,51 @@ mod tests {
         let exit = eng.stop().unwrap();
         assert!(exit.stats.wakeups_doorbell >= 1, "{:?}", exit.stats);
         assert!(exit.error.is_none());
+    }
+
+    #[test]
+    fn a_published_engine_shows_its_counters_and_removes_its_segment() {
+        use xwarp_telemetry::reader::read_segment;
+        use xwarp_telemetry::{Capacity, SegmentInfo};
+        let dir = std::env::temp_dir().join(format!("xwarp-engine-tel-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let info = SegmentInfo {
+            interface: "vwire".into(),
+            ..SegmentInfo::default()
+        };
+        let seg = Arc::new(Segment::create_in(&dir, 0, &info, Capacity::default()).unwrap());
+        let path = seg.path().to_path_buf();
+        let (_a, b) = VirtualWire::pair(WireConfig::default()).unwrap();
+        let (req_tx, req_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        let cfg = EngineConfig {
+            spin: SpinBudget::Iterations(0),
+            ..EngineConfig::default()
+        };
+        let svc = Answer {
+            reqs: req_rx,
+            done: done_tx,
+        };
+        let eng =
+            Engine::spawn_published(cfg, Doorbell::new().unwrap(), b, svc, Some(seg)).unwrap();
+        for i in 0..20u64 {
+            req_tx.send(i).unwrap();
+            eng.doorbell().ring();
+            assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(i + 1));
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        let snap = read_segment(&path).unwrap();
+        assert!(
+            snap.engine.iterations > 0 && snap.engine.sleeps > 0,
+            "{snap:?}"
+        );
+        assert!(snap.engine.wakeups_doorbell > 0, "{:?}", snap.engine);
+        assert!(snap.engine.doorbell_rings >= 20, "{:?}", snap.engine);
+        assert!(snap.engine.sleep_ns > 0 && snap.engine.run_ns >= snap.engine.sleep_ns);
+        assert_eq!(snap.nic.mode, xwarp_telemetry::layout::MODE_VWIRE);
+        assert_eq!(snap.interface, "vwire");
+        drop(eng);
+        assert!(!path.exists(), "segment left after the engine stopped");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -728,4 +728,25 @@ impl Backend for VirtualNic {
             dropped: self.tx.dropped(),
         }
     }
+
+    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
+        let s = Backend::stats(self);
+        let f = &self.tx.faults;
+        xwarp_telemetry::NicCounters {
+            mode: xwarp_telemetry::layout::MODE_VWIRE,
+            zero_copy: xwarp_telemetry::layout::NA,
+            multi_buffer: xwarp_telemetry::layout::NA,
+            rx_frames: s.rx_frames,
+            rx_bytes: s.rx_bytes,
+            tx_frames: s.tx_frames,
+            tx_bytes: s.tx_bytes,
+            dropped: s.dropped,
+            wire_faults: f.dropped + f.rate_dropped + f.queue_full + f.oversize,
+            ..xwarp_telemetry::NicCounters::default()
+        }
+    }
+
+    fn interface_label(&self) -> String {
+        "vwire".into()
+    }
 }

@@ -33,7 +33,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use xwarp_poll_driver::backend::Backend;
-use xwarp_poll_driver::engine::{Engine, EngineConfig, EngineHandle};
+use xwarp_poll_driver::engine::{Doorbell, Engine, EngineConfig, EngineHandle};
 use xwarp_poll_driver::pcap::{Capture, CaptureSpec};
 use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
 
@@ -146,7 +146,12 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
     /// Build the stack, install the protocol host, spawn the engine thread and wire the
     /// stack's kick to the engine's doorbell. An invalid stack configuration is
     /// `InvalidInput`.
+    ///
+    /// Unless `XWARP_STATS=0`, the engine publishes its counters and tables for
+    /// `xwarp stat` in a segment under `/dev/shm` (`xwarp-telemetry`), removed when the
+    /// engine stops; if the segment cannot be created the engine runs without it.
     pub fn spawn(self) -> io::Result<RunningEngine<B>> {
+        let address = describe_addresses(&self.stack);
         let (mut service, stack) =
             new_stack(self.stack).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if let Some(host) = self.host {
@@ -154,11 +159,42 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
         }
         let name = &self.engine.name;
         service.set_capture(open_capture(self.capture, self.iface_name.as_deref(), name));
-        let engine = Engine::spawn(self.engine, self.backend, service)?;
+        let telemetry = if xwarp_telemetry::enabled() {
+            let info = xwarp_telemetry::SegmentInfo {
+                program: String::new(),
+                interface: self.backend.interface_label(),
+                address,
+            };
+            xwarp_telemetry::Segment::create(&info).ok().map(Arc::new)
+        } else {
+            None
+        };
+        if let Some(seg) = &telemetry {
+            service.set_telemetry(seg.clone());
+        }
+        let engine = Engine::spawn_published(
+            self.engine,
+            Doorbell::new()?,
+            self.backend,
+            service,
+            telemetry,
+        )?;
         let bell = engine.doorbell();
         stack.set_kick(Arc::new(move || bell.ring()));
         Ok(RunningEngine { stack, engine })
     }
+}
+
+/// The stack's addresses as `xwarp stat` shows them (`10.0.0.1/24 fd00::1/64`).
+fn describe_addresses(c: &StackConfig) -> String {
+    let mut parts = Vec::new();
+    if let Some((ip, p)) = c.ipv4 {
+        parts.push(format!("{ip}/{p}"));
+    }
+    if let Some((ip, p)) = c.ipv6 {
+        parts.push(format!("{ip}/{p}"));
+    }
+    parts.join(" ")
 }
 
 /// Configuration of a pair of engines joined by the virtual wire
@@ -278,6 +314,84 @@ mod tests {
         assert!(ea.service.capture().is_none());
         assert!(ea.error.is_none());
         assert!(b.engine.stop().unwrap().service.capture().is_none());
+    }
+
+    /// The live segment of this process whose engine owns `address`.
+    fn segment_of(address: &str) -> Option<xwarp_telemetry::reader::EngineSnapshot> {
+        let dir = xwarp_telemetry::stats_dir();
+        xwarp_telemetry::reader::scan(&dir)
+            .ok()?
+            .into_iter()
+            .filter(|f| f.pid == std::process::id())
+            .filter_map(|f| f.segment.ok())
+            .find(|s| s.address == address)
+    }
+
+    #[test]
+    fn spawned_engines_publish_their_connections_and_remove_the_segment_on_stop() {
+        use std::net::SocketAddr;
+        use std::time::{Duration, Instant};
+        let mut cfg = PairConfig::default();
+        cfg.a.ipv4 = Some((Ipv4Addr::new(10, 77, 31, 1), 24));
+        cfg.b.ipv4 = Some((Ipv4Addr::new(10, 77, 31, 2), 24));
+        let (a, b) = EngineBuilder::vwire_pair(cfg).unwrap();
+        let (a, b) = (a.spawn().unwrap(), b.spawn().unwrap());
+        let srv: SocketAddr = "10.77.31.2:7000".parse().unwrap();
+        let l = b.stack.listen(srv, 4, Duration::from_secs(5)).unwrap();
+        let mut c = a.stack.connect(srv, None, None).unwrap();
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            if let Ok(s) = l.try_accept() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "no connection");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let (mut sent, mut got) = (0, Vec::new());
+        let mut buf = [0u8; 4096];
+        while got.len() < data.len() {
+            assert!(Instant::now() < deadline, "transfer stalled");
+            if sent < data.len() {
+                sent += c.try_write(&data[sent..]).unwrap_or(0);
+            }
+            match s.try_read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_micros(200))
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        assert_eq!(got, data);
+        // Published within about 100 ms of the transfer, without further traffic.
+        let snap = loop {
+            let snap = segment_of("10.77.31.1/24").expect("no segment for engine a");
+            let done = snap
+                .conns
+                .records
+                .iter()
+                .any(|r| r.bytes_acked >= data.len() as u64);
+            if done {
+                break snap;
+            }
+            assert!(Instant::now() < deadline, "never published: {snap:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(snap.interface, "vwire");
+        let r = &snap.conns.records[0];
+        assert_eq!(xwarp_telemetry::layout::tcp_state_name(r.state), "ESTAB");
+        assert_eq!(r.remote, Some(srv));
+        assert_eq!(r.cwnd, None);
+        assert!(snap.stack.established >= 1 && snap.stack.tx_bytes >= data.len() as u64);
+        assert!(snap.nic.tx_bytes > data.len() as u64, "{:?}", snap.nic);
+        assert!(snap.engine.iterations > 0);
+        let b_snap = segment_of("10.77.31.2/24").expect("no segment for engine b");
+        assert_eq!(b_snap.stack.accepted, 1);
+        let (pa, pb) = (snap.path.clone(), b_snap.path.clone());
+        drop((c, s, l));
+        drop((a, b));
+        assert!(!pa.exists() && !pb.exists(), "segments left after stop");
     }
 
     #[test]

@@ -237,6 +237,13 @@ impl ConnTable {
         }
     }
 
+    /// Every connection with its socket (for `xwarp stat`).
+    pub(crate) fn each(&self) -> impl Iterator<Item = (u64, &Conn, &tcp::Socket<'static>)> {
+        self.conns
+            .iter()
+            .map(|(&id, c)| (id, c, self.sockets.get::<tcp::Socket>(c.tcp.handle)))
+    }
+
     /// The socket behind `h`.
     pub(crate) fn socket(&self, h: SocketHandle) -> &tcp::Socket<'static> {
         self.sockets.get::<tcp::Socket>(h)
@@ -376,11 +383,11 @@ impl ConnTable {
         now: Instant,
         stats: &mut StackStats,
     ) {
-        for (&id, c) in self.conns.iter() {
+        for (&id, c) in self.conns.iter_mut() {
             if !matches!(c.sink, Sink::Host(_)) {
                 continue;
             }
-            let c = &c.tcp;
+            let c = &mut c.tcp;
             if c.connecting.is_some() || c.finished {
                 continue;
             }
@@ -396,6 +403,7 @@ impl ConnTable {
                     break;
                 }
                 stats.rx_bytes += n as u64;
+                c.extra.rx_total += n as u64;
             }
         }
     }
@@ -576,12 +584,12 @@ impl ConnTable {
 #[derive(Debug, Default)]
 pub(crate) struct ConnExtra {
     /// Bytes handed to smoltcp for sending.
-    tx_total: u64,
+    pub(crate) tx_total: u64,
     /// Bytes taken from smoltcp's receive buffer.
-    rx_total: u64,
+    pub(crate) rx_total: u64,
     /// RFC 6298 `SRTT` and `RTTVAR`.
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    pub(crate) srtt: Option<Duration>,
+    pub(crate) rttvar: Duration,
     /// RTT sample in flight: when bytes were handed to an idle connection and the
     /// `tx_total` whose acknowledgement ends the sample.
     probe: Option<(Instant, u64)>,
@@ -589,9 +597,9 @@ pub(crate) struct ConnExtra {
     /// timeout, reported as `TimedOut` rather than `Reset`.
     timeout_armed: bool,
     /// Loss rescues (rescue.rs) triggered for this connection.
-    rescues: u32,
+    pub(crate) rescues: u32,
     /// Receive and send buffer sizes of the smoltcp socket.
-    buffers: (usize, usize),
+    pub(crate) buffers: (usize, usize),
 }
 
 impl ConnExtra {
@@ -603,6 +611,17 @@ impl ConnExtra {
             timeout_armed,
             ..ConnExtra::default()
         }
+    }
+
+    /// The retransmission timeout the engine works with: smoltcp's own minimum RTO is
+    /// 1 s; the rescue floor (rescue.rs) lowers it.
+    pub(crate) fn rto(&self, config: &StackConfig) -> Duration {
+        let floor = config.rto_floor.unwrap_or(Duration::from_secs(1));
+        match self.srtt {
+            None => Duration::from_secs(1).max(floor),
+            Some(srtt) => (srtt + (self.rttvar * 4).max(Duration::from_millis(1))).max(floor),
+        }
+        .min(Duration::from_secs(60))
     }
 
     /// RFC 6298 §2: fold one RTT measurement into `SRTT`/`RTTVAR`.
@@ -627,7 +646,7 @@ fn buffer_bytes(s: &tcp::Socket<'static>) -> u64 {
 }
 
 /// Linux's `TCP_*` state numbers (`include/net/tcp_states.h`).
-fn linux_state(s: State) -> u8 {
+pub(crate) fn linux_state(s: State) -> u8 {
     match s {
         State::Established => 1,
         State::SynSent => 2,
@@ -648,13 +667,7 @@ fn tcp_info(s: &tcp::Socket<'static>, c: &ConnTcp, a: &AppEnd, config: &StackCon
     let v6 = matches!(a.shared.addrs(), Some((SocketAddr::V6(_), _)));
     let mss = config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u32;
     let x = &c.extra;
-    // smoltcp's own minimum RTO is 1 s; the rescue floor (rescue.rs) lowers it.
-    let floor = config.rto_floor.unwrap_or(Duration::from_secs(1));
-    let rto = match x.srtt {
-        None => Duration::from_secs(1).max(floor),
-        Some(srtt) => (srtt + (x.rttvar * 4).max(Duration::from_millis(1))).max(floor),
-    }
-    .min(Duration::from_secs(60));
+    let rto = x.rto(config);
     let send_queue = s.send_queue();
     let u32c = |v: usize| v.min(u32::MAX as usize) as u32;
     TcpInfo {
@@ -942,6 +955,7 @@ fn serve_hosted(
                 break;
             }
             stats.rx_bytes += n as u64;
+            c.extra.rx_total += n as u64;
             moved = true;
         }
         if !h.fin_reported && !s.may_recv() && s.recv_queue() == 0 && s.state() != State::Closed {
@@ -951,6 +965,10 @@ fn serve_hosted(
         }
         // Transmit: the protocol encodes straight into the TCP send buffer.
         if !c.fin_queued {
+            // RTT sample as for application connections (`xwarp stat`'s SRTT).
+            if s.send_queue() == 0 && c.extra.probe.is_none() && s.can_send() {
+                c.extra.probe = Some((now, c.extra.tx_total + 1));
+            }
             while s.can_send() {
                 let n = s
                     .send(|buf| {
@@ -962,7 +980,18 @@ fn serve_hosted(
                     break;
                 }
                 stats.tx_bytes += n as u64;
+                c.extra.tx_total += n as u64;
                 moved = true;
+            }
+        }
+        if let Some((start, until)) = c.extra.probe {
+            let acked = c.extra.tx_total.saturating_sub(s.send_queue() as u64);
+            if c.extra.tx_total < until && s.send_queue() == 0 {
+                // Nothing was sent: no sample.
+                c.extra.probe = None;
+            } else if acked >= until {
+                c.extra.probe = None;
+                c.extra.sample(now.saturating_duration_since(start));
             }
         }
         // Nagle only while a bulk backlog is queued: a lone small message (latency

@@ -87,6 +87,12 @@ pub trait ProtocolHost: Send {
     /// The connection is gone: `None` after a graceful close, else why (refused, reset,
     /// timed out, ...). Called once, last.
     fn on_closed(&mut self, conn: ProtoConnId, now: Instant, error: Option<SocketError>);
+    /// Append a record of every queue pair to `out`, for `xwarp stat` (the TCP service
+    /// calls it when it publishes its tables, a few times a second). The default has
+    /// none.
+    fn qp_records(&self, out: &mut Vec<xwarp_telemetry::QpRecord>) {
+        let _ = out;
+    }
 }
 
 /// Requests a [`ProtocolHost`] makes of the engine from [`ProtocolHost::poll`].

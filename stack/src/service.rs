@@ -17,7 +17,9 @@ use xwarp_poll_driver::pcap::{Capture, Tapped};
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::StackConfig;
-use crate::conn::{flow_of, AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink};
+use crate::conn::{
+    flow_of, linux_state, AppEnd, Conn, ConnExtra, ConnTable, ConnTcp, EngineCtx, Kind, Sink,
+};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::hosted::ProtoSide;
 use crate::ports::Ports;
@@ -25,7 +27,7 @@ use crate::proto::ProtocolHost;
 use crate::rescue::{AckWatch, ReplayDevice, WatchedDevice};
 use crate::shared::{ListenerShared, SocketError, SocketShared};
 use crate::socket::{buffer_sizes, new_socket_with};
-use crate::stats::{EngineUsage, StackStats, StatsCell};
+use crate::stats::{EngineUsage, StackStats, StatsCell, Telemetry, TELEMETRY_EVERY};
 
 /// FIN-only segments (rescue.rs `split_fin`) kept while the TX ring is full.
 const SPLIT_FINS_MAX: usize = 64;
@@ -83,6 +85,8 @@ pub struct TcpService {
     timeouts_armed: bool,
     /// Every frame through the backend recorded here ([`TcpService::set_capture`]).
     capture: Option<Capture>,
+    /// Where `xwarp stat` reads the counters and tables, if published.
+    telemetry: Option<Telemetry>,
 }
 
 impl std::fmt::Debug for TcpService {
@@ -121,7 +125,63 @@ impl TcpService {
             proto: None,
             timeouts_armed: false,
             capture: None,
+            telemetry: None,
         }
+    }
+
+    /// Publish the stack's counters, its connection table and the protocol host's QP
+    /// table ([`ProtocolHost::qp_records`]) to `seg` every 100 ms from the engine thread
+    /// (`xwarp stat`).
+    pub fn set_telemetry(&mut self, seg: Arc<xwarp_telemetry::Segment>) {
+        self.telemetry = Some(Telemetry::new(seg));
+    }
+
+    /// Publish to the telemetry segment if it is time (end of a poll that did `busy`
+    /// work); returns when the engine must poll again to publish what changed.
+    fn publish_telemetry(&mut self, now: Instant, busy: bool) -> Option<Instant> {
+        let t = self.telemetry.as_mut()?;
+        t.dirty |= busy;
+        if now < t.next {
+            return t.dirty.then_some(t.next);
+        }
+        t.next = now + TELEMETRY_EVERY;
+        t.dirty = false;
+        let c = &self.counters;
+        t.seg.set_stack(&xwarp_telemetry::StackCounters {
+            established: c.established,
+            accepted: c.accepted,
+            resets: c.resets,
+            recycled: c.recycled,
+            tx_bytes: c.tx_bytes,
+            rx_bytes: c.rx_bytes,
+            listeners_armed: c.listeners_armed,
+            syn_dropped_backlog: c.syn_dropped_backlog,
+            refused_limit: c.refused_limit,
+            flows_evicted: c.flows_evicted,
+            syn_received_expired: c.syn_received_expired,
+            sockets: self.table.socket_count() as u64,
+            socket_buffer_bytes: self.table.buffer_bytes(),
+            connections: self.table.len_all() as u64,
+            hosted_connections: self.table.len(Kind::Hosted) as u64,
+            listeners: self.listeners.len() as u64,
+        });
+        let cap = t.seg.capacity();
+        t.conns.clear();
+        let mut total = 0;
+        for (id, conn, sock) in self.table.each() {
+            total += 1;
+            if t.conns.len() < cap.conns {
+                t.conns.push(conn_record(id, conn, sock, &self.config));
+            }
+        }
+        t.conns.sort_by_key(|r| r.id);
+        t.seg.publish_conns(&t.conns, total);
+        t.qps.clear();
+        if let Some(p) = self.proto.as_mut() {
+            p.host_mut().qp_records(&mut t.qps);
+        }
+        t.seg.publish_qps(&t.qps, t.qps.len());
+        None
     }
 
     /// Number of smoltcp sockets alive (connections, TIME-WAIT, armed listeners).
@@ -632,6 +692,53 @@ fn app_conn(
     }
 }
 
+/// The record of connection `id` for the telemetry table.
+fn conn_record(
+    id: u64,
+    c: &Conn,
+    s: &smoltcp::socket::tcp::Socket<'static>,
+    config: &StackConfig,
+) -> xwarp_telemetry::ConnRecord {
+    use std::net::SocketAddr;
+    let ep =
+        |e: Option<smoltcp::wire::IpEndpoint>| e.map(|e| SocketAddr::new(e.addr.into(), e.port));
+    let local = ep(s.local_endpoint());
+    let v6 = matches!(local, Some(SocketAddr::V6(_)));
+    let x = &c.tcp.extra;
+    let send_queue = s.send_queue() as u64;
+    let (rx_ring, tx_ring) = match &c.sink {
+        Sink::App(a) => (
+            Some((a.rx.buffer().capacity() - a.rx.slots()) as u64),
+            Some(a.tx.slots() as u64),
+        ),
+        Sink::Host(_) => (None, None),
+    };
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    xwarp_telemetry::ConnRecord {
+        id,
+        state: linux_state(s.state()),
+        hosted: matches!(c.sink, Sink::Host(_)),
+        local,
+        remote: ep(s.remote_endpoint()),
+        bytes_sent: x.tx_total,
+        bytes_acked: x.tx_total.saturating_sub(send_queue),
+        bytes_received: x.rx_total + s.recv_queue() as u64,
+        send_queue,
+        send_buffer: s.send_capacity() as u64,
+        recv_queue: s.recv_queue() as u64,
+        recv_buffer: s.recv_capacity() as u64,
+        rx_ring_used: rx_ring,
+        tx_ring_used: tx_ring,
+        retransmits: u64::from(x.rescues),
+        srtt_us: x.srtt.map(us),
+        rttvar_us: x.srtt.map(|_| us(x.rttvar)),
+        rto_us: Some(us(x.rto(config))),
+        // smoltcp keeps its congestion window private.
+        cwnd: None,
+        mss: config.mtu.saturating_sub(if v6 { 60 } else { 40 }) as u64,
+    }
+}
+
 impl<B: Backend> Service<B> for TcpService {
     fn poll(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
         // Not capturing: one branch per poll. Capturing: the same poll through a
@@ -878,9 +985,11 @@ impl TcpService {
         // A FIN-only segment still queued (no TX token for a reply this time) must go in
         // on the next iteration, not after the engine slept until the next frame.
         busy |= !self.watch.split_fins.is_empty();
+        // Not in `self.next_deadline`: a publication is no timer of the connections.
+        let publish_at = self.publish_telemetry(now, busy);
         PollOutcome {
             busy,
-            next_deadline: next,
+            next_deadline: [next, publish_at].into_iter().flatten().min(),
         }
     }
 }

@@ -112,3 +112,33 @@ impl StatsCell {
         self.inner.store(s);
     }
 }
+
+/// How often the TCP service publishes its counters and tables for `xwarp stat`.
+pub(crate) const TELEMETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The TCP service's side of the engine's telemetry segment (`xwarp-telemetry`): its
+/// counters, the connection table and the protocol host's QP table, published every
+/// [`TELEMETRY_EVERY`] from the engine thread.
+pub(crate) struct Telemetry {
+    pub(crate) seg: std::sync::Arc<xwarp_telemetry::Segment>,
+    /// When to publish next.
+    pub(crate) next: std::time::Instant,
+    /// Something happened since the last publication (the engine must wake to publish
+    /// it even if nothing else is due).
+    pub(crate) dirty: bool,
+    pub(crate) conns: Vec<xwarp_telemetry::ConnRecord>,
+    pub(crate) qps: Vec<xwarp_telemetry::QpRecord>,
+}
+
+impl Telemetry {
+    /// Publishing to `seg`, first at once.
+    pub(crate) fn new(seg: std::sync::Arc<xwarp_telemetry::Segment>) -> Telemetry {
+        Telemetry {
+            seg,
+            next: std::time::Instant::now(),
+            dirty: true,
+            conns: Vec::new(),
+            qps: Vec::new(),
+        }
+    }
+}

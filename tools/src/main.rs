@@ -1,10 +1,12 @@
-//! The `xwarp` command: `demo`, `devices`, `run`, `bench {tcp,rdma,shim}`.
+//! The `xwarp` command: `demo`, `devices`, `run`, `bench {tcp,rdma,shim,attack}`, `stat`.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use xwarp_tools::demo::DemoArgs;
+
+mod stat;
 
 /// xwarp: a userspace TCP offload engine and iWARP (RDMA over TCP) stack.
 ///
@@ -32,6 +34,9 @@ enum Command {
         #[command(subcommand)]
         which: Bench,
     },
+    /// Live counters of running engines (every process's, read from /dev/shm): per engine,
+    /// per TCP connection and per queue pair; see `xwarp stat --help`.
+    Stat(stat::StatArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => xwarp_tools::demo::main(&a),
         Command::Devices(a) => xwarp_tools::devices::main(&a),
         Command::Run(_) => xwarp_tools::launcher::main(rest),
+        Command::Stat(a) => stat::main(&a),
         Command::Bench { which } => match which {
             Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
             Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),

@@ -18,6 +18,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+mod telemetry;
+
 /// Zero-copy policy for the bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZeroCopy {
@@ -285,6 +287,8 @@ pub struct AfXdpNic {
     mtu: usize,
     mac: [u8; 6],
     checksum: ChecksumCapabilities,
+    /// Interface name (for `xwarp stat`).
+    ifname: String,
 }
 
 // SAFETY: the raw pointers inside (rings, UMEM) point into mappings owned by this value;
@@ -582,6 +586,7 @@ impl AfXdpNic {
             umem_len: umem_len as u64,
             mac,
             checksum: config.checksum.clone(),
+            ifname: config.ifname.clone(),
         };
         nic.refill();
         super::caps::Opened {
@@ -1150,6 +1155,14 @@ impl Backend for AfXdpNic {
                 + k.rx_invalid_descs
                 + k.tx_invalid_descs,
         }
+    }
+
+    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
+        telemetry::counters(self)
+    }
+
+    fn interface_label(&self) -> String {
+        format!("{} q{}", self.ifname, self.sock.queue())
     }
 }
 

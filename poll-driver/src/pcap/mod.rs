@@ -221,6 +221,14 @@ impl<B: Backend> Backend for PcapTap<B> {
     fn stats(&self) -> BackendStats {
         self.inner.stats()
     }
+
+    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
+        self.inner.telemetry()
+    }
+
+    fn interface_label(&self) -> String {
+        self.inner.interface_label()
+    }
 }
 
 /// A backend borrowed for one engine poll with a [`Capture`] recording every frame
@@ -291,5 +299,13 @@ impl<B: Backend> Backend for Tapped<'_, B> {
 
     fn stats(&self) -> BackendStats {
         self.inner.stats()
+    }
+
+    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
+        self.inner.telemetry()
+    }
+
+    fn interface_label(&self) -> String {
+        self.inner.interface_label()
     }
 }

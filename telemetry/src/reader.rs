@@ -1,0 +1,380 @@
+//! The reader's side (`xwarp stat`): find segments, check them, copy them out.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+
+use crate::layout::{
+    h, ConnRecord, EngineCounters, NicCounters, QpRecord, Record, StackCounters, HEADER_WORDS,
+    MAGIC, STATE_STOPPED, TABLE_HEADER_WORDS, VERSION,
+};
+use crate::map::Mapping;
+use crate::proc_start_ticks;
+
+/// Why a file could not be read as a segment.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It could not be opened, measured or mapped.
+    Io(io::Error),
+    /// Shorter than a header, or than the size its header gives.
+    Short {
+        /// Bytes in the file.
+        len: u64,
+        /// Bytes needed.
+        need: u64,
+    },
+    /// The first word is not [`MAGIC`]: not an xwarp segment (or other endianness).
+    BadMagic(u64),
+    /// A layout version this reader does not know.
+    Version(u64),
+    /// The header describes sections that do not fit the file or overlap its header.
+    Corrupt(String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Short { len, need } => {
+                write!(f, "truncated segment: {len} bytes, need {need}")
+            }
+            ReadError::BadMagic(m) => write!(f, "not an xwarp stats segment (magic {m:#018x})"),
+            ReadError::Version(v) => write!(
+                f,
+                "segment layout version {v}, this reader knows version {VERSION}"
+            ),
+            ReadError::Corrupt(why) => write!(f, "corrupt segment header: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+/// Whether the process that wrote a segment is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Liveness {
+    /// The writer runs (same pid and same process start time).
+    Alive,
+    /// No process with that pid: the writer died without removing its segment.
+    Dead,
+    /// The pid belongs to another process now (different start time).
+    PidReused,
+    /// The engine's loop ended but the file is still there (it is being removed).
+    Stopped,
+}
+
+/// A copy of one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Table<R> {
+    /// The records, as of `published_unix_ns`.
+    pub records: Vec<R>,
+    /// Records the engine had that did not fit the table.
+    pub dropped: u64,
+    /// When the engine published it (Unix ns; 0: never).
+    pub published_unix_ns: u64,
+    /// `false` if no consistent copy could be taken (the writer was always mid-update,
+    /// or died in the middle of one): `records` is then empty.
+    pub consistent: bool,
+}
+
+/// Everything one segment holds, copied out at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct EngineSnapshot {
+    /// The segment's file.
+    pub path: PathBuf,
+    /// Layout version.
+    pub version: u64,
+    /// Writer's pid.
+    pub pid: u32,
+    /// Engine index within that process.
+    pub index: u32,
+    /// Program name.
+    pub program: String,
+    /// Interface the engine runs on.
+    pub interface: String,
+    /// The engine's addresses.
+    pub address: String,
+    /// Whether the writer is alive.
+    pub liveness: Liveness,
+    /// Creation time (Unix ns).
+    pub created_unix_ns: u64,
+    /// Last update by the engine (Unix ns).
+    pub updated_unix_ns: u64,
+    /// Engine loop counters.
+    pub engine: EngineCounters,
+    /// NIC counters.
+    pub nic: NicCounters,
+    /// TCP stack counters.
+    pub stack: StackCounters,
+    /// TCP connections.
+    pub conns: Table<ConnRecord>,
+    /// Queue pairs.
+    pub qps: Table<QpRecord>,
+}
+
+/// A segment file found in the stats directory, read or not.
+#[derive(Debug)]
+pub struct Found {
+    /// The file.
+    pub path: PathBuf,
+    /// Pid and engine index from its name.
+    pub pid: u32,
+    /// Engine index from its name.
+    pub index: u32,
+    /// Its contents, or why they could not be read.
+    pub segment: Result<EngineSnapshot, ReadError>,
+}
+
+impl Found {
+    /// Whether the segment's writer is gone: it died (or its pid was reused), judged by
+    /// the header if it could be read, else by the pid in the file name.
+    pub fn is_stale(&self) -> bool {
+        match &self.segment {
+            Ok(s) => matches!(s.liveness, Liveness::Dead | Liveness::PidReused),
+            Err(_) => proc_start_ticks(self.pid).is_none(),
+        }
+    }
+}
+
+/// Parse a segment file name `xwarp-<pid>-<index>`.
+pub fn parse_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("xwarp-")?;
+    let (p, i) = rest.split_once('-')?;
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(p) || !all_digits(i) {
+        return None;
+    }
+    Some((p.parse().ok()?, i.parse().ok()?))
+}
+
+/// Every segment file in `dir` (names `xwarp-<pid>-<index>`), sorted by pid and index.
+pub fn scan(dir: &Path) -> io::Result<Vec<Found>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some((pid, index)) = name.to_str().and_then(parse_name) else {
+            continue;
+        };
+        let path = e.path();
+        out.push(Found {
+            segment: read_segment(&path),
+            path,
+            pid,
+            index,
+        });
+    }
+    out.sort_by_key(|f| (f.pid, f.index));
+    Ok(out)
+}
+
+/// What [`clean`] did.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    /// Stale segments removed.
+    pub removed: Vec<PathBuf>,
+    /// Stale segments that could not be removed, and why (e.g. another user's file in
+    /// the sticky `/dev/shm`).
+    pub failed: Vec<(PathBuf, io::Error)>,
+}
+
+/// Remove the segments of dead writers in `dir`.
+pub fn clean(dir: &Path) -> io::Result<Cleaned> {
+    let mut out = Cleaned::default();
+    for f in scan(dir)? {
+        if f.is_stale() {
+            match fs::remove_file(&f.path) {
+                Ok(()) => out.removed.push(f.path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => out.failed.push((f.path, e)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// How many times a table copy is retried while the engine is writing it.
+const SEQ_RETRIES: usize = 10_000;
+
+struct View<'a> {
+    map: &'a Mapping,
+}
+
+impl View<'_> {
+    fn get(&self, i: usize) -> u64 {
+        self.map.word(i).map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    fn text(&self, (word, bytes): (usize, usize)) -> String {
+        let mut b = Vec::with_capacity(bytes);
+        for i in 0..bytes / 8 {
+            b.extend_from_slice(&self.get(word + i).to_le_bytes());
+        }
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    }
+
+    fn counters(&self, at: usize, n: usize) -> Vec<u64> {
+        (0..n).map(|i| self.get(at + i)).collect()
+    }
+
+    fn table<R: Record>(&self, at: usize, cap: usize) -> Table<R> {
+        let seq = |ord| self.map.word(at).map_or(0, |w| w.load(ord));
+        let mut words = vec![0u64; cap * R::WORDS];
+        for attempt in 0..SEQ_RETRIES {
+            let s1 = seq(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                if attempt > 100 {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            let count = (self.get(at + 1) as usize).min(cap);
+            let dropped = self.get(at + 2);
+            let published = self.get(at + 3);
+            for (i, w) in words[..count * R::WORDS].iter_mut().enumerate() {
+                *w = self.get(at + TABLE_HEADER_WORDS + i);
+            }
+            fence(Ordering::Acquire);
+            if seq(Ordering::Relaxed) != s1 {
+                continue;
+            }
+            return Table {
+                records: words[..count * R::WORDS]
+                    .chunks_exact(R::WORDS)
+                    .map(R::decode_from)
+                    .collect(),
+                dropped,
+                published_unix_ns: published,
+                consistent: true,
+            };
+        }
+        Table {
+            records: Vec::new(),
+            dropped: 0,
+            published_unix_ns: 0,
+            consistent: false,
+        }
+    }
+}
+
+/// Check a section `(offset bytes, count, words per item)` against the file.
+fn section(
+    v: &View<'_>,
+    at: usize,
+    what: &str,
+    per_item: usize,
+    header: usize,
+    total_words: usize,
+) -> Result<(usize, usize), ReadError> {
+    let off = v.get(at);
+    let n = v.get(at + 1);
+    let per = v.get(at + 2);
+    if per_item != 0 && per != per_item as u64 {
+        return Err(ReadError::Corrupt(format!(
+            "{what}: {per} words per record, expected {per_item}"
+        )));
+    }
+    if !off.is_multiple_of(8) || off / 8 < HEADER_WORDS as u64 {
+        return Err(ReadError::Corrupt(format!("{what}: bad offset {off}")));
+    }
+    let start = off / 8;
+    let words = n
+        .checked_mul(per_item.max(1) as u64)
+        .and_then(|w| w.checked_add(header as u64))
+        .and_then(|w| w.checked_add(start));
+    match words {
+        Some(end) if end <= total_words as u64 => Ok((start as usize, n as usize)),
+        _ => Err(ReadError::Corrupt(format!(
+            "{what}: {n} items at {off} do not fit {} bytes",
+            total_words * 8
+        ))),
+    }
+}
+
+/// Read the segment at `path`.
+pub fn read_segment(path: &Path) -> Result<EngineSnapshot, ReadError> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let need = (HEADER_WORDS * 8) as u64;
+    if len < need {
+        return Err(ReadError::Short { len, need });
+    }
+    let header = Mapping::new(&file, HEADER_WORDS * 8, false)?;
+    let hv = View { map: &header };
+    let magic = hv.get(h::MAGIC);
+    if magic != MAGIC {
+        return Err(ReadError::BadMagic(magic));
+    }
+    let version = hv.get(h::VERSION);
+    if version != VERSION {
+        return Err(ReadError::Version(version));
+    }
+    let size = hv.get(h::SIZE);
+    if size > len {
+        return Err(ReadError::Short { len, need: size });
+    }
+    if size < need || !size.is_multiple_of(8) || size > (1 << 32) {
+        return Err(ReadError::Corrupt(format!("size {size}")));
+    }
+    let map = Mapping::new(&file, size as usize, false)?;
+    let v = View { map: &map };
+    let total = map.words();
+    let (eng, eng_n) = section(&v, h::ENGINE, "engine counters", 0, 0, total)?;
+    let (nic, nic_n) = section(&v, h::NIC, "NIC counters", 0, 0, total)?;
+    let (stk, stk_n) = section(&v, h::STACK, "stack counters", 0, 0, total)?;
+    let (conns, conns_cap) = section(
+        &v,
+        h::CONNS,
+        "connection table",
+        ConnRecord::WORDS,
+        TABLE_HEADER_WORDS,
+        total,
+    )?;
+    let (qps, qps_cap) = section(
+        &v,
+        h::QPS,
+        "QP table",
+        QpRecord::WORDS,
+        TABLE_HEADER_WORDS,
+        total,
+    )?;
+    let pid = v.get(h::PID);
+    let pid = u32::try_from(pid).map_err(|_| ReadError::Corrupt(format!("pid {pid}")))?;
+    let start = v.get(h::START_TICKS);
+    let liveness = match proc_start_ticks(pid) {
+        None => Liveness::Dead,
+        Some(t) if start != 0 && t != start => Liveness::PidReused,
+        Some(_) if v.get(h::STATE) == STATE_STOPPED => Liveness::Stopped,
+        Some(_) => Liveness::Alive,
+    };
+    Ok(EngineSnapshot {
+        path: path.to_path_buf(),
+        version,
+        pid,
+        index: v.get(h::INDEX) as u32,
+        program: v.text(h::PROGRAM),
+        interface: v.text(h::INTERFACE),
+        address: v.text(h::ADDRESS),
+        liveness,
+        created_unix_ns: v.get(h::CREATED_NS),
+        updated_unix_ns: v.get(h::UPDATED_NS),
+        engine: EngineCounters::from_words(&v.counters(eng, eng_n)),
+        nic: NicCounters::from_words(&v.counters(nic, nic_n)),
+        stack: StackCounters::from_words(&v.counters(stk, stk_n)),
+        conns: v.table(conns, conns_cap),
+        qps: v.table(qps, qps_cap),
+    })
+}
