@@ -206,6 +206,35 @@ fn stat_sees_a_running_bench_its_counters_grow_and_its_segments_go_with_it() {
     let server_rx = u(&engines(&second)[1], "/conns/records/0/bytes_received")
         .max(u(&engines(&second)[0], "/conns/records/0/bytes_received"));
     assert!(server_rx > 1 << 20);
+    // The QP table: one QP per engine in RTS with the MPA result of the bench's
+    // connection (revision 1 or 2, CRC on by default), the server placing the client's
+    // RDMA Writes (bytes placed grow between the two reads), the client posting them.
+    let server = |v: &Value| -> Value {
+        engines(v)
+            .iter()
+            .find(|e| e["address"] != "10.77.0.1/24")
+            .expect("server engine")
+            .clone()
+    };
+    for e in engines(&second) {
+        let q = &e["qps"]["records"][0];
+        assert_eq!(q["state"], "rts", "{q}");
+        assert!(matches!(q["mpa_revision"].as_u64(), Some(1 | 2)), "{q}");
+        assert_eq!(q["crc"], true, "{q}");
+        assert_eq!(q["crc_errors"], 0, "{q}");
+        assert_eq!(q["terminates_sent"], 0, "{q}");
+    }
+    let placed = |e: &Value| u(e, "/qps/records/0/bytes_placed");
+    assert!(
+        placed(&server(&second)) > placed(&server(&first)),
+        "bytes placed did not grow: {} -> {}",
+        placed(&server(&first)),
+        placed(&server(&second))
+    );
+    assert!(u(&server(&second), "/qps/records/0/placements_tagged") > 0);
+    let posted = |e: &Value| u(e, "/qps/records/0/wr_posted_send");
+    assert!(posted(&client(&second)) > posted(&client(&first)));
+    assert!(u(&client(&second), "/qps/records/0/bytes_sent") > 1 << 20);
 
     // --pid picks the process; another pid has no engine (a clear failure).
     let v = stat_json(&dir.0, &["--pid", &bench.pid().to_string()]);

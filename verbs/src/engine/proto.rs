@@ -8,10 +8,12 @@ use xwarp_rdmap::conn::{ConnConfig, ConnEvent, Connection};
 use xwarp_rdmap::{PdId, QpConfig};
 use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
 use xwarp_stack::SocketError;
+use xwarp_telemetry::{QpRecord, QpState as RecordState, TermCode};
 
 use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
 use crate::engine::host::{fpdu_direct, Owner, VerbsHost, MAX_PENDING_RAW};
+use crate::qp_stats::QpStatsSnapshot;
 
 impl VerbsHost {
     /// Apply queued application commands in order, up to the first one that needs the
@@ -33,7 +35,58 @@ impl VerbsHost {
     }
 }
 
+/// The `xwarp stat` record of one QP (`xwarp_telemetry`'s table row) from its snapshot:
+/// completions in error (flushed or failed) count as flushed, a Terminate code keeps its
+/// three fields.
+fn qp_record(s: &QpStatsSnapshot) -> QpRecord {
+    use xwarp_rdmap::QpState as S;
+    let c = &s.counters;
+    let mpa = c.mpa;
+    let term = |t: Option<xwarp_rdmap::TerminateCode>| {
+        t.map(|t| TermCode {
+            layer: t.layer,
+            etype: t.etype,
+            code: t.code,
+        })
+    };
+    QpRecord {
+        qp_num: s.qp_num,
+        state: match s.state {
+            S::Idle => RecordState::Idle,
+            S::Rts => RecordState::Rts,
+            S::Closing => RecordState::Closing,
+            S::Terminate => RecordState::Terminate,
+            S::Error => RecordState::Error,
+        },
+        local: s.local_addr,
+        remote: s.peer_addr,
+        mpa_revision: mpa.map_or(0, |m| m.revision),
+        crc: mpa.is_some_and(|m| m.crc),
+        markers: mpa.is_some_and(|m| m.markers_tx || m.markers_rx),
+        ird: mpa.map_or(0, |m| u32::from(m.ird)),
+        ord: mpa.map_or(0, |m| u32::from(m.ord)),
+        wr_posted_send: c.send_wrs_posted,
+        wr_posted_recv: c.recv_wrs_posted,
+        wr_completed: c.send_wrs_completed + c.recv_wrs_completed,
+        wr_flushed: c.send_wrs_flushed + c.recv_wrs_flushed + c.send_wrs_failed + c.recv_wrs_failed,
+        bytes_sent: c.bytes_sent,
+        bytes_placed: c.bytes_placed,
+        placements_tagged: c.tagged_placements,
+        placements_untagged: c.untagged_placements,
+        read_requests_served: c.read_requests_served,
+        crc_errors: c.crc_errors(),
+        terminates_sent: c.terminates_sent,
+        terminates_received: c.terminates_received,
+        last_terminate_sent: term(c.last_terminate_sent),
+        last_terminate_received: term(c.last_terminate_received),
+    }
+}
+
 impl ProtocolHost for VerbsHost {
+    fn qp_records(&self, out: &mut Vec<QpRecord>) {
+        self.for_each_qp_stats(|s| out.push(qp_record(s)));
+    }
+
     fn poll(&mut self, now: Instant, ctl: &mut ProtoCtl) -> Option<Instant> {
         while let Some(cmd) = self.stashed.pop_front() {
             self.handle(cmd, now, ctl);
