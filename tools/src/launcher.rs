@@ -3,7 +3,7 @@
 //! ```text
 //! xwarp run [--iface IF] [--addr A.B.C.D/P] [--addr6 X::Y/P] [--gateway A.B.C.D]
 //!           [--ports LIST] [--connect subnet|all|none] [--spin-us N]
-//!           [--log off|warn|info|debug] [--strict] [--pcap FILE] [--preload PATH]
+//!           [--log FILTER] [--strict] [--pcap FILE] [--preload PATH]
 //!           -- CMD [ARGS...]
 //! ```
 //! Each option sets the `XWARP_*` variable of the same name (see `preload/README.md`);
@@ -65,8 +65,10 @@ struct Cli {
     /// Spin budget of blocking calls in microseconds [XWARP_SPIN_US].
     #[arg(long = "spin-us", value_name = "N")]
     spin_us: Option<OsString>,
-    /// off, warn (default), info, debug [XWARP_LOG].
-    #[arg(long, value_name = "LEVEL")]
+    /// The shim's log filter, env_logger syntax: a level (off, error, warn (default),
+    /// info, debug, trace) or `target=level,...` (e.g. `xwarp_preload=debug,smoltcp=trace`)
+    /// [XWARP_LOG].
+    #[arg(long, value_name = "FILTER")]
     log: Option<OsString>,
     /// Exit if the engine cannot start [XWARP_STRICT=1].
     #[arg(long)]

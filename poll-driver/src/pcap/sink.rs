@@ -51,9 +51,11 @@ impl SinkConfig {
     }
 }
 
-/// Print a capture problem for the user (the one place the capture code reports).
+/// Report a capture problem to the user (the one place the capture code reports): a
+/// warning record of the `log` facade, which the CLI's, the tools' and the shim's loggers
+/// show by default (`XWARP_LOG`).
 pub(crate) fn report(msg: &str) {
-    eprintln!("{msg}");
+    log::warn!("{msg}");
 }
 
 /// Print a capture problem on stderr, once per distinct message in this process (at
