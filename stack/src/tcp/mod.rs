@@ -13,7 +13,4 @@ pub mod rtt;
 pub mod sack;
 pub mod seq;
 
-#[cfg(test)]
-mod sim;
-
 pub use seq::Seq;
