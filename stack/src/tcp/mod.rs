@@ -13,4 +13,7 @@ pub mod rtt;
 pub mod sack;
 pub mod seq;
 
+#[cfg(test)]
+mod sim;
+
 pub use seq::Seq;

@@ -262,6 +262,12 @@ impl Rack {
         if self.dsack_round.is_some_and(|r| ack.after_eq(r)) {
             self.dsack_round = None;
         }
+        if dsack {
+            // A DSACK says a retransmission was spurious: the original was reordered, not
+            // lost. Counted as reordering seen (as Linux does), else the window would stay
+            // 0 whenever DupThresh segments are SACKed and the widening had no effect.
+            self.reordering_seen = true;
+        }
         if dsack && self.dsack_round.is_none() {
             self.dsack_round = Some(self.snd_nxt);
             self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1);
@@ -533,6 +539,7 @@ mod tests {
         assert_eq!(r.reo_wnd_mult(), 2);
         r.on_ack(at(30), Seq(1000), &[], true, None, None);
         assert_eq!(r.reo_wnd_mult(), 3);
+        assert!(r.reordering_seen());
         assert_eq!(r.reo_wnd(ms(40), ms(100), false), ms(30));
     }
 

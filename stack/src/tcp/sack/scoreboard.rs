@@ -80,6 +80,8 @@ pub struct Scoreboard {
     /// Sorted, disjoint, non-adjacent, all inside `high_ack..high_data`.
     sacked: Vec<(Seq, Seq)>,
     sacked_bytes: u32,
+    /// Ranges an outside detector (RACK) declared lost; sorted, disjoint, bounded.
+    marked_lost: Vec<(Seq, Seq)>,
     rejected_total: u64,
 }
 
@@ -102,6 +104,7 @@ impl Scoreboard {
             dup_acks: 0,
             sacked: Vec::new(),
             sacked_bytes: 0,
+            marked_lost: Vec::new(),
             rejected_total: 0,
         }
     }
@@ -151,6 +154,57 @@ impl Scoreboard {
         }
     }
 
+    /// Octets `range` were retransmitted by a decision made elsewhere (e.g. RACK marked
+    /// them lost): HighRxt advances over them (RFC 6675 §5 (C.3)) so [`Self::pipe`]
+    /// counts the retransmission. Ranges outside `HighACK..SND.NXT` are ignored.
+    pub fn on_retransmit(&mut self, range: SackBlock) {
+        let e = range.end.since(self.high_ack);
+        if e <= self.outstanding() && range.end.after(self.rxt_end_now()) {
+            self.rxt_end = range.end;
+        }
+    }
+
+    /// An outside loss detector (RACK, RFC 8985 §6.2) declared `range` lost: IsLost() holds
+    /// for it and [`Self::pipe`] stops counting its original transmission (RFC 8985 §9.1:
+    /// RACK's marks feed the pipe). Ranges outside `HighACK..SND.NXT`, or beyond
+    /// `max_ranges` marks, are ignored.
+    pub fn mark_lost(&mut self, range: SackBlock) {
+        let s = range.start.since(self.high_ack);
+        let e = range.end.since(self.high_ack);
+        if range.is_empty() || s >= e || e > self.outstanding() {
+            return;
+        }
+        let off = |x: Seq| x.since(self.high_ack);
+        let lo = self.marked_lost.partition_point(|r| off(r.1) < s);
+        let hi = self.marked_lost.partition_point(|r| off(r.0) <= e);
+        if lo == hi && self.marked_lost.len() >= self.cfg.max_ranges {
+            return;
+        }
+        let ms = self.marked_lost[lo..hi]
+            .first()
+            .map_or(s, |r| off(r.0).min(s));
+        let me = self.marked_lost[lo..hi]
+            .last()
+            .map_or(e, |r| off(r.1).max(e));
+        let merged = (
+            self.high_ack.wrapping_add(ms),
+            self.high_ack.wrapping_add(me),
+        );
+        self.marked_lost.splice(lo..hi, [merged]);
+    }
+
+    fn marked_overlap(&self, s: Seq, e: Seq) -> u32 {
+        let base = self.high_ack;
+        let (s, e) = (s.since(base), e.since(base));
+        self.marked_lost
+            .iter()
+            .map(|r| {
+                let (a, z) = (r.0.since(base).max(s), r.1.since(base).min(e));
+                z.saturating_sub(a)
+            })
+            .sum()
+    }
+
     /// Whether `seq` has been SACKed.
     pub fn is_sacked(&self, seq: Seq) -> bool {
         let o = seq.since(self.high_ack);
@@ -176,6 +230,9 @@ impl Scoreboard {
             return false;
         }
         if self.after_rto && self.recovery_end.is_some_and(|r| seq.before(r)) {
+            return true;
+        }
+        if self.marked_overlap(seq, seq.wrapping_add(1)) > 0 {
             return true;
         }
         let mut count = 0;
@@ -225,7 +282,7 @@ impl Scoreboard {
         for (s, e, lost) in self.holes() {
             let len = e.since(s) as u64;
             if !lost {
-                pipe += len;
+                pipe += len - self.marked_overlap(s, e) as u64;
             }
             if s.before(rxt_end) {
                 pipe += rxt_end.min_seq(e).since(s) as u64;
@@ -319,6 +376,15 @@ impl Scoreboard {
         }
         self.sacked.drain(..keep_from.min(before));
         self.sacked_bytes -= removed;
+        self.marked_lost.retain_mut(|r| {
+            if r.1.before_eq(base) {
+                return false;
+            }
+            if r.0.before(base) {
+                r.0 = base;
+            }
+            true
+        });
     }
 
     /// Record one block; `None` when refused, else the octets it added.
@@ -645,6 +711,24 @@ mod tests {
         let i = b.on_ack(Seq(1000), &sack(&[(1300, 1400), (1200, 1500)]));
         assert_eq!(i.dsack, Some(SackBlock::new(Seq(1300), Seq(1400))));
         assert_eq!(b.sacked_bytes(), 300);
+    }
+
+    #[test]
+    fn rfc8985_9_marked_lost_leaves_the_pipe() {
+        let mut b = sb(10);
+        b.on_ack(Seq(1000), &sack(&[(1500, 1600)]));
+        assert_eq!(b.pipe(), 900);
+        b.mark_lost(SackBlock::new(Seq(1100), Seq(1200)));
+        assert!(b.is_lost(Seq(1150)) && !b.is_lost(Seq(1000)));
+        assert_eq!(b.pipe(), 800);
+        b.on_retransmit(SackBlock::new(Seq(1100), Seq(1200)));
+        assert_eq!(b.pipe(), 900 + 100);
+        // Hostile or stale marks are ignored; the cumulative ACK trims them.
+        b.mark_lost(SackBlock::new(Seq(5000), Seq(6000)));
+        b.on_ack(Seq(1150), &SackList::new());
+        assert!(b.is_lost(Seq(1150)));
+        b.on_ack(Seq(1200), &SackList::new());
+        assert!(!b.is_lost(Seq(1200)));
     }
 
     #[test]
