@@ -16,4 +16,7 @@ pub mod seq;
 #[cfg(test)]
 mod sim;
 
+#[cfg(test)]
+mod proptests;
+
 pub use seq::Seq;
