@@ -208,6 +208,60 @@ impl RttEstimator {
     }
 }
 
+/// The retransmission timer of RFC 6298 §5: a deadline, started, restarted and stopped by
+/// the rules there. The caller polls [`RtoTimer::expired`] with its clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RtoTimer {
+    deadline: Option<Instant>,
+}
+
+impl RtoTimer {
+    /// A stopped timer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// When it fires, if running.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// (5.1) A segment with data (or SYN/FIN) was sent: start the timer if it is not
+    /// running.
+    pub fn on_send(&mut self, now: Instant, est: &RttEstimator) {
+        if self.deadline.is_none() {
+            self.deadline = Some(now + est.rto());
+        }
+    }
+
+    /// (5.2) everything outstanding is acknowledged: stop; (5.3) an ACK acknowledged new
+    /// data: restart so that it expires after RTO.
+    pub fn on_ack(&mut self, now: Instant, est: &RttEstimator, acked_new: bool, all_acked: bool) {
+        if all_acked {
+            self.deadline = None;
+        } else if acked_new {
+            self.deadline = Some(now + est.rto());
+        }
+    }
+
+    /// Whether it has fired at `now`.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| d <= now)
+    }
+
+    /// (5.4)–(5.6) on expiry: the caller retransmits the earliest unacknowledged segment;
+    /// this backs the RTO off (5.5) and restarts the timer with it (5.6).
+    pub fn on_expired(&mut self, now: Instant, est: &mut RttEstimator) {
+        est.on_timeout();
+        self.deadline = Some(now + est.rto());
+    }
+
+    /// Stop (the connection closed or the caller re-arms another way).
+    pub fn stop(&mut self) {
+        self.deadline = None;
+    }
+}
+
 /// Karn's rule (RFC 6298 §3, "Karn's algorithm"): times one segment at a time and takes no
 /// sample from an ACK that covers a retransmission.
 #[derive(Debug, Clone, Default)]
@@ -447,6 +501,51 @@ mod tests {
         let t = Instant::from_millis((1i64 << 32) + 3);
         assert_eq!(c.tsval(t), 3);
         assert_eq!(c.rtt_from_tsecr(t, u32::MAX), Some(ms(4)));
+    }
+
+    #[test]
+    fn rfc6298_5_1_timer_started_on_send_if_not_running() {
+        let e = est();
+        let mut t = RtoTimer::new();
+        t.on_send(at(0), &e);
+        t.on_send(at(500), &e);
+        assert_eq!(t.deadline(), Some(at(1000)));
+    }
+
+    #[test]
+    fn rfc6298_5_2_timer_stopped_when_all_acked() {
+        let e = est();
+        let mut t = RtoTimer::new();
+        t.on_send(at(0), &e);
+        t.on_ack(at(10), &e, true, true);
+        assert_eq!(t.deadline(), None);
+        assert!(!t.expired(at(5000)));
+    }
+
+    #[test]
+    fn rfc6298_5_3_timer_restarted_on_new_ack() {
+        let mut e = est();
+        e.on_sample(ms(100), at(0)); // RTO 300 ms
+        let mut t = RtoTimer::new();
+        t.on_send(at(0), &e);
+        t.on_ack(at(200), &e, true, false);
+        assert_eq!(t.deadline(), Some(at(500)));
+        // A duplicate ACK does not restart it.
+        t.on_ack(at(400), &e, false, false);
+        assert_eq!(t.deadline(), Some(at(500)));
+    }
+
+    #[test]
+    fn rfc6298_5_5_5_6_expiry_backs_off_and_restarts() {
+        let mut e = est();
+        e.on_sample(ms(100), at(0));
+        let mut t = RtoTimer::new();
+        t.on_send(at(0), &e);
+        assert!(t.expired(at(300)) && !t.expired(at(299)));
+        t.on_expired(at(300), &mut e);
+        assert_eq!(t.deadline(), Some(at(900)));
+        t.on_expired(at(900), &mut e);
+        assert_eq!(t.deadline(), Some(at(2100)));
     }
 
     #[test]
