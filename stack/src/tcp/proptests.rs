@@ -1,7 +1,8 @@
 //! Property tests: random and hostile input against the reassembly map, the scoreboard
 //! and RACK, checked against a simple model and the structures' invariants.
 
-use super::rack::{Rack, RackConfig};
+use super::rack::{Rack, RackConfig, Tlp};
+use super::rtt::{RttConfig, RttEstimator};
 use super::sack::{
     NextSeg, Reassembly, ReassemblyConfig, Received, SackBlock, SackList, Scoreboard,
     ScoreboardConfig,
@@ -237,6 +238,30 @@ proptest! {
                 prev = Some(s.range);
             }
             prop_assert!(r.segments().count() <= 64);
+        }
+    }
+
+    /// Any samples, timeouts and clock values: the RTO stays within its floor and ceiling
+    /// and nothing panics; the PTO never exceeds the pending RTO.
+    #[test]
+    fn rto_and_pto_within_bounds(
+        events in prop::collection::vec((any::<u64>(), any::<i64>(), 0u8..3), 1..100),
+        rto_left in any::<u64>(),
+        ack_delay in any::<u64>(),
+    ) {
+        let cfg = RttConfig::default();
+        let mut e = RttEstimator::new(cfg).unwrap();
+        for (us, t, kind) in events {
+            match kind {
+                0 => e.on_timeout(),
+                1 => e.on_syn_timed_out_established(),
+                _ => e.on_sample(Duration::from_micros(us), Instant::from_micros(t)),
+            }
+            let rto = e.rto();
+            prop_assert!(rto >= cfg.min_rto && rto <= cfg.max_rto, "{}", rto);
+            let left = Duration::from_micros(rto_left);
+            let pto = Tlp::pto(e.srtt(), us % 2 == 0, Some(Duration::from_micros(ack_delay)), Some(left));
+            prop_assert!(pto <= left);
         }
     }
 }

@@ -307,12 +307,20 @@ impl Rack {
         let Some(rx) = self.xmit_ts else {
             return scan;
         };
-        let wait = self.rtt.total_micros() as i64 + reo_wnd.total_micros() as i64;
+        let wait = self
+            .rtt
+            .total_micros()
+            .saturating_add(reo_wnd.total_micros())
+            .min(i64::MAX as u64) as i64;
         for s in self.segs.iter_mut() {
             if s.sacked || s.lost || !sent_after(rx, self.end_seq, s.xmit_ts, s.range.end) {
                 continue;
             }
-            let remaining = s.xmit_ts.total_micros() + wait - now.total_micros();
+            let remaining = s
+                .xmit_ts
+                .total_micros()
+                .saturating_add(wait)
+                .saturating_sub(now.total_micros());
             if remaining <= 0 {
                 s.lost = true;
                 scan.newly_lost += 1;
@@ -391,11 +399,11 @@ impl Tlp {
     ) -> Duration {
         let mut pto = match srtt {
             Some(s) => {
-                let mut p = s * 2;
+                let mut p = s.total_micros().saturating_mul(2);
                 if one_segment_in_flight {
-                    p += max_ack_delay.unwrap_or(WC_DEL_ACK);
+                    p = p.saturating_add(max_ack_delay.unwrap_or(WC_DEL_ACK).total_micros());
                 }
-                p
+                Duration::from_micros(p)
             }
             None => Duration::from_secs(1),
         };

@@ -140,12 +140,7 @@ impl RttEstimator {
         self.latest = Some(rtt);
         let window = self.cfg.min_rtt_window;
         self.min_rtt = match self.min_rtt {
-            Some((m, at))
-                if m <= rtt
-                    && now.total_micros() - at.total_micros() < window.total_micros() as i64 =>
-            {
-                Some((m, at))
-            }
+            Some((m, at)) if m <= rtt && elapsed(at, now) < window => Some((m, at)),
             _ => Some((rtt, now)),
         };
     }
