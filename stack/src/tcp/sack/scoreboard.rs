@@ -235,16 +235,7 @@ impl Scoreboard {
         if self.marked_overlap(seq, seq.wrapping_add(1)) > 0 {
             return true;
         }
-        let mut count = 0;
-        let mut bytes = 0u64;
-        for &(s, e) in self.sacked.iter().rev() {
-            if e.since(self.high_ack) <= o + 1 {
-                break;
-            }
-            count += 1;
-            bytes += e.since(s.max_seq(seq.wrapping_add(1))) as u64;
-        }
-        self.lost_by(count, bytes)
+        self.is_lost_by_sacks(seq)
     }
 
     /// The un-SACKed holes with their loss verdict: `(start, end, lost)`, lowest first
@@ -271,7 +262,30 @@ impl Scoreboard {
             ));
         }
         out.reverse();
+        if let (true, Some(r)) = (self.after_rto, self.recovery_end) {
+            // A hole across RecoveryPoint: only its part below is lost by the RTO rule.
+            if let Some(i) = out.iter().position(|h| h.0.before(r) && r.before(h.1)) {
+                let (hs, he, _) = out[i];
+                let above = self.is_lost_by_sacks(r);
+                out[i] = (hs, r, true);
+                out.insert(i + 1, (r, he, above));
+            }
+        }
         out
+    }
+
+    fn is_lost_by_sacks(&self, seq: Seq) -> bool {
+        let o = seq.since(self.high_ack);
+        let mut count = 0;
+        let mut bytes = 0u64;
+        for &(s, e) in self.sacked.iter().rev() {
+            if e.since(self.high_ack) <= o + 1 {
+                break;
+            }
+            count += 1;
+            bytes += e.since(s.max_seq(seq.wrapping_add(1))) as u64;
+        }
+        self.lost_by(count, bytes)
     }
 
     /// SetPipe() (RFC 6675 §4): octets believed in the network — each un-SACKed octet
@@ -693,6 +707,16 @@ mod tests {
             b.next_seg(0),
             NextSeg::Retransmit(SackBlock::new(Seq(1600), Seq(1700)))
         );
+    }
+
+    #[test]
+    fn rfc6675_5_1_rto_new_data_above_recovery_point_not_lost() {
+        let mut b = sb(10); // 1000..2000
+        b.on_rto();
+        b.on_send_new(Seq(2500));
+        assert!(b.is_lost(Seq(1999)) && !b.is_lost(Seq(2000)));
+        // Hole 1000..2500 split at RecoveryPoint: 1000 octets lost, 500 in flight.
+        assert_eq!(b.pipe(), 500);
     }
 
     #[test]
