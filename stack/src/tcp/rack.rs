@@ -213,8 +213,20 @@ impl Rack {
         }
         // Fully SACKed records are delivered (at most 4 blocks, each a bounded walk).
         for b in sacked.iter().take(4) {
-            let Some(mut i) = self.index_of(b.start) else {
+            let Some(front) = self.segs.front() else {
+                break;
+            };
+            let base = front.range.start;
+            // Only blocks inside what is outstanding (a caller's validation may be looser).
+            if b.is_empty() || b.end.since(base) > self.snd_nxt.since(base) {
                 continue;
+            }
+            // The first record starting at or after the block's left edge.
+            let mut i = if b.start.before(base) {
+                0
+            } else {
+                let o = b.start.since(base);
+                self.segs.partition_point(|s| s.range.start.since(base) < o)
             };
             while i < self.segs.len() && b.contains_block(&self.segs[i].range) {
                 let s = &mut self.segs[i];
@@ -593,6 +605,21 @@ mod tests {
         r.on_ack(at(25), Seq(0), &[blk(300, 500)], false, None, None);
         let scan = r.detect_loss(at(25), Duration::ZERO);
         assert!(r.lost().any(|b| b == blk(0, 100)), "{scan:?}");
+    }
+
+    #[test]
+    fn sack_block_starting_mid_segment_marks_the_whole_ones() {
+        let mut r = rack(5);
+        r.on_ack(at(20), Seq(0), &[blk(150, 420)], false, None, None);
+        let sacked: Vec<u32> = r
+            .segments()
+            .filter(|s| s.sacked)
+            .map(|s| s.range.start.0)
+            .collect();
+        assert_eq!(sacked, vec![200, 300]);
+        // A block past SND.NXT is ignored whole.
+        r.on_ack(at(21), Seq(0), &[blk(400, 900)], false, None, None);
+        assert!(!r.segments().any(|s| s.range.start == Seq(400) && s.sacked));
     }
 
     #[test]
