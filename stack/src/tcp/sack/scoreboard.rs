@@ -439,14 +439,23 @@ impl Scoreboard {
     /// segment to retransmit first (from HighACK, up to SMSS or the next SACKed octet),
     /// recorded as retransmitted (HighRxt). The caller halves cwnd (RFC 5681 / 6937).
     pub fn enter_recovery(&mut self) -> Option<SackBlock> {
-        if self.outstanding() == 0 {
+        if !self.begin_recovery() {
             return None;
         }
-        self.recovery_end = Some(self.high_data);
-        self.rescue_rxt = None;
         let seg = self.segment_from(self.high_ack, self.first_sacked_after(self.high_ack));
         self.rxt_end = seg.end;
         Some(seg)
+    }
+
+    /// Start loss recovery without choosing a retransmission (when RACK, RFC 8985, decides
+    /// what is lost): RecoveryPoint = HighData. `false` when nothing is outstanding.
+    pub fn begin_recovery(&mut self) -> bool {
+        if self.outstanding() == 0 {
+            return false;
+        }
+        self.recovery_end = Some(self.high_data);
+        self.rescue_rxt = None;
+        true
     }
 
     fn first_sacked_after(&self, s: Seq) -> Seq {
