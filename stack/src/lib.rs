@@ -24,6 +24,7 @@ mod service;
 mod shared;
 mod socket;
 mod stats;
+pub mod tcp;
 #[cfg(target_os = "linux")]
 pub mod xdp;
 

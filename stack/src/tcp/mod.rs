@@ -1,0 +1,22 @@
+//! The parts of the project's own TCP loss recovery, sans-IO (time is an argument, nothing
+//! here reads a clock, spawns or does I/O). Not yet wired into the engine, which still runs
+//! smoltcp's `tcp::Socket`; see "Own TCP core: parts in progress" in the crate README.
+//!
+//! - [`seq`]: wrapping sequence-number arithmetic.
+//! - [`rtt`]: RTT estimation and RTO (RFC 6298, RFC 7323 §4).
+//! - [`sack`]: receiver reassembly map, SACK/DSACK blocks (RFC 2018, RFC 2883) and the
+//!   sender's scoreboard (RFC 6675).
+//! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
+
+pub mod rack;
+pub mod rtt;
+pub mod sack;
+pub mod seq;
+
+#[cfg(test)]
+mod sim;
+
+#[cfg(test)]
+mod proptests;
+
+pub use seq::Seq;
