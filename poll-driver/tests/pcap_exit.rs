@@ -103,3 +103,50 @@ fn the_capture_writer_thread_blocks_every_signal() {
     drop(sink);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn the_exit_flush_does_not_hang_on_a_stalled_fifo_and_a_closed_one_stops_the_capture() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!("xwarp-pd-fifo-{}.pcap", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // A reader that never reads: the pipe fills and the writer thread blocks in write.
+    let reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    let sink = PcapSink::create(&path, TsPrecision::Micros).unwrap();
+    let cap = sink.interface("veth0", "");
+    for i in 0..1000u32 {
+        cap.record(Direction::Inbound, &[i as u8; 1500]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        flush_all();
+        let _ = tx.send(());
+    });
+    let flushed = rx.recv_timeout(Duration::from_secs(2));
+    if flushed.is_err() {
+        drop(reader);
+        panic!("flush_all blocked behind the stalled writer");
+    }
+    // The reader goes away: the blocked write fails with EPIPE (no SIGPIPE on the
+    // writer thread) and the capture stops with that error.
+    drop(reader);
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while !sink.is_stopped() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = sink.error().expect("capture stopped");
+    assert!(
+        e.contains("Broken pipe") || e.contains("os error 32"),
+        "{e}"
+    );
+    drop(cap);
+    drop(sink);
+    let _ = std::fs::remove_file(&path);
+}
