@@ -861,6 +861,36 @@ fn stale_programs_are_replaced_and_foreign_ones_need_force() {
 }
 
 #[test]
+fn a_probe_attach_never_replaces_a_live_program() {
+    require_root_and_afxdp!();
+    let pair = VethPair::new(43).expect("namespaces and veth pair");
+    pair.a
+        .run(|| {
+            let idx = ifindex("veth-a");
+            let filter = SteeringFilter::new(vec![Ipv4Addr::new(10, 88, 43, 10)], vec![]);
+            // Another process's live xwarp link (the replacing attach would detach it).
+            let holder = XdpProgram::load(&filter, 1).unwrap();
+            let link = holder.attach(idx, XdpMode::Native, false).unwrap();
+            let probe = XdpProgram::load_named(&filter, 1, "xwarp_probe").unwrap();
+            for mode in [XdpMode::Native, XdpMode::Auto] {
+                let err = probe
+                    .attach_no_replace(idx, mode)
+                    .expect_err("a program is attached");
+                assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+                assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, holder.id());
+            }
+            drop(link);
+            assert!(netlink::xdp_attachment(idx).unwrap().is_empty());
+            // On a free interface it attaches, and detaches on drop.
+            let l = probe.attach_no_replace(idx, XdpMode::Native).unwrap();
+            assert_eq!(netlink::xdp_attachment(idx).unwrap().drv, probe.id());
+            drop(l);
+            assert!(netlink::xdp_attachment(idx).unwrap().is_empty());
+        })
+        .expect("enter namespace A");
+}
+
+#[test]
 fn config_errors_are_reported_not_panicked() {
     require_root_and_afxdp!();
     let pair = VethPair::new(5).expect("namespaces and veth pair");

@@ -297,6 +297,20 @@ mod tests {
     }
 
     #[test]
+    fn blank_xwarp_log_means_default_filter() {
+        for blank in ["", "  ", "\t"] {
+            let c = cfg(&[
+                ("XWARP_IFACE", "v"),
+                ("XWARP_ADDR", "10.0.0.1/24"),
+                ("XWARP_LOG", blank),
+            ])
+            .unwrap()
+            .unwrap();
+            assert_eq!(c.log, crate::logging::DEFAULT_FILTER, "{blank:?}");
+        }
+    }
+
+    #[test]
     fn unset_iface_means_inactive() {
         assert_eq!(cfg(&[("XWARP_ADDR", "10.0.0.1/24")]).unwrap(), None);
     }

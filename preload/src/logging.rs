@@ -171,18 +171,23 @@ fn write_stderr(mut b: &[u8]) {
     }
 }
 
-/// Install the shim's logger with `spec` (the `XWARP_LOG` value; `None` or an invalid
-/// value: [`DEFAULT_FILTER`], the configuration reports the invalid value). Only the first
+/// The filter the logger uses for `XWARP_LOG=spec`: the trimmed value if it is valid and
+/// not blank, else [`DEFAULT_FILTER`].
+fn effective(spec: Option<&str>) -> &str {
+    spec.map(str::trim)
+        .filter(|s| !s.is_empty() && check(s).is_ok())
+        .unwrap_or(DEFAULT_FILTER)
+}
+
+/// Install the shim's logger with `spec` (the `XWARP_LOG` value; `None`, blank or an
+/// invalid value: [`DEFAULT_FILTER`], the configuration reports the invalid value). Only the first
 /// call installs; later ones do nothing.
 pub(crate) fn init(spec: Option<&str>) {
     static LOGGER: OnceLock<ShimLogger> = OnceLock::new();
     if LOGGER.get().is_some() {
         return;
     }
-    let spec = spec
-        .map(str::trim)
-        .filter(|s| check(s).is_ok())
-        .unwrap_or(DEFAULT_FILTER);
+    let spec = effective(spec);
     let logger = LOGGER.get_or_init(|| ShimLogger {
         filter: build(spec),
     });
@@ -213,6 +218,15 @@ mod tests {
             assert!(check(bad).is_err(), "{bad}");
         }
         assert!(check("loud").unwrap_err().contains("\"loud\""));
+    }
+
+    #[test]
+    fn blank_xwarp_log_means_default_filter() {
+        for blank in [None, Some(""), Some("  "), Some("\t\n")] {
+            assert_eq!(effective(blank), DEFAULT_FILTER, "{blank:?}");
+        }
+        assert_eq!(effective(Some(" debug ")), "debug");
+        assert_eq!(effective(Some("loud")), DEFAULT_FILTER);
     }
 
     #[test]

@@ -355,3 +355,41 @@ fn work_posted_during_the_handshake_is_counted_when_the_handshake_fails() {
     );
     assert_eq!(i.completions().len(), 2);
 }
+
+#[test]
+fn an_application_wr_with_wr_id_u64_max_is_counted_posted_and_completed() {
+    // u64::MAX is also the connection's RTR wr_id: with an RTR on the stream the
+    // application's WRs of that id must still be counted (and completed).
+    for rtr in [RtrType::Write, RtrType::Read] {
+        let mut rng = Rng(33);
+        let tweak = |c: &mut ConnConfig| c.initiator.p2p = Some(RtrSet::only(rtr));
+        let (mut i, mut p) = connect(tweak, tweak, &mut rng, 500);
+        let data = rng.bytes(300);
+        let ib = i.reg(0x1000, data.clone(), Access::LOCAL_WRITE);
+        let ps = p.reg(0x8000, vec![0; 300], Access::LOCAL_WRITE);
+        p.recv(u64::MAX, sge(ps, 0x8000, 300));
+        i.send(u64::MAX, SEND, sge(ib, 0x1000, 300));
+        pump(&mut i, &mut p, &mut rng, 500, Instant::now());
+        let ic = i.completions();
+        assert_eq!(ic.len(), 1, "{rtr:?}: {ic:?}");
+        assert_eq!(ic[0].wr_id, u64::MAX);
+        assert_eq!(ic[0].status, CompletionStatus::Success);
+        let pc = p.completions();
+        assert_eq!(pc.len(), 1, "{rtr:?}: {pc:?}");
+        assert_eq!((pc[0].wr_id, pc[0].byte_len), (u64::MAX, 300));
+        assert_eq!(p.mem(ps), data);
+        let (icn, pcn) = (i.conn.counters(), p.conn.counters());
+        assert_eq!(
+            (icn.send_wrs_posted, icn.send_wrs_completed),
+            (1, 1),
+            "{rtr:?}"
+        );
+        assert_eq!(
+            (pcn.recv_wrs_posted, pcn.recv_wrs_completed),
+            (1, 1),
+            "{rtr:?}"
+        );
+        all_finished(&icn);
+        all_finished(&pcn);
+    }
+}

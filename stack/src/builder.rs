@@ -38,6 +38,18 @@ use xwarp_poll_driver::pcap::{Capture, CaptureSpec};
 use xwarp_poll_driver::vwire::{VirtualNic, VirtualWire, WireConfig};
 
 use crate::proto::ProtocolHost;
+
+/// Say once per process why an engine runs without its `xwarp stat` segment.
+fn warn_no_telemetry(e: &io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::warn!(
+            "engine runs without telemetry (xwarp stat will not show it): cannot create \
+             its segment in {}: {e}",
+            xwarp_telemetry::stats_dir().display()
+        );
+    });
+}
 use crate::{new_stack, StackConfig, StackHandle, TcpService};
 
 /// Everything an engine is made of, before it runs: a backend, the TCP stack settings,
@@ -165,7 +177,13 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
                 interface: self.backend.interface_label(),
                 address,
             };
-            xwarp_telemetry::Segment::create(&info).ok().map(Arc::new)
+            match xwarp_telemetry::Segment::create(&info) {
+                Ok(seg) => Some(Arc::new(seg)),
+                Err(e) => {
+                    warn_no_telemetry(&e);
+                    None
+                }
+            }
         } else {
             None
         };

@@ -174,7 +174,7 @@ impl TcpService {
                 t.conns.push(conn_record(id, conn, sock, &self.config));
             }
         }
-        t.conns.sort_by_key(|r| r.id);
+        t.conns.sort_unstable_by_key(|r| r.id);
         t.seg.publish_conns(&t.conns, total);
         t.qps.clear();
         if let Some(p) = self.proto.as_mut() {

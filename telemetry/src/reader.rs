@@ -1,8 +1,9 @@
 //! The reader's side (`xwarp stat`): find segments, check them, copy them out.
 
 use std::fmt;
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 
@@ -10,7 +11,6 @@ use crate::layout::{
     h, ConnRecord, EngineCounters, NicCounters, QpRecord, Record, StackCounters, HEADER_WORDS,
     MAGIC, STATE_STOPPED, TABLE_HEADER_WORDS, VERSION,
 };
-use crate::map::Mapping;
 use crate::proc_start_ticks;
 
 /// Why a file could not be read as a segment.
@@ -159,6 +159,12 @@ pub fn parse_name(name: &str) -> Option<(u32, u32)> {
     Some((p.parse().ok()?, i.parse().ok()?))
 }
 
+/// Parse the name of a segment being built, `.xwarp-<pid>-<index>.tmp` (left behind
+/// by a writer that died before publishing it).
+pub fn parse_tmp_name(name: &str) -> Option<(u32, u32)> {
+    parse_name(name.strip_prefix('.')?.strip_suffix(".tmp")?)
+}
+
 /// Every segment file in `dir` (names `xwarp-<pid>-<index>`), sorted by pid and index.
 pub fn scan(dir: &Path) -> io::Result<Vec<Found>> {
     let mut out = Vec::new();
@@ -190,9 +196,24 @@ pub struct Cleaned {
     pub failed: Vec<(PathBuf, io::Error)>,
 }
 
-/// Remove the segments of dead writers in `dir`.
+/// Remove the segments of dead writers in `dir`, and the unpublished
+/// `.xwarp-<pid>-<index>.tmp` files of dead pids.
 pub fn clean(dir: &Path) -> io::Result<Cleaned> {
     let mut out = Cleaned::default();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let Some((pid, _)) = e.file_name().to_str().and_then(parse_tmp_name) else {
+            continue;
+        };
+        if proc_start_ticks(pid).is_none() {
+            let path = e.path();
+            match fs::remove_file(&path) {
+                Ok(()) => out.removed.push(path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => out.failed.push((path, e)),
+            }
+        }
+    }
     for f in scan(dir)? {
         if f.is_stale() {
             match fs::remove_file(&f.path) {
@@ -208,13 +229,41 @@ pub fn clean(dir: &Path) -> io::Result<Cleaned> {
 /// How many times a table copy is retried while the engine is writing it.
 const SEQ_RETRIES: usize = 10_000;
 
+/// The largest segment file a reader accepts (the default segment is about 100 KiB).
+pub const MAX_SEGMENT_BYTES: u64 = 16 << 20;
+
+/// The largest table capacity a reader accepts.
+pub const MAX_TABLE_CAPACITY: u64 = 1 << 16;
+
+/// `n` words of `file` from word `at`, copied out with `pread` (a file truncated meanwhile
+/// gives an error, never a fault).
+fn read_words(file: &File, at: usize, n: usize) -> io::Result<Vec<u64>> {
+    let mut b = vec![0u8; n * 8];
+    file.read_exact_at(&mut b, at as u64 * 8)?;
+    Ok(b.chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+        .collect())
+}
+
+/// Decode a NUL-padded text field, control characters replaced by `?` so a crafted
+/// segment cannot send escape sequences to the terminal.
+pub(crate) fn decode_text(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end])
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// A copy of a segment's words, with the file for fresh copies of its tables.
 struct View<'a> {
-    map: &'a Mapping,
+    words: &'a [u64],
+    file: &'a File,
 }
 
 impl View<'_> {
     fn get(&self, i: usize) -> u64 {
-        self.map.word(i).map_or(0, |w| w.load(Ordering::Relaxed))
+        self.words.get(i).copied().unwrap_or(0)
     }
 
     fn text(&self, (word, bytes): (usize, usize)) -> String {
@@ -222,51 +271,45 @@ impl View<'_> {
         for i in 0..bytes / 8 {
             b.extend_from_slice(&self.get(word + i).to_le_bytes());
         }
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        String::from_utf8_lossy(&b[..end]).into_owned()
+        decode_text(&b)
     }
 
     fn counters(&self, at: usize, n: usize) -> Vec<u64> {
         (0..n).map(|i| self.get(at + i)).collect()
     }
 
-    fn table<R: Record>(&self, at: usize, cap: usize) -> Table<R> {
-        let seq = |ord| self.map.word(at).map_or(0, |w| w.load(ord));
-        let mut words = vec![0u64; cap * R::WORDS];
+    /// Copy table `at` (capacity `cap`, already checked against the file) under its
+    /// sequence lock: each attempt reads the table header, the records and the sequence
+    /// word again from the file, and is kept only if the sequence is even and unchanged.
+    fn table<R: Record>(&self, at: usize, cap: usize) -> Result<Table<R>, ReadError> {
         for attempt in 0..SEQ_RETRIES {
-            let s1 = seq(Ordering::Acquire);
+            let head = read_words(self.file, at, TABLE_HEADER_WORDS)?;
+            let s1 = head[0];
             if s1 & 1 == 1 {
                 if attempt > 100 {
                     std::thread::yield_now();
                 }
                 continue;
             }
-            let count = (self.get(at + 1) as usize).min(cap);
-            let dropped = self.get(at + 2);
-            let published = self.get(at + 3);
-            for (i, w) in words[..count * R::WORDS].iter_mut().enumerate() {
-                *w = self.get(at + TABLE_HEADER_WORDS + i);
-            }
+            let count = (head[1] as usize).min(cap);
+            let words = read_words(self.file, at + TABLE_HEADER_WORDS, count * R::WORDS)?;
             fence(Ordering::Acquire);
-            if seq(Ordering::Relaxed) != s1 {
+            if read_words(self.file, at, 1)?[0] != s1 {
                 continue;
             }
-            return Table {
-                records: words[..count * R::WORDS]
-                    .chunks_exact(R::WORDS)
-                    .map(R::decode_from)
-                    .collect(),
-                dropped,
-                published_unix_ns: published,
+            return Ok(Table {
+                records: words.chunks_exact(R::WORDS).map(R::decode_from).collect(),
+                dropped: head[2],
+                published_unix_ns: head[3],
                 consistent: true,
-            };
+            });
         }
-        Table {
+        Ok(Table {
             records: Vec::new(),
             dropped: 0,
             published_unix_ns: 0,
             consistent: false,
-        }
+        })
     }
 }
 
@@ -290,6 +333,11 @@ fn section(
     if !off.is_multiple_of(8) || off / 8 < HEADER_WORDS as u64 {
         return Err(ReadError::Corrupt(format!("{what}: bad offset {off}")));
     }
+    if per_item != 0 && n > MAX_TABLE_CAPACITY {
+        return Err(ReadError::Corrupt(format!(
+            "{what}: capacity {n} above {MAX_TABLE_CAPACITY}"
+        )));
+    }
     let start = off / 8;
     let words = n
         .checked_mul(per_item.max(1) as u64)
@@ -304,16 +352,42 @@ fn section(
     }
 }
 
-/// Read the segment at `path`.
+/// Open `path` for reading without following a symlink or blocking on a FIFO, and
+/// require a regular file.
+fn open_regular(path: &Path) -> Result<File, ReadError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(ReadError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    Ok(file)
+}
+
+/// Read the segment at `path`: a regular file (not followed through a symlink) of at
+/// most [`MAX_SEGMENT_BYTES`], copied out with `pread`, so neither a crafted file nor one
+/// truncated meanwhile can hang, fault or exhaust the reader.
 pub fn read_segment(path: &Path) -> Result<EngineSnapshot, ReadError> {
-    let file = File::open(path)?;
+    let file = open_regular(path)?;
     let len = file.metadata()?.len();
     let need = (HEADER_WORDS * 8) as u64;
     if len < need {
         return Err(ReadError::Short { len, need });
     }
-    let header = Mapping::new(&file, HEADER_WORDS * 8, false)?;
-    let hv = View { map: &header };
+    if len > MAX_SEGMENT_BYTES {
+        return Err(ReadError::Corrupt(format!(
+            "file of {len} bytes, larger than {MAX_SEGMENT_BYTES}"
+        )));
+    }
+    let header = read_words(&file, 0, HEADER_WORDS).map_err(|e| short(e, len, need))?;
+    let hv = View {
+        words: &header,
+        file: &file,
+    };
     let magic = hv.get(h::MAGIC);
     if magic != MAGIC {
         return Err(ReadError::BadMagic(magic));
@@ -326,15 +400,22 @@ pub fn read_segment(path: &Path) -> Result<EngineSnapshot, ReadError> {
     if size > len {
         return Err(ReadError::Short { len, need: size });
     }
-    if size < need || !size.is_multiple_of(8) || size > (1 << 32) {
+    if size < need || !size.is_multiple_of(8) {
         return Err(ReadError::Corrupt(format!("size {size}")));
     }
-    let map = Mapping::new(&file, size as usize, false)?;
-    let v = View { map: &map };
-    let total = map.words();
+    let all = read_words(&file, 0, size as usize / 8).map_err(|e| short(e, len, size))?;
+    let v = View {
+        words: &all,
+        file: &file,
+    };
+    let total = all.len();
     let (eng, eng_n) = section(&v, h::ENGINE, "engine counters", 0, 0, total)?;
     let (nic, nic_n) = section(&v, h::NIC, "NIC counters", 0, 0, total)?;
     let (stk, stk_n) = section(&v, h::STACK, "stack counters", 0, 0, total)?;
+    // Counters past the ones this reader knows are ignored (a newer writer's additions).
+    let eng_n = eng_n.min(EngineCounters::LEN);
+    let nic_n = nic_n.min(NicCounters::LEN);
+    let stk_n = stk_n.min(StackCounters::LEN);
     let (conns, conns_cap) = section(
         &v,
         h::CONNS,
@@ -374,7 +455,16 @@ pub fn read_segment(path: &Path) -> Result<EngineSnapshot, ReadError> {
         engine: EngineCounters::from_words(&v.counters(eng, eng_n)),
         nic: NicCounters::from_words(&v.counters(nic, nic_n)),
         stack: StackCounters::from_words(&v.counters(stk, stk_n)),
-        conns: v.table(conns, conns_cap),
-        qps: v.table(qps, qps_cap),
+        conns: v.table(conns, conns_cap)?,
+        qps: v.table(qps, qps_cap)?,
     })
+}
+
+/// A read that hit the end of a file truncated meanwhile is reported as [`ReadError::Short`].
+fn short(e: io::Error, len: u64, need: u64) -> ReadError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        ReadError::Short { len, need }
+    } else {
+        ReadError::Io(e)
+    }
 }

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::layout::{h, ConnRecord, QpRecord, QpState, MAGIC, STATE_STOPPED};
-use crate::reader::{clean, parse_name, read_segment, scan, Liveness, ReadError};
+use crate::reader::{
+    clean, decode_text, parse_name, parse_tmp_name, read_segment, scan, Liveness, ReadError,
+};
 use crate::{Capacity, EngineCounters, NicCounters, Segment, SegmentInfo, StackCounters};
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -328,4 +330,216 @@ fn a_forked_child_does_not_remove_its_parents_segment() {
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert!(seg.path().exists());
+}
+
+#[test]
+fn a_full_tmpfs_fails_segment_create_instead_of_sigbus() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: a_full_tmpfs_fails_segment_create_instead_of_sigbus needs root to mount a tmpfs");
+        return;
+    }
+    let dir = TempDir::new("full");
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    let (src, target, fstype, opts) = (
+        c("tmpfs"),
+        c(dir.0.to_str().unwrap()),
+        c("tmpfs"),
+        c("size=64k"),
+    );
+    // SAFETY: valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        eprintln!(
+            "SKIPPED: a_full_tmpfs_fails_segment_create_instead_of_sigbus: mount tmpfs: {}",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    struct Unmount(std::ffi::CString);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let _u = Unmount(target.clone());
+    // The default capacities need about 100 KiB, more than the 64 KiB tmpfs holds.
+    let e = Segment::create_in(&dir.0, 0, &info(), Capacity::default()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert_eq!(
+        fs::read_dir(&dir.0).unwrap().count(),
+        0,
+        "files left behind"
+    );
+    // A segment that fits still works.
+    let seg = Segment::create_in(&dir.0, 1, &info(), small()).unwrap();
+    seg.set_engine(&EngineCounters {
+        iterations: 5,
+        ..Default::default()
+    });
+    assert_eq!(read_segment(seg.path()).unwrap().engine.iterations, 5);
+}
+
+#[test]
+fn the_reader_refuses_fifos_and_symlinks_without_blocking() {
+    let dir = TempDir::new("fifo");
+    let seg = Segment::create_in(&dir.0, 0, &info(), small()).unwrap();
+    let fifo = dir.0.join("xwarp-1-0");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let link = dir.0.join("xwarp-2-0");
+    std::os::unix::fs::symlink(seg.path(), &link).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (f2, l2) = (fifo.clone(), link.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send((read_segment(&f2).map(|_| ()), read_segment(&l2).map(|_| ())));
+    });
+    let (f, l) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the reader blocked on a FIFO");
+    assert!(f.unwrap_err().to_string().contains("not a regular file"));
+    let l = l.unwrap_err();
+    assert!(
+        matches!(&l, ReadError::Io(e) if e.raw_os_error() == Some(libc::ELOOP)),
+        "{l}"
+    );
+    // scan reports both as errors and still reads the real segment.
+    let found = scan(&dir.0).unwrap();
+    assert_eq!(found.len(), 3);
+    assert_eq!(found.iter().filter(|f| f.segment.is_ok()).count(), 1);
+}
+
+#[test]
+fn crafted_headers_cannot_make_the_reader_allocate_unboundedly() {
+    let dir = TempDir::new("craft");
+    let seg = Segment::create_in(&dir.0, 0, &info(), small()).unwrap();
+    seg.set_engine(&EngineCounters {
+        iterations: 42,
+        ..Default::default()
+    });
+    let good = fs::read(seg.path()).unwrap();
+    let p = dir.0.join("victim");
+    let patch = |at: usize, v: u64| {
+        let mut b = good.clone();
+        b[at * 8..at * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        b
+    };
+    // A file above the cap is refused before anything is read from it.
+    let f = fs::File::create(&p).unwrap();
+    f.set_len(crate::reader::MAX_SEGMENT_BYTES + 8).unwrap();
+    drop(f);
+    let e = read_segment(&p).unwrap_err().to_string();
+    assert!(e.contains("larger than"), "{e}");
+    // A table capacity above 1 << 16 is refused.
+    fs::write(&p, patch(h::QPS + 1, (1 << 16) + 1)).unwrap();
+    let e = read_segment(&p).unwrap_err().to_string();
+    assert!(e.contains("QP table: capacity 65537"), "{e}");
+    // More engine counters than this reader knows (as many as fit): the known ones read.
+    let eng = read_off(seg.path(), h::ENGINE);
+    let fit = good.len() / 8 - eng;
+    fs::write(&p, patch(h::ENGINE + 1, fit as u64)).unwrap();
+    assert_eq!(read_segment(&p).unwrap().engine.iterations, 42);
+}
+
+#[test]
+fn a_segment_truncated_while_read_gives_an_error_not_sigbus() {
+    let dir = TempDir::new("trunc");
+    let seg = Segment::create_in(&dir.0, 0, &info(), small()).unwrap();
+    seg.publish_conns(&[conn(1), conn(2)], 2);
+    let p = dir.0.join("xwarp-3-0");
+    fs::copy(seg.path(), &p).unwrap();
+    let full = fs::metadata(&p).unwrap().len();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s2, p2) = (stop.clone(), p.clone());
+    let t = std::thread::spawn(move || {
+        let f = fs::OpenOptions::new().write(true).open(&p2).unwrap();
+        while !s2.load(Ordering::Relaxed) {
+            f.set_len(crate::layout::HEADER_WORDS as u64 * 8).unwrap();
+            f.set_len(full).unwrap();
+        }
+    });
+    let (mut ok, mut err) = (0, 0);
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    while std::time::Instant::now() < until {
+        match read_segment(&p) {
+            Ok(_) => ok += 1,
+            Err(_) => err += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+    assert!(ok + err > 0);
+    eprintln!("reads while truncating: {ok} ok, {err} errors");
+}
+
+#[test]
+fn publishing_never_replaces_an_existing_file_and_remove_spares_a_replacement() {
+    let dir = TempDir::new("noreplace");
+    let pid = std::process::id();
+    let taken = dir.0.join(format!("xwarp-{pid}-7"));
+    fs::write(&taken, b"someone else's").unwrap();
+    let seg = Segment::create_in(&dir.0, 7, &info(), small()).unwrap();
+    assert_eq!(seg.index(), 8);
+    assert_eq!(seg.path(), dir.0.join(format!("xwarp-{pid}-8")));
+    assert_eq!(read_segment(seg.path()).unwrap().index, 8);
+    assert_eq!(fs::read(&taken).unwrap(), b"someone else's");
+    // Another file put at the segment's name is not unlinked by remove().
+    let other = dir.0.join("other");
+    fs::write(&other, b"new owner").unwrap();
+    fs::rename(&other, seg.path()).unwrap();
+    let path = seg.path().to_path_buf();
+    drop(seg);
+    assert_eq!(fs::read(&path).unwrap(), b"new owner");
+    assert_eq!(fs::read(&taken).unwrap(), b"someone else's");
+    // Our own segment is removed as before.
+    let seg = Segment::create_in(&dir.0, 20, &info(), small()).unwrap();
+    let path = seg.path().to_path_buf();
+    drop(seg);
+    assert!(!path.exists());
+}
+
+#[test]
+fn clean_removes_tmp_files_of_dead_pids() {
+    let dir = TempDir::new("tmpclean");
+    let dead = dir.0.join(format!(".xwarp-{}-0.tmp", dead_pid()));
+    let live = dir.0.join(format!(".xwarp-{}-0.tmp", std::process::id()));
+    fs::write(&dead, b"x").unwrap();
+    fs::write(&live, b"x").unwrap();
+    assert_eq!(parse_tmp_name(".xwarp-12-3.tmp"), Some((12, 3)));
+    assert_eq!(parse_tmp_name("xwarp-12-3.tmp"), None);
+    assert_eq!(parse_tmp_name(".xwarp-12-3"), None);
+    let c = clean(&dir.0).unwrap();
+    assert_eq!(c.removed, vec![dead.clone()]);
+    assert!(!dead.exists() && live.exists());
+}
+
+#[test]
+fn segment_text_reaches_the_reader_without_control_characters() {
+    assert_eq!(decode_text(b"ab\x1b[2Jc\0zz"), "ab?[2Jc");
+    let dir = TempDir::new("ctl");
+    let seg = Segment::create_in(
+        &dir.0,
+        0,
+        &SegmentInfo {
+            program: "evil\x1b]0;title\x07".into(),
+            interface: "eth\r\n0".into(),
+            address: "10.0.0.1/24\u{9b}".into(),
+        },
+        small(),
+    )
+    .unwrap();
+    let s = read_segment(seg.path()).unwrap();
+    assert_eq!(s.program, "evil?]0;title?");
+    assert_eq!(s.interface, "eth??0");
+    assert_eq!(s.address, "10.0.0.1/24?");
 }

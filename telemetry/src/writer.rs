@@ -1,8 +1,11 @@
 //! The engine's side: create a segment, store counters, publish tables, remove it.
 
-use std::fs::{self, OpenOptions};
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
@@ -82,22 +85,84 @@ pub struct Segment {
     index: u32,
     sec: Sections,
     cap: Capacity,
+    /// `(st_dev, st_ino)` of the file this segment made.
+    id: FileId,
     removed: AtomicBool,
 }
 
-/// Paths of this process's live segments, for the exit hook.
-static LIVE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+/// A file's `(st_dev, st_ino)`.
+type FileId = (u64, u64);
+
+/// This process's live segments (pid, path, file id), for the exit hook.
+static LIVE: Mutex<Vec<(u32, PathBuf, FileId)>> = Mutex::new(Vec::new());
 static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
+
+/// Unlink `path` only if it is still the file `id` (`(st_dev, st_ino)`): a file another
+/// process put at that name since is left alone.
+fn remove_if_ours(path: &Path, id: FileId) {
+    if let Ok(m) = fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == id {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
 
 extern "C" fn remove_at_exit() {
     let pid = std::process::id();
     // try_lock: never block exit behind a thread that died holding the lock.
     if let Ok(mut live) = LIVE.try_lock() {
-        for (p, path) in live.drain(..) {
+        for (p, path, id) in live.drain(..) {
             if p == pid {
-                let _ = fs::remove_file(&path);
+                remove_if_ours(&path, id);
             }
         }
+    }
+}
+
+/// Reserve the file's `bytes` now, so that a full tmpfs fails here (`ENOSPC`) instead of
+/// raising `SIGBUS` at the first store to a page of the sparse file.
+fn reserve(file: &File, bytes: usize) -> io::Result<()> {
+    let len = libc::off_t::try_from(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
+    // SAFETY: a plain syscall on an fd `file` owns for the duration of the call; no
+    // memory is passed.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Move `from` to `to` unless `to` exists (`EEXIST` then). Uses `renameat2(2)` with
+/// `RENAME_NOREPLACE`; where the filesystem does not support it, `link` + `unlink`.
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: both are valid NUL-terminated paths that live across the call; AT_FDCWD
+    // resolves relative paths like rename(2).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+            fs::hard_link(from, to)?;
+            let _ = fs::remove_file(from);
+            Ok(())
+        }
+        _ => Err(e),
     }
 }
 
@@ -136,7 +201,10 @@ impl Segment {
     }
 
     /// Create segment `xwarp-<pid>-<index>` in `dir`. The file is built under a hidden
-    /// name and renamed into place, so a reader never sees a half-initialized header.
+    /// name and renamed into place, so a reader never sees a half-initialized header; an
+    /// existing file of that name (a stale segment of an earlier process with this pid)
+    /// is never replaced: the next free index is taken. The space is reserved up front,
+    /// so a full filesystem is an error here, not a fault later.
     pub fn create_in(
         dir: &Path,
         index: u32,
@@ -144,9 +212,8 @@ impl Segment {
         cap: Capacity,
     ) -> io::Result<Segment> {
         let pid = std::process::id();
-        let name = segment_name(pid, index);
-        let path = dir.join(&name);
-        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut index = index;
+        let tmp = dir.join(format!(".{}.tmp", segment_name(pid, index)));
         let sec = sections(cap);
         let bytes = sec.total * 8;
         let file = OpenOptions::new()
@@ -158,6 +225,8 @@ impl Segment {
             .open(&tmp)?;
         let built = (|| {
             file.set_len(bytes as u64)?;
+            reserve(&file, bytes)?;
+            let meta = file.metadata()?;
             let map = Mapping::new(&file, bytes, true)?;
             let set = |i: usize, v: u64| {
                 if let Some(w) = map.word(i) {
@@ -194,10 +263,26 @@ impl Segment {
             put_text(&map, h::INTERFACE, &info.interface);
             put_text(&map, h::ADDRESS, &info.address);
             fence(Ordering::SeqCst);
-            fs::rename(&tmp, &path)?;
-            Ok(map)
+            // Try up to 64 indices past a name already taken.
+            let mut tries = 0;
+            loop {
+                set(h::INDEX, u64::from(index));
+                fence(Ordering::SeqCst);
+                let path = dir.join(segment_name(pid, index));
+                match rename_noreplace(&tmp, &path) {
+                    Ok(()) => {
+                        NEXT_INDEX.fetch_max(index.saturating_add(1), Ordering::Relaxed);
+                        return Ok((map, path, (meta.dev(), meta.ino())));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 64 => {
+                        tries += 1;
+                        index = index.wrapping_add(1);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         })();
-        let map = match built {
+        let (map, path, id) = match built {
             Ok(m) => m,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
@@ -206,7 +291,7 @@ impl Segment {
         };
         register_exit_hook();
         if let Ok(mut live) = LIVE.lock() {
-            live.push((pid, path.clone()));
+            live.push((pid, path.clone(), id));
         }
         Ok(Segment {
             map,
@@ -215,6 +300,7 @@ impl Segment {
             index,
             sec,
             cap,
+            id,
             removed: AtomicBool::new(false),
         })
     }
@@ -309,9 +395,9 @@ impl Segment {
         if let Some(w) = self.map.word(h::STATE) {
             w.store(STATE_STOPPED, Ordering::Release);
         }
-        let _ = fs::remove_file(&self.path);
+        remove_if_ours(&self.path, self.id);
         if let Ok(mut live) = LIVE.lock() {
-            live.retain(|(_, p)| p != &self.path);
+            live.retain(|(_, p, _)| p != &self.path);
         }
     }
 }

@@ -22,13 +22,23 @@ pub const DEFAULT_LOG_FILTER: &str = "warn,xwarp_stack::trace=info";
 /// Install the logger of the `xwarp` command and the tools: the `log` records of every
 /// crate (xwarp's libraries and smoltcp) go to stderr as `[LEVEL target] message`,
 /// filtered by `XWARP_LOG` (default [`DEFAULT_LOG_FILTER`]). A malformed directive is
-/// reported on stderr and ignored. Call first thing in `main`; later calls do nothing.
+/// reported on stderr and ignored; an empty or blank `XWARP_LOG` counts as unset. Call
+/// first thing in `main`; later calls do nothing.
 pub fn init_logging() {
-    let spec = std::env::var(LOG_ENV).unwrap_or_else(|_| DEFAULT_LOG_FILTER.to_owned());
+    let spec = log_filter(std::env::var(LOG_ENV).ok().as_deref());
     let _ = env_logger::Builder::new()
         .parse_filters(&spec)
         .target(env_logger::Target::Stderr)
         .try_init();
+}
+
+/// The filter `XWARP_LOG=value` selects: [`DEFAULT_LOG_FILTER`] when unset, empty or
+/// blank, else the value trimmed.
+pub fn log_filter(value: Option<&str>) -> String {
+    match value.map(str::trim) {
+        None | Some("") => DEFAULT_LOG_FILTER.to_owned(),
+        Some(v) => v.to_owned(),
+    }
 }
 
 /// Parse `A.B.C.D/PREFIX` (prefix 0..=32).
@@ -171,6 +181,14 @@ mod tests {
         engine: EngineArgs,
         #[arg(short = 's', long = "size")]
         size: Option<u32>,
+    }
+
+    #[test]
+    fn blank_xwarp_log_means_default_filter() {
+        for blank in [None, Some(""), Some("   "), Some("\n")] {
+            assert_eq!(log_filter(blank), DEFAULT_LOG_FILTER, "{blank:?}");
+        }
+        assert_eq!(log_filter(Some(" debug ")), "debug");
     }
 
     #[test]

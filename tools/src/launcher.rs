@@ -74,7 +74,9 @@ struct Cli {
     #[arg(long)]
     strict: bool,
     /// Record every frame of the engine to FILE: pcapng (`.pcap`: classic pcap); `%p`
-    /// becomes the pid (for programs that fork), `%e` the engine's index [XWARP_PCAP].
+    /// becomes the pid, `%e` the engine's index [XWARP_PCAP]. `-%p` is added before the
+    /// extension unless FILE has a `%p` already, so every process the command starts
+    /// writes its own file (`cap.pcapng` -> `cap-1234.pcapng`).
     #[arg(long, value_name = "FILE", value_parser = pcap_path_arg)]
     pcap: Option<OsString>,
     /// The shim library (default: see below) [XWARP_PRELOAD].
@@ -109,9 +111,11 @@ impl Cli {
     }
 }
 
-/// clap value parser of `--pcap`: the file's directory must exist.
+/// clap value parser of `--pcap`: the file's directory must exist; `-%p` is added
+/// unless the path has a `%p` ([`crate::cli::per_process`]): a command may start several
+/// processes, and two writing one file would truncate and interleave it.
 fn pcap_path_arg(s: &str) -> Result<OsString, String> {
-    crate::cli::pcap_arg(s).map(|_| OsString::from(s))
+    crate::cli::pcap_arg(s).map(|_| OsString::from(crate::cli::per_process(s)))
 }
 
 /// clap's view of `args` (after `xwarp run`); help and version requests are errors of
@@ -322,6 +326,22 @@ mod tests {
         ]);
         let e = plan(&bad, env_of(&[]), Path::new("/opt/xwarp/bin"), exists).unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn run_pcap_gets_one_file_per_process() {
+        let exists = |p: &Path| p == Path::new("/opt/xwarp/bin/libxwarp_preload.so");
+        for (given, want) in [
+            ("/tmp/cap.pcapng", "/tmp/cap-%p.pcapng"),
+            ("/tmp/cap.pcap", "/tmp/cap-%p.pcap"),
+            ("/tmp/cap", "/tmp/cap-%p"),
+            ("/tmp/cap-%p-%e.pcapng", "/tmp/cap-%p-%e.pcapng"),
+        ] {
+            let args = os(&["--iface", "v", "--pcap", given, "--", "true"]);
+            let p = plan(&args, env_of(&[]), Path::new("/opt/xwarp/bin"), exists).unwrap();
+            let got = p.env.iter().find(|(n, _)| n == "XWARP_PCAP").unwrap();
+            assert_eq!(got.1, want, "{given}");
+        }
     }
 
     #[test]

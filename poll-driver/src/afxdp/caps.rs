@@ -626,7 +626,9 @@ pub fn probe(name: &str) -> io::Result<ProbeReport> {
     let ifindex = link.ifindex;
     let program = XdpProgram::load_named(&SteeringFilter::default(), 1, "xwarp_probe")
         .map_err(|e| io::Error::new(e.kind(), format!("loading the probe XDP program: {e}")))?;
-    let attach = |mode: XdpMode| match program.attach(ifindex, mode, false) {
+    // Never the replacing attach: a program that appeared since the check above (say a
+    // starting engine's) must not be detached by a probe.
+    let attach = |mode: XdpMode| match program.attach_no_replace(ifindex, mode) {
         Ok(l) => {
             let seen = genl::links()
                 .ok()
@@ -642,6 +644,9 @@ pub fn probe(name: &str) -> io::Result<ProbeReport> {
                     program.id()
                 ))
             }
+        }
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            ProbeOutcome::Failed(format!("an XDP program appeared meanwhile: {e}"))
         }
         Err(e) => ProbeOutcome::Failed(e.to_string()),
     };

@@ -442,6 +442,25 @@ impl XdpProgram {
     /// with [`PROGRAM_NAME_PREFIX`] or when `force` is set; otherwise the error says whose
     /// program is in the way. Returns the link and the mode actually used.
     pub fn attach(&self, ifindex: u32, mode: XdpMode, force: bool) -> io::Result<XdpLink> {
+        self.attach_inner(ifindex, mode, Some(force))
+    }
+
+    /// Attach to `ifindex` as a bpf_link, never detaching anything: if a program is
+    /// attached already (`EBUSY`/`EEXIST`) the error has kind
+    /// [`io::ErrorKind::AddrInUse`] and the interface is left as it was. For probes,
+    /// which must not disturb another process's program.
+    pub fn attach_no_replace(&self, ifindex: u32, mode: XdpMode) -> io::Result<XdpLink> {
+        self.attach_inner(ifindex, mode, None)
+    }
+
+    /// `replace`: `Some(force)` to detach a program in the way (see [`XdpProgram::attach`]),
+    /// `None` to fail instead.
+    fn attach_inner(
+        &self,
+        ifindex: u32,
+        mode: XdpMode,
+        replace: Option<bool>,
+    ) -> io::Result<XdpLink> {
         let modes: &[u32] = match mode {
             XdpMode::Auto => &[XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE],
             XdpMode::Native => &[XDP_FLAGS_DRV_MODE],
@@ -463,6 +482,15 @@ impl XdpProgram {
                         if !replaced
                             && matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST)) =>
                     {
+                        let Some(force) = replace else {
+                            return Err(io::Error::new(
+                                io::ErrorKind::AddrInUse,
+                                format!(
+                                    "ifindex {ifindex} has an XDP program attached \
+                                     already ({e}); not replacing it"
+                                ),
+                            ));
+                        };
                         replace_stale(ifindex, force)?;
                         replaced = true;
                     }

@@ -93,6 +93,9 @@ struct Shared {
     wake: Condvar,
     out: Mutex<Out>,
     stopped: AtomicBool,
+    /// The closing statistics (pcapng Interface Statistics Blocks, the drop report) are
+    /// written: at drop or at process exit, whichever comes first.
+    finished: AtomicBool,
     error: Mutex<Option<String>>,
     frames: AtomicU64,
     dropped: AtomicU64,
@@ -158,7 +161,23 @@ impl Shared {
     /// Write what is buffered to the file (the file lock is held across the swap, so
     /// concurrent drains keep the order).
     fn drain(&self) {
-        let mut out = self.out.lock();
+        self.drain_out(self.out.lock());
+    }
+
+    /// [`Shared::drain`], giving up after `wait` if the file is busy (the writer thread
+    /// stuck writing to a stalled pipe or FIFO): for process exit, which must not hang.
+    /// Returns whether it drained.
+    fn drain_within(&self, wait: Duration) -> bool {
+        match self.out.try_lock_for(wait) {
+            Some(out) => {
+                self.drain_out(out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn drain_out(&self, mut out: parking_lot::MutexGuard<'_, Out>) {
         let Out { file, spare } = &mut *out;
         {
             let mut p = self.pending.lock();
@@ -191,6 +210,43 @@ impl Shared {
         report(&format!(
             "xwarp: capture stopped: {msg} (the engine goes on without capture)"
         ));
+    }
+
+    /// Append the closing statistics once (pcapng: an Interface Statistics Block per
+    /// interface with what was offered, written and dropped). `wait`: how long to wait
+    /// for the buffer lock (`None`: as long as it takes). Returns whether this call wrote
+    /// them.
+    fn write_final_stats(&self, wait: Option<Duration>) -> bool {
+        let mut p = match wait {
+            None => self.pending.lock(),
+            Some(w) => match self.pending.try_lock_for(w) {
+                Some(p) => p,
+                None => return false,
+            },
+        };
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        if self.config.format == PcapFormat::PcapNg && !self.stopped.load(Ordering::SeqCst) {
+            let now = SystemTime::now();
+            let Pending { buf, ifaces, .. } = &mut *p;
+            for (i, c) in ifaces.iter().enumerate() {
+                format::pcapng_interface_stats(buf, i as u32, self.config.precision, now, *c);
+            }
+        }
+        true
+    }
+
+    /// Say how many frames were dropped, if any were (after the final drain).
+    fn report_drops(&self) {
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 && !self.stopped.load(Ordering::SeqCst) {
+            report(&format!(
+                "xwarp: capture {}: {} frames written, {dropped} dropped (the capture buffer was full: the disk did not keep up)",
+                self.path.display(),
+                self.frames.load(Ordering::Relaxed)
+            ));
+        }
     }
 
     fn writer_loop(&self) {
@@ -226,31 +282,40 @@ impl Drop for SinkHandle {
             }
             return;
         }
-        {
-            let mut p = s.pending.lock();
-            p.closing = true;
-            if s.config.format == PcapFormat::PcapNg && !s.stopped.load(Ordering::SeqCst) {
-                let now = SystemTime::now();
-                let Pending { buf, ifaces, .. } = &mut *p;
-                for (i, c) in ifaces.iter().enumerate() {
-                    format::pcapng_interface_stats(buf, i as u32, s.config.precision, now, *c);
-                }
-            }
-        }
+        let first = s.write_final_stats(None);
+        s.pending.lock().closing = true;
         s.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         s.drain();
-        let dropped = s.dropped.load(Ordering::Relaxed);
-        if dropped > 0 && !s.stopped.load(Ordering::SeqCst) {
-            report(&format!(
-                "xwarp: capture {}: {} frames written, {dropped} dropped (the capture buffer was full: the disk did not keep up)",
-                s.path.display(),
-                s.frames.load(Ordering::Relaxed)
-            ));
+        if first {
+            s.report_drops();
         }
     }
+}
+
+/// Spawn the `xwarp-pcap` writer thread with every signal blocked (it inherits the mask
+/// of the spawning thread, restored right after): a write to a closed pipe then fails with
+/// `EPIPE` (the capture's error path) instead of raising `SIGPIPE`, and the application's
+/// signal handlers never run on this thread.
+fn spawn_signals_blocked(f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    // SAFETY: sigset_t is plain data; sigfillset initializes it fully before use.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a valid sigset_t owned by this frame.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: valid pointers to sigsets on this frame; only this thread's mask changes.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
+    let spawned = std::thread::Builder::new()
+        .name("xwarp-pcap".into())
+        .spawn(f);
+    if rc == 0 {
+        // SAFETY: restores exactly the mask saved above, on the same thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+    spawned
 }
 
 fn registry() -> &'static Mutex<Vec<Weak<SinkHandle>>> {
@@ -262,9 +327,12 @@ extern "C" fn flush_at_exit() {
     flush_all();
 }
 
-/// Write every live capture of this process to its file now. Registered with `atexit`
-/// when the first sink is created, so a process that exits with its engine still
-/// running (the LD_PRELOAD shim's) keeps its last frames.
+/// Finish every live capture of this process now: append its closing statistics
+/// (pcapng Interface Statistics Blocks, once per sink) and write what is buffered,
+/// waiting at most 200 ms per lock so a writer stuck on a stalled pipe cannot hang the
+/// exit. Registered with `atexit` when the first sink is created, so a process that
+/// exits with its engine still running (the LD_PRELOAD shim's) keeps its last frames and
+/// its drop counts. Frames recorded afterwards are still written while the sink lives.
 pub fn flush_all() {
     let Some(reg) = registry().try_lock_for(Duration::from_millis(200)) else {
         return;
@@ -272,8 +340,12 @@ pub fn flush_all() {
     let live: Vec<Arc<SinkHandle>> = reg.iter().filter_map(Weak::upgrade).collect();
     drop(reg);
     let pid = std::process::id();
+    let wait = Duration::from_millis(200);
     for h in live.iter().filter(|h| h.shared.pid == pid) {
-        h.shared.drain();
+        let first = h.shared.write_final_stats(Some(wait));
+        if h.shared.drain_within(wait) && first {
+            h.shared.report_drops();
+        }
     }
 }
 
@@ -362,14 +434,13 @@ impl PcapSink {
                 spare: Vec::new(),
             }),
             stopped: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
             error: Mutex::new(None),
             frames: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
         });
         let s2 = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("xwarp-pcap".into())
-            .spawn(move || s2.writer_loop())
+        let thread = spawn_signals_blocked(move || s2.writer_loop())
             .map_err(|e| io::Error::new(e.kind(), format!("capture writer thread: {e}")))?;
         let inner = Arc::new(SinkHandle {
             shared,

@@ -24,7 +24,9 @@ pub(super) fn check_config(cfg: &ConnConfig) -> Result<(), ConnError> {
 }
 
 /// The `wr_id` of the RTR work request (not a ULP work request: its completion is
-/// dropped and it is not counted in [`QpCounters`](crate::QpCounters)).
+/// dropped and it is not counted in [`QpCounters`](crate::QpCounters)). The QP knows the
+/// RTR by a mark set when it is posted (`set_internal_wr`), not by this id, so a ULP WR
+/// with the same `wr_id` is still counted.
 pub(super) const RTR_WR_ID: u64 = u64::MAX;
 
 /// The work request of the negotiated RTR (RFC 6581): a zero-length Write to STag 1,

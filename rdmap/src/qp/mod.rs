@@ -111,6 +111,8 @@ pub struct QueuePair {
     state: QpState,
     // --- send side
     sq: VecDeque<SendWr>,
+    /// Parallel to `sq`: whether each queued WR is internal (the connection's RTR).
+    sq_internal: VecDeque<bool>,
     /// Started send WRs not yet retired, in posting order: completions are released in
     /// this order (verbs), so a Send posted after a Read completes after the Read.
     sq_slots: VecDeque<SqSlot>,
@@ -133,14 +135,16 @@ pub struct QueuePair {
     events: VecDeque<QpEvent>,
     // --- statistics
     ctr: QpCounters,
-    /// The `wr_id` of internal work (the connection's RTR), not counted as a ULP WR.
-    internal_wr: Option<u64>,
+    /// The next WR posted with this `wr_id` is internal work (the connection's RTR), not
+    /// counted as a ULP WR; consumed by that post.
+    internal_next: Option<u64>,
 }
 
 impl QueuePair {
     /// A new QP in state IDLE.
     pub fn new(cfg: QpConfig) -> Self {
         QueuePair {
+            sq_internal: VecDeque::with_capacity(cfg.sq_depth.min(4096)),
             cfg,
             state: QpState::Idle,
             sq: VecDeque::with_capacity(cfg.sq_depth.min(4096)),
@@ -164,7 +168,7 @@ impl QueuePair {
             cq: VecDeque::new(),
             events: VecDeque::new(),
             ctr: QpCounters::default(),
-            internal_wr: None,
+            internal_next: None,
         }
     }
 
@@ -174,19 +178,30 @@ impl QueuePair {
         self.ctr
     }
 
-    /// Work requests with this `wr_id` are internal (the connection's RTR): they are not
-    /// counted as work requests.
+    /// Mark the next send WR posted with this `wr_id` as internal (the connection's RTR):
+    /// it and its completion are not counted as work requests. The mark belongs to that
+    /// one WR, so an application WR with the same `wr_id` is counted as any other.
     pub(crate) fn set_internal_wr(&mut self, wr_id: u64) {
-        self.internal_wr = Some(wr_id);
+        self.internal_next = Some(wr_id);
     }
 
-    fn counts(&self, wr_id: u64) -> bool {
-        self.internal_wr != Some(wr_id)
+    /// Whether `wr` is the WR [`QueuePair::set_internal_wr`] marked (consuming the mark).
+    fn take_internal(&mut self, wr: &SendWr) -> bool {
+        if self.internal_next == Some(wr.wr_id) {
+            self.internal_next = None;
+            return true;
+        }
+        false
     }
 
-    /// Queue a completion, counting it.
+    /// Queue a completion of application work, counting it.
     fn push_cqe(&mut self, c: Completion) {
-        if self.counts(c.wr_id) {
+        self.push_cqe_of(c, false);
+    }
+
+    /// Queue a completion, counting it unless it is of internal work.
+    fn push_cqe_of(&mut self, c: Completion, internal: bool) {
+        if !internal {
             self.ctr.count_completion(c.opcode, c.status);
         }
         self.cq.push_back(c);
@@ -254,10 +269,11 @@ impl QueuePair {
         match self.state.on_post_send() {
             PostRule::Queue => {}
             PostRule::Flush => {
-                if self.counts(wr.wr_id) {
+                let internal = self.take_internal(&wr);
+                if !internal {
                     self.ctr.send_wrs_posted += 1;
                 }
-                self.flush_send_wr(&wr);
+                self.flush_send_wr(&wr, internal);
                 return Ok(());
             }
             PostRule::Refuse => return Err(PostError::InvalidState),
@@ -268,10 +284,12 @@ impl QueuePair {
         if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        if self.counts(wr.wr_id) {
+        let internal = self.take_internal(&wr);
+        if !internal {
             self.ctr.send_wrs_posted += 1;
         }
         self.sq.push_back(wr);
+        self.sq_internal.push_back(internal);
         Ok(())
     }
 
@@ -305,9 +323,9 @@ impl QueuePair {
         while self.sq_slots.front().is_some_and(|s| s.done.is_some()) {
             if let Some(s) = self.sq_slots.pop_front() {
                 match s.done {
-                    Some(Some(c)) => self.push_cqe(c),
+                    Some(Some(c)) => self.push_cqe_of(c, s.internal),
                     // Unsignaled success: no completion, still a finished WR.
-                    _ if self.counts(s.wr_id) => self.ctr.send_wrs_completed += 1,
+                    _ if !s.internal => self.ctr.send_wrs_completed += 1,
                     _ => {}
                 }
             }
@@ -315,8 +333,8 @@ impl QueuePair {
         }
     }
 
-    fn flush_send_wr(&mut self, wr: &SendWr) {
-        self.push_cqe(error_cqe(wr, CompletionStatus::WrFlushError));
+    fn flush_send_wr(&mut self, wr: &SendWr, internal: bool) {
+        self.push_cqe_of(error_cqe(wr, CompletionStatus::WrFlushError), internal);
     }
 
     fn flush_recv(&mut self, wr_id: u64) {
@@ -369,7 +387,8 @@ impl QueuePair {
         }
         self.finish_slot(u64::MAX, None);
         while let Some(wr) = self.sq.pop_front() {
-            self.flush_send_wr(&wr);
+            let internal = self.sq_internal.pop_front().unwrap_or(false);
+            self.flush_send_wr(&wr, internal);
         }
         self.irq.clear();
         if let Some(s) = self.rx_send.take() {

@@ -131,8 +131,10 @@ impl QueuePair {
         let Some(wr) = self.sq.pop_front() else {
             return Start::Blocked;
         };
+        let internal = self.sq_internal.pop_front().unwrap_or(false);
         let seq = self.sq_seq_base + self.sq_slots.len() as u64;
         self.sq_slots.push_back(SqSlot {
+            internal,
             wr_id: wr.wr_id,
             opcode: wc_opcode(&wr.op),
             done: None,

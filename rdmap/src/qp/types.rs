@@ -107,6 +107,8 @@ pub(super) struct RxTagged {
 /// A started send work request whose completion is released in posting order.
 #[derive(Debug)]
 pub(super) struct SqSlot {
+    /// Internal work (the connection's RTR): not counted as a work request.
+    pub(super) internal: bool,
     pub(super) wr_id: u64,
     pub(super) opcode: WcOpcode,
     /// `None` while running; `Some(cqe)` once finished (`Some(None)`: unsignaled success).

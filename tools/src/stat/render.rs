@@ -145,7 +145,10 @@ fn engine(out: &mut String, e: &EngineSnapshot, prev: Option<&(Instant, EngineSn
         l.wakeups_timeout,
         l.backend_soft_errors,
     );
-    let busy = l.run_ns.saturating_sub(l.spin_ns + l.sleep_ns);
+    // Segment values are whatever the file says: never let them overflow.
+    let busy = l
+        .run_ns
+        .saturating_sub(l.spin_ns.saturating_add(l.sleep_ns));
     let _ = writeln!(
         out,
         "        time: busy {} spin {} sleep {}  doorbell rings {} (syscalls {})",
@@ -396,5 +399,52 @@ pub(super) fn screen(
     }
     for (p, e) in &s.errors {
         let _ = writeln!(out, "unreadable: {}: {e}", p.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xwarp_telemetry::reader::Table;
+    use xwarp_telemetry::{EngineCounters, NicCounters, StackCounters};
+
+    fn snapshot(engine: EngineCounters) -> EngineSnapshot {
+        EngineSnapshot {
+            path: PathBuf::from("/dev/shm/xwarp-1-0"),
+            version: 1,
+            pid: 1,
+            index: 0,
+            program: "p".into(),
+            interface: "vwire".into(),
+            address: "10.0.0.1/24".into(),
+            liveness: Liveness::Alive,
+            created_unix_ns: 1,
+            updated_unix_ns: 1,
+            engine,
+            nic: NicCounters::default(),
+            stack: StackCounters::default(),
+            conns: Table::default(),
+            qps: Table::default(),
+        }
+    }
+
+    #[test]
+    fn render_does_not_overflow_on_huge_segment_values() {
+        let mut out = String::new();
+        let e = snapshot(EngineCounters {
+            run_ns: 100,
+            spin_ns: u64::MAX,
+            sleep_ns: 2,
+            iterations: u64::MAX,
+            busy_iterations: u64::MAX,
+            ..EngineCounters::default()
+        });
+        engine(&mut out, &e, None);
+        assert!(out.contains("time: busy 0.0%"), "{out}");
+        let mut later = e.clone();
+        later.updated_unix_ns = u64::MAX;
+        let mut out = String::new();
+        engine(&mut out, &later, Some(&(Instant::now(), e)));
+        assert!(out.contains("engine 1/0"), "{out}");
     }
 }
