@@ -67,10 +67,9 @@ fn start(cfg: &Config) -> io::Result<Running> {
         },
         ..EngineConfig::default()
     };
-    let RunningEngine { stack, engine } =
-        EngineBuilder::new(nic, stack_config, engine_config)
-            .interface_name(cfg.iface.clone())
-            .spawn()?;
+    let RunningEngine { stack, engine } = EngineBuilder::new(nic, stack_config, engine_config)
+        .interface_name(cfg.iface.clone())
+        .spawn()?;
     Ok(Running {
         stack,
         _engine: engine,
