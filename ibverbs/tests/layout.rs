@@ -143,9 +143,9 @@ fn layouts() -> Vec<Layout> {
         layout!(struct ibv_send_wr {
             wr_id, next, sg_list, num_sge, opcode, send_flags,
             imm.imm_data = "imm_data", imm.invalidate_rkey = "invalidate_rkey",
-            wr, wr.rdma.remote_addr, wr.rdma.rkey, wr.atomic.remote_addr,
-            wr.atomic.compare_add, wr.atomic.swap, wr.atomic.rkey, wr.ud.ah, wr.ud.remote_qpn,
-            wr.ud.remote_qkey, qp_type, qp_type.xrc.remote_srqn,
+            wr, wr.rdma, wr.rdma.remote_addr, wr.rdma.rkey, wr.atomic, wr.atomic.remote_addr,
+            wr.atomic.compare_add, wr.atomic.swap, wr.atomic.rkey, wr.ud, wr.ud.ah, wr.ud.remote_qpn,
+            wr.ud.remote_qkey, qp_type, qp_type.xrc, qp_type.xrc.remote_srqn,
             ext.bind_mw = "bind_mw", ext.bind_mw.mw = "bind_mw.mw",
             ext.bind_mw.rkey = "bind_mw.rkey", ext.bind_mw.bind_info = "bind_mw.bind_info",
             ext.tso = "tso", ext.tso.hdr = "tso.hdr", ext.tso.hdr_sz = "tso.hdr_sz",
@@ -168,6 +168,13 @@ fn layouts() -> Vec<Layout> {
         }),
         layout!(struct ibv_qp_init_attr {
             qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all
+        }),
+        layout!(struct ibv_rx_hash_conf {
+            rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask
+        }),
+        layout!(struct ibv_qp_init_attr_ex {
+            qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+            create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags
         }),
         layout!(struct ibv_qp_attr {
             qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num,
@@ -408,6 +415,13 @@ fn constants() -> Vec<(&'static str, i64)> {
         IBV_TRANSPORT_UNSPECIFIED,
         IBV_SYSFS_NAME_MAX,
         IBV_SYSFS_PATH_MAX,
+        IBV_QP_INIT_ATTR_PD,
+        IBV_QP_INIT_ATTR_XRCD,
+        IBV_QP_INIT_ATTR_CREATE_FLAGS,
+        IBV_QP_INIT_ATTR_MAX_TSO_HEADER,
+        IBV_QP_INIT_ATTR_IND_TABLE,
+        IBV_QP_INIT_ATTR_RX_HASH,
+        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
     ]
 }
 
@@ -601,6 +615,213 @@ fn mismatches(layouts: &[Layout], consts: &[(&str, i64)], c: &str) -> Vec<String
         }
     }
     bad
+}
+
+/// One debugging-information entry of `readelf --debug-dump=info`.
+struct Die {
+    tag: String,
+    name: Option<String>,
+    type_ref: Option<u64>,
+    has_children: bool,
+    children: Vec<usize>,
+}
+
+/// Parses the DIE tree out of readelf's text dump (the parts the member check needs).
+fn parse_dies(dump: &str) -> (Vec<Die>, BTreeMap<u64, usize>) {
+    let mut dies: Vec<Die> = Vec::new();
+    let mut by_offset = BTreeMap::new();
+    let mut stack: Vec<usize> = Vec::new();
+    for line in dump.lines() {
+        let t = line.trim_start();
+        // A DIE header: " <2><5fc0>: Abbrev Number: 25 (DW_TAG_member)".
+        if let Some(rest) = t.strip_prefix('<') {
+            if let (Some((depth, rest)), true) =
+                (rest.split_once('>'), t.contains("Abbrev Number:"))
+            {
+                let Ok(depth) = depth.parse::<usize>() else {
+                    continue;
+                };
+                let off = rest
+                    .strip_prefix('<')
+                    .and_then(|r| r.split_once('>'))
+                    .and_then(|(o, _)| u64::from_str_radix(o, 16).ok());
+                let Some(tag) = t
+                    .split_once('(')
+                    .map(|(_, tag)| tag.trim_end_matches(')').to_string())
+                else {
+                    continue; // "Abbrev Number: 0": the end of a child list.
+                };
+                stack.truncate(depth);
+                let idx = dies.len();
+                if let Some(&parent) = stack.last() {
+                    dies[parent].children.push(idx);
+                    dies[parent].has_children = true;
+                }
+                dies.push(Die {
+                    tag,
+                    name: None,
+                    type_ref: None,
+                    has_children: false,
+                    children: Vec::new(),
+                });
+                if let Some(off) = off {
+                    by_offset.insert(off, idx);
+                }
+                while stack.len() < depth {
+                    stack.push(usize::MAX);
+                }
+                stack.push(idx);
+                continue;
+            }
+            // An attribute: "<5fc1>   DW_AT_name        : (indirect string, ...): wr_id".
+            let Some(die) = dies.last_mut() else { continue };
+            if let Some((_, attr)) = t.split_once("DW_AT_") {
+                let (key, value) = attr.split_once(':').unwrap_or((attr, ""));
+                match key.trim() {
+                    "name" => die.name = value.rsplit(": ").next().map(|v| v.trim().to_string()),
+                    "type" => {
+                        die.type_ref = value
+                            .trim()
+                            .trim_start_matches("<0x")
+                            .trim_end_matches('>')
+                            .parse::<String>()
+                            .ok()
+                            .and_then(|h| u64::from_str_radix(&h, 16).ok())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    (dies, by_offset)
+}
+
+/// The C designators of every member of `die`, with anonymous members flattened (as C
+/// does) and members of unnamed aggregate type descended into (`wr.rdma.rkey`).
+fn members(
+    dies: &[Die],
+    by_offset: &BTreeMap<u64, usize>,
+    die: usize,
+    prefix: &str,
+    out: &mut Vec<String>,
+) {
+    for &c in &dies[die].children {
+        let m = &dies[c];
+        if m.tag != "DW_TAG_member" {
+            continue;
+        }
+        let ty = m.type_ref.and_then(|r| by_offset.get(&r)).copied();
+        let unnamed_aggregate = ty.filter(|&t| {
+            let t = &dies[t];
+            t.name.is_none() && (t.tag == "DW_TAG_union_type" || t.tag == "DW_TAG_structure_type")
+        });
+        match (&m.name, unnamed_aggregate) {
+            (Some(name), Some(t)) => {
+                out.push(format!("{prefix}{name}"));
+                members(dies, by_offset, t, &format!("{prefix}{name}."), out);
+            }
+            (Some(name), None) => out.push(format!("{prefix}{name}")),
+            (None, Some(t)) => members(dies, by_offset, t, prefix, out),
+            (None, None) => out.push(format!("{prefix}<anonymous member of unknown type>")),
+        }
+    }
+}
+
+/// Every member the headers declare (per the compiler's debug info) that a layout does not
+/// check; and every layout whose type the debug info lacks.
+fn unchecked_members(layouts: &[Layout], dump: &str) -> Vec<String> {
+    let (dies, by_offset) = parse_dies(dump);
+    let mut bad = Vec::new();
+    for l in layouts {
+        let (kind, name) = l.c_type.split_once(' ').unwrap_or(("struct", l.name));
+        let tag = if kind == "union" {
+            "DW_TAG_union_type"
+        } else {
+            "DW_TAG_structure_type"
+        };
+        let Some(die) = dies
+            .iter()
+            .position(|d| d.tag == tag && d.name.as_deref() == Some(name) && d.has_children)
+        else {
+            bad.push(format!("{}: no definition in the debug info", l.name));
+            continue;
+        };
+        let mut all = Vec::new();
+        members(&dies, &by_offset, die, "", &mut all);
+        for m in all {
+            if !l.fields.iter().any(|f| f.c == m) {
+                bad.push(format!(
+                    "{}.{m}: declared in the header but not checked",
+                    l.name
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// Compiles the headers with debug info and dumps it with readelf.
+fn debug_info(dir: &Path) -> Result<String, String> {
+    let c_file = dir.join("members.c");
+    let obj = dir.join("members.o");
+    std::fs::write(
+        &c_file,
+        "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n#include <rdma/rdma_verbs.h>\n",
+    )
+    .map_err(|e| format!("{}: {e}", c_file.display()))?;
+    let out = Command::new("cc")
+        .args([
+            "-c",
+            "-g",
+            "-gdwarf-4",
+            "-fno-eliminate-unused-debug-types",
+            "-o",
+        ])
+        .arg(&obj)
+        .arg(&c_file)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cc failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let dump = Command::new("readelf")
+        .arg("--debug-dump=info")
+        .arg(&obj)
+        .output()
+        .map_err(|e| format!("readelf: {e}"))?;
+    if !dump.status.success() {
+        return Err(format!("readelf failed: {}", dump.status));
+    }
+    String::from_utf8(dump.stdout).map_err(|e| e.to_string())
+}
+
+/// Every member of every checked structure, as the compiler's debug info lists them, is
+/// in the layout lists (so no field of the header goes unchecked).
+#[test]
+fn every_header_member_is_checked() {
+    if let Err(why) = ensure_headers() {
+        println!("SKIPPED: ibverbs member check: {why}");
+        return;
+    }
+    if Command::new("readelf").arg("--version").output().is_err() {
+        println!("SKIPPED: ibverbs member check: no readelf (binutils)");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("ibverbs-members-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = debug_info(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let bad = unchecked_members(&layouts(), &dump.unwrap());
+    assert!(
+        bad.is_empty(),
+        "{} header members unchecked:\n  {}",
+        bad.len(),
+        bad.join("\n  ")
+    );
 }
 
 #[test]

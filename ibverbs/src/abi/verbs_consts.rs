@@ -355,3 +355,20 @@ pub const IBV_GID_TYPE_IB: ibv_gid_type = 0;
 pub const IBV_GID_TYPE_ROCE_V1: ibv_gid_type = 1;
 /// `IBV_GID_TYPE_ROCE_V2`.
 pub const IBV_GID_TYPE_ROCE_V2: ibv_gid_type = 2;
+
+/// `enum ibv_qp_init_attr_mask` (stored in a C `unsigned int` field).
+pub type ibv_qp_init_attr_mask = c_uint;
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const IBV_QP_INIT_ATTR_PD: ibv_qp_init_attr_mask = 1;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+pub const IBV_QP_INIT_ATTR_XRCD: ibv_qp_init_attr_mask = 2;
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: ibv_qp_init_attr_mask = 4;
+/// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`.
+pub const IBV_QP_INIT_ATTR_MAX_TSO_HEADER: ibv_qp_init_attr_mask = 8;
+/// `IBV_QP_INIT_ATTR_IND_TABLE`.
+pub const IBV_QP_INIT_ATTR_IND_TABLE: ibv_qp_init_attr_mask = 16;
+/// `IBV_QP_INIT_ATTR_RX_HASH`.
+pub const IBV_QP_INIT_ATTR_RX_HASH: ibv_qp_init_attr_mask = 32;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_init_attr_mask = 64;

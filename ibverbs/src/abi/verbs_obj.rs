@@ -517,3 +517,56 @@ pub struct ibv_async_event {
     /// `enum ibv_event_type`.
     pub event_type: c_uint,
 }
+
+/// `struct ibv_rx_hash_conf` (RSS; part of [`ibv_qp_init_attr_ex`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_rx_hash_conf {
+    /// Hash function.
+    pub rx_hash_function: u8,
+    /// Key length.
+    pub rx_hash_key_len: u8,
+    /// Key.
+    pub rx_hash_key: *mut u8,
+    /// Hashed fields.
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: what `rdma_create_qp_ex` (imported by perftest) receives.
+/// The first seven fields are [`ibv_qp_init_attr`]'s; `comp_mask` (`IBV_QP_INIT_ATTR_*`)
+/// says which of the rest are valid.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    /// User's context pointer.
+    pub qp_context: *mut c_void,
+    /// Send CQ.
+    pub send_cq: *mut ibv_cq,
+    /// Receive CQ.
+    pub recv_cq: *mut ibv_cq,
+    /// SRQ or NULL.
+    pub srq: *mut ibv_srq,
+    /// Requested capacities (updated with the real ones).
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_uint,
+    /// Nonzero: every send WR generates a completion.
+    pub sq_sig_all: c_int,
+    /// `IBV_QP_INIT_ATTR_*` validity mask.
+    pub comp_mask: u32,
+    /// PD (`IBV_QP_INIT_ATTR_PD`).
+    pub pd: *mut ibv_pd,
+    /// XRC domain.
+    pub xrcd: *mut super::verbs::ibv_xrcd,
+    /// `IBV_QP_CREATE_*` flags.
+    pub create_flags: u32,
+    /// TSO header size.
+    pub max_tso_header: u16,
+    /// RSS indirection table.
+    pub rwq_ind_tbl: *mut c_void,
+    /// RSS configuration.
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    /// Source QPN.
+    pub source_qpn: u32,
+    /// `IBV_QP_EX_WITH_*` (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): the `ibv_wr_*` API.
+    pub send_ops_flags: u64,
+}
