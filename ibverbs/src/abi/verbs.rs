@@ -132,9 +132,10 @@ pub struct _ibv_device_ops {
 }
 
 /// `struct ibv_device`, as returned in `ibv_get_device_list()`'s array. Programs read
-/// `node_type`, `transport_type` and `name` directly. (rdma-core's `verbs_device` wraps it in
-/// its private `driver.h`, which no program can see: the library's own device object only has
-/// to start with this struct.)
+/// `node_type`, `transport_type` and `name` directly. rdma-core's private `verbs_device`
+/// (`driver.h`, not installed) starts with this struct and continues with a driver-ops
+/// pointer that provider libraries (`libmlx5`, `libefa`) compare with their own; the library's
+/// device object therefore starts with an `ibv_device` followed by a NULL pointer.
 #[repr(C)]
 pub struct ibv_device {
     /// Unused ops.
