@@ -9,10 +9,12 @@
 
 pub mod rdma_cma;
 pub mod verbs;
+pub mod verbs_attr;
+pub mod verbs_base;
 pub mod verbs_consts;
-pub mod verbs_obj;
 
 pub use rdma_cma::*;
 pub use verbs::*;
+pub use verbs_attr::*;
+pub use verbs_base::*;
 pub use verbs_consts::*;
-pub use verbs_obj::*;

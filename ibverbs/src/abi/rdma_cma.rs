@@ -1,8 +1,8 @@
 //! The structures and constants of `<rdma/rdma_cma.h>` (and the `rdma_verbs.h` helpers, which
 //! are all header-inline over these plus the verbs ops table).
 
-use super::verbs::{ibv_context, ibv_gid};
-use super::verbs_obj::{ibv_ah_attr, ibv_comp_channel, ibv_cq, ibv_pd, ibv_qp, ibv_srq};
+use super::verbs::{ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_srq};
+use super::verbs_base::{ibv_ah_attr, ibv_gid};
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 

@@ -1,10 +1,11 @@
-//! The structures and constants of `<infiniband/verbs.h>` that the library hands out or
-//! receives.
+//! The objects of `<infiniband/verbs.h>` the library hands out and the program passes back
+//! (device, context and its ops tables, PD, MR, CQ, completion channel, SRQ, QP, AH), and
+//! the work requests and completions that move through the ops tables.
 //!
 //! Memory layout rules the implementation must keep:
 //! - An [`ibv_context`] is always the last field of a [`verbs_context`]; the library allocates
 //!   the `verbs_context` (zeroed, then filled) and hands out `&vctx.context`. It sets
-//!   `context.abi_compat` to [`VERBS_ABI_IS_EXTENDED`] and `vctx.sz` to
+//!   `context.abi_compat` to [`VERBS_ABI_IS_EXTENDED`](super::VERBS_ABI_IS_EXTENDED) and `vctx.sz` to
 //!   `size_of::<verbs_context>()`: the header-inline `verbs_get_ctx()` subtracts
 //!   `offset_of!(verbs_context, context)` from the `ibv_context` pointer and checks `sz` before
 //!   it calls any extended slot. A NULL slot makes the inline wrappers fall back or fail with
@@ -12,114 +13,12 @@
 //! - Every object (`ibv_pd`, `ibv_cq`, `ibv_qp`, ...) is the first field of the library's own
 //!   `#[repr(C)]` allocation, so a pointer the program passes back converts to the full object.
 
-use super::verbs_obj::{ibv_cq, ibv_pd, ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_srq, ibv_wc};
+use super::verbs_base::{
+    _compat_ibv_port_attr, ibv_device_attr, ibv_mw, ibv_mw_bind, ibv_node_type, ibv_port_attr,
+    ibv_sge, ibv_transport_type, ibv_wq, IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX,
+};
 use core::ffi::{c_char, c_int, c_uint, c_void};
-use libc::pthread_mutex_t;
-
-macro_rules! opaque {
-    ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
-        $(#[$m])*
-        #[repr(C)]
-        pub struct $name {
-            _opaque: [u8; 0],
-        }
-    )*};
-}
-
-opaque!(
-    /// A memory window (not supported by xwarp; only pointed to).
-    ibv_mw,
-    /// A memory window bind request (only pointed to by `ibv_context_ops.bind_mw`).
-    ibv_mw_bind,
-    /// A receive work queue (RSS; only pointed to).
-    ibv_wq,
-    /// The pre-1.1 port attributes (only pointed to by the compat slot).
-    _compat_ibv_port_attr,
-    /// An XRC domain (only pointed to).
-    ibv_xrcd,
-    /// The extended variants and other objects reachable only through `verbs_context` slots
-    /// that xwarp leaves NULL.
-    ibv_opaque_ex,
-);
-
-/// `enum ibv_node_type` (an `int`).
-pub type ibv_node_type = c_int;
-/// Node type unknown.
-pub const IBV_NODE_UNKNOWN: ibv_node_type = -1;
-/// InfiniBand channel adapter.
-pub const IBV_NODE_CA: ibv_node_type = 1;
-/// Switch.
-pub const IBV_NODE_SWITCH: ibv_node_type = 2;
-/// Router.
-pub const IBV_NODE_ROUTER: ibv_node_type = 3;
-/// RDMA NIC (iWARP): what xwarp reports.
-pub const IBV_NODE_RNIC: ibv_node_type = 4;
-/// usNIC.
-pub const IBV_NODE_USNIC: ibv_node_type = 5;
-/// usNIC over UDP.
-pub const IBV_NODE_USNIC_UDP: ibv_node_type = 6;
-/// Unspecified.
-pub const IBV_NODE_UNSPECIFIED: ibv_node_type = 7;
-
-/// `enum ibv_transport_type` (an `int`).
-pub type ibv_transport_type = c_int;
-/// Transport unknown.
-pub const IBV_TRANSPORT_UNKNOWN: ibv_transport_type = -1;
-/// InfiniBand.
-pub const IBV_TRANSPORT_IB: ibv_transport_type = 0;
-/// iWARP: what xwarp reports.
-pub const IBV_TRANSPORT_IWARP: ibv_transport_type = 1;
-/// usNIC.
-pub const IBV_TRANSPORT_USNIC: ibv_transport_type = 2;
-/// usNIC over UDP.
-pub const IBV_TRANSPORT_USNIC_UDP: ibv_transport_type = 3;
-/// Unspecified.
-pub const IBV_TRANSPORT_UNSPECIFIED: ibv_transport_type = 4;
-
-/// `IBV_SYSFS_NAME_MAX`: the size of `ibv_device.name` and `dev_name`.
-pub const IBV_SYSFS_NAME_MAX: usize = 64;
-/// `IBV_SYSFS_PATH_MAX`: the size of `ibv_device.dev_path` and `ibdev_path`.
-pub const IBV_SYSFS_PATH_MAX: usize = 256;
-
-/// The value of `ibv_context.abi_compat` that marks the context as the tail of a
-/// [`verbs_context`] (`__VERBS_ABI_IS_EXTENDED`, `UINTPTR_MAX`).
-pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
-
-/// `union ibv_gid`: a 128-bit GID (for iWARP, the port's MAC-derived or IPv6 address).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union ibv_gid {
-    /// The 16 bytes.
-    pub raw: [u8; 16],
-    /// The two big-endian halves.
-    pub global: ibv_gid_global,
-}
-
-/// The `global` member of [`ibv_gid`].
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_gid_global {
-    /// Subnet prefix (big-endian).
-    pub subnet_prefix: u64,
-    /// Interface id (big-endian).
-    pub interface_id: u64,
-}
-
-/// `struct ibv_gid_entry` (filled by `_ibv_query_gid_ex`, which perftest imports).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_gid_entry {
-    /// The GID.
-    pub gid: ibv_gid,
-    /// Its table index.
-    pub gid_index: u32,
-    /// Its port.
-    pub port_num: u32,
-    /// `enum ibv_gid_type` value.
-    pub gid_type: u32,
-    /// The netdev's ifindex.
-    pub ndev_ifindex: u32,
-}
+use libc::{pthread_cond_t, pthread_mutex_t};
 
 /// `struct _ibv_device_ops`: two unused slots at the start of [`ibv_device`].
 #[repr(C)]
@@ -140,9 +39,9 @@ pub struct _ibv_device_ops {
 pub struct ibv_device {
     /// Unused ops.
     pub _ops: _ibv_device_ops,
-    /// [`IBV_NODE_RNIC`] for xwarp.
+    /// [`IBV_NODE_RNIC`](super::IBV_NODE_RNIC) for xwarp.
     pub node_type: ibv_node_type,
-    /// [`IBV_TRANSPORT_IWARP`] for xwarp.
+    /// [`IBV_TRANSPORT_IWARP`](super::IBV_TRANSPORT_IWARP) for xwarp.
     pub transport_type: ibv_transport_type,
     /// NUL-terminated device name (`ibv_get_device_name`).
     pub name: [c_char; IBV_SYSFS_NAME_MAX],
@@ -262,7 +161,7 @@ pub struct ibv_context {
     pub num_comp_vectors: c_int,
     /// Protects the context (libibverbs initialises it; so must the library).
     pub mutex: pthread_mutex_t,
-    /// [`VERBS_ABI_IS_EXTENDED`].
+    /// [`VERBS_ABI_IS_EXTENDED`](super::VERBS_ABI_IS_EXTENDED).
     pub abi_compat: *mut c_void,
 }
 
@@ -371,138 +270,353 @@ pub struct verbs_context {
     pub context: ibv_context,
 }
 
-/// `struct ibv_device_attr` (`ibv_query_device`).
+/// `struct ibv_pd`.
 #[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_device_attr {
-    /// NUL-terminated firmware version.
-    pub fw_ver: [c_char; 64],
-    /// Node GUID (big-endian).
-    pub node_guid: u64,
-    /// System image GUID (big-endian).
-    pub sys_image_guid: u64,
-    /// Largest MR.
-    pub max_mr_size: u64,
-    /// Supported page sizes.
-    pub page_size_cap: u64,
-    /// Vendor id.
-    pub vendor_id: u32,
-    /// Vendor part id.
-    pub vendor_part_id: u32,
-    /// Hardware version.
-    pub hw_ver: u32,
-    /// Max QPs.
-    pub max_qp: c_int,
-    /// Max WRs per queue.
-    pub max_qp_wr: c_int,
-    /// `IBV_DEVICE_*` capability flags.
-    pub device_cap_flags: c_uint,
-    /// Max SGEs per WR.
-    pub max_sge: c_int,
-    /// Max SGEs per RDMA Read.
-    pub max_sge_rd: c_int,
-    /// Max CQs.
-    pub max_cq: c_int,
-    /// Max CQEs per CQ.
-    pub max_cqe: c_int,
-    /// Max MRs.
-    pub max_mr: c_int,
-    /// Max PDs.
-    pub max_pd: c_int,
-    /// Max outstanding RDMA Reads as responder per QP (IRD).
-    pub max_qp_rd_atom: c_int,
-    /// EE equivalent (0).
-    pub max_ee_rd_atom: c_int,
-    /// Total responder resources.
-    pub max_res_rd_atom: c_int,
-    /// Max outstanding RDMA Reads as initiator per QP (ORD).
-    pub max_qp_init_rd_atom: c_int,
-    /// EE equivalent (0).
-    pub max_ee_init_rd_atom: c_int,
-    /// `enum ibv_atomic_cap`.
-    pub atomic_cap: c_uint,
-    /// Max EE contexts.
-    pub max_ee: c_int,
-    /// Max RDDs.
-    pub max_rdd: c_int,
-    /// Max memory windows.
-    pub max_mw: c_int,
-    /// Max raw IPv6 QPs.
-    pub max_raw_ipv6_qp: c_int,
-    /// Max raw Ethertype QPs.
-    pub max_raw_ethy_qp: c_int,
-    /// Max multicast groups.
-    pub max_mcast_grp: c_int,
-    /// Max QPs per multicast group.
-    pub max_mcast_qp_attach: c_int,
-    /// Max total multicast attachments.
-    pub max_total_mcast_qp_attach: c_int,
-    /// Max address handles.
-    pub max_ah: c_int,
-    /// Max FMRs.
-    pub max_fmr: c_int,
-    /// Max maps per FMR.
-    pub max_map_per_fmr: c_int,
-    /// Max SRQs.
-    pub max_srq: c_int,
-    /// Max WRs per SRQ.
-    pub max_srq_wr: c_int,
-    /// Max SGEs per SRQ WR.
-    pub max_srq_sge: c_int,
-    /// Max partition keys.
-    pub max_pkeys: u16,
-    /// Local CA ack delay.
-    pub local_ca_ack_delay: u8,
-    /// Number of ports (1).
-    pub phys_port_cnt: u8,
+pub struct ibv_pd {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Kernel handle (an xwarp-chosen id).
+    pub handle: u32,
 }
 
-/// `struct ibv_port_attr` (`ibv_query_port`).
+/// `struct ibv_mr`. Programs read `lkey`, `rkey`, `addr` and `length` directly.
+#[repr(C)]
+pub struct ibv_mr {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Owning PD.
+    pub pd: *mut ibv_pd,
+    /// Start of the registered range.
+    pub addr: *mut c_void,
+    /// Length of the registered range.
+    pub length: usize,
+    /// Handle.
+    pub handle: u32,
+    /// Local key (the SGE `lkey`).
+    pub lkey: u32,
+    /// Remote key (STag) the peer addresses the region by.
+    pub rkey: u32,
+}
+
+/// `struct ibv_comp_channel`: `fd` is what programs poll/epoll before `ibv_get_cq_event`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// The readiness fd (an eventfd for xwarp).
+    pub fd: c_int,
+    /// CQs attached to the channel.
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq`. `ibv_ack_cq_events` is a real call but programs may read `cq_context`.
+#[repr(C)]
+pub struct ibv_cq {
+    /// Owning context; its ops table serves `ibv_poll_cq`/`ibv_req_notify_cq`.
+    pub context: *mut ibv_context,
+    /// Completion channel (may be NULL).
+    pub channel: *mut ibv_comp_channel,
+    /// User's context pointer (returned by `ibv_get_cq_event`).
+    pub cq_context: *mut c_void,
+    /// Handle.
+    pub handle: u32,
+    /// Number of CQEs (at least what was asked for).
+    pub cqe: c_int,
+    /// Protects the event counters.
+    pub mutex: pthread_mutex_t,
+    /// Signalled when events are acknowledged (destroy waits on it).
+    pub cond: pthread_cond_t,
+    /// Completion events delivered.
+    pub comp_events_completed: u32,
+    /// Async events delivered.
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_srq`.
+#[repr(C)]
+pub struct ibv_srq {
+    /// Owning context; `ops.post_srq_recv` serves `ibv_post_srq_recv`.
+    pub context: *mut ibv_context,
+    /// User's context pointer.
+    pub srq_context: *mut c_void,
+    /// Owning PD.
+    pub pd: *mut ibv_pd,
+    /// Handle.
+    pub handle: u32,
+    /// Protects `events_completed`.
+    pub mutex: pthread_mutex_t,
+    /// Signalled on event acknowledgement.
+    pub cond: pthread_cond_t,
+    /// Async events delivered.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp`. Programs read `qp_num` and `state` directly.
+#[repr(C)]
+pub struct ibv_qp {
+    /// Owning context; `ops.post_send`/`ops.post_recv` serve the inline posts.
+    pub context: *mut ibv_context,
+    /// User's context pointer.
+    pub qp_context: *mut c_void,
+    /// Owning PD.
+    pub pd: *mut ibv_pd,
+    /// Send CQ.
+    pub send_cq: *mut ibv_cq,
+    /// Receive CQ.
+    pub recv_cq: *mut ibv_cq,
+    /// SRQ (may be NULL).
+    pub srq: *mut ibv_srq,
+    /// Handle.
+    pub handle: u32,
+    /// QP number.
+    pub qp_num: u32,
+    /// `enum ibv_qp_state`, kept current by modify.
+    pub state: c_uint,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_uint,
+    /// Protects `events_completed`.
+    pub mutex: pthread_mutex_t,
+    /// Signalled on event acknowledgement.
+    pub cond: pthread_cond_t,
+    /// Async events delivered.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_ah` (UD only; xwarp creates none but the struct is part of the ABI).
+#[repr(C)]
+pub struct ibv_ah {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Owning PD.
+    pub pd: *mut ibv_pd,
+    /// Handle.
+    pub handle: u32,
+}
+
+/// The anonymous `imm_data`/`invalidate_rkey` union of [`ibv_send_wr`] (Rust field `imm`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_imm {
+    /// Immediate data (big-endian), for `*_WITH_IMM`.
+    pub imm_data: u32,
+    /// STag to invalidate, for `IBV_WR_SEND_WITH_INV`.
+    pub invalidate_rkey: u32,
+}
+
+/// `wr.rdma` of [`ibv_send_wr`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_port_attr {
-    /// `enum ibv_port_state`.
-    pub state: c_uint,
-    /// `enum ibv_mtu`.
-    pub max_mtu: c_uint,
-    /// `enum ibv_mtu`.
-    pub active_mtu: c_uint,
-    /// GID table length.
-    pub gid_tbl_len: c_int,
-    /// `IBV_PORT_*` capability flags.
-    pub port_cap_flags: u32,
-    /// Largest message.
-    pub max_msg_sz: u32,
-    /// Bad P_Key counter.
-    pub bad_pkey_cntr: u32,
-    /// Q_Key violation counter.
-    pub qkey_viol_cntr: u32,
-    /// P_Key table length.
-    pub pkey_tbl_len: u16,
-    /// LID (0 on iWARP).
-    pub lid: u16,
-    /// SM LID.
-    pub sm_lid: u16,
-    /// LMC.
-    pub lmc: u8,
-    /// Max VLs.
-    pub max_vl_num: u8,
-    /// SM SL.
-    pub sm_sl: u8,
-    /// Subnet timeout.
-    pub subnet_timeout: u8,
-    /// Init type reply.
-    pub init_type_reply: u8,
-    /// Active link width.
-    pub active_width: u8,
-    /// Active link speed.
-    pub active_speed: u8,
-    /// Physical port state.
-    pub phys_state: u8,
-    /// `IBV_LINK_LAYER_*`.
-    pub link_layer: u8,
-    /// Port flags.
-    pub flags: u8,
-    /// More capability flags.
-    pub port_cap_flags2: u16,
+pub struct ibv_send_wr_rdma {
+    /// Remote (tagged) address.
+    pub remote_addr: u64,
+    /// Remote STag.
+    pub rkey: u32,
+}
+
+/// `wr.atomic` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_send_wr_atomic {
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Compare or add operand.
+    pub compare_add: u64,
+    /// Swap operand.
+    pub swap: u64,
+    /// Remote STag.
+    pub rkey: u32,
+}
+
+/// `wr.ud` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_send_wr_ud {
+    /// Address handle.
+    pub ah: *mut ibv_ah,
+    /// Remote QPN.
+    pub remote_qpn: u32,
+    /// Remote Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    /// RDMA Write / Read.
+    pub rdma: ibv_send_wr_rdma,
+    /// Atomics.
+    pub atomic: ibv_send_wr_atomic,
+    /// UD.
+    pub ud: ibv_send_wr_ud,
+}
+
+/// `qp_type.xrc` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_send_wr_xrc {
+    /// Remote SRQ number.
+    pub remote_srqn: u32,
+}
+
+/// The `qp_type` union of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_qp_type {
+    /// XRC.
+    pub xrc: ibv_send_wr_xrc,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_mw_bind_info {
+    /// MR the window is bound in.
+    pub mr: *mut ibv_mr,
+    /// Start address.
+    pub addr: u64,
+    /// Length.
+    pub length: u64,
+    /// Access flags.
+    pub mw_access_flags: c_uint,
+}
+
+/// `bind_mw` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_send_wr_bind_mw {
+    /// The window.
+    pub mw: *mut ibv_mw,
+    /// New rkey.
+    pub rkey: u32,
+    /// What to bind.
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `tso` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_send_wr_tso {
+    /// Header.
+    pub hdr: *mut c_void,
+    /// Header size.
+    pub hdr_sz: u16,
+    /// MSS.
+    pub mss: u16,
+}
+
+/// The trailing anonymous `bind_mw`/`tso` union of [`ibv_send_wr`] (Rust field `ext`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_ext {
+    /// Memory-window bind.
+    pub bind_mw: ibv_send_wr_bind_mw,
+    /// TSO.
+    pub tso: ibv_send_wr_tso,
+}
+
+/// `struct ibv_send_wr`, a linked list the program builds and `ibv_post_send` walks.
+#[repr(C)]
+pub struct ibv_send_wr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Next WR or NULL.
+    pub next: *mut ibv_send_wr,
+    /// Gather list (`num_sge` entries).
+    pub sg_list: *mut ibv_sge,
+    /// Length of `sg_list`.
+    pub num_sge: c_int,
+    /// `enum ibv_wr_opcode`.
+    pub opcode: c_uint,
+    /// `IBV_SEND_*` flags (signaled, solicited, inline, fence).
+    pub send_flags: c_uint,
+    /// Immediate data or rkey to invalidate (C: anonymous union).
+    pub imm: ibv_send_wr_imm,
+    /// Per-opcode remote parameters.
+    pub wr: ibv_send_wr_wr,
+    /// Per-QP-type parameters.
+    pub qp_type: ibv_send_wr_qp_type,
+    /// Bind-MW / TSO parameters (C: anonymous union).
+    pub ext: ibv_send_wr_ext,
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+pub struct ibv_recv_wr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Next WR or NULL.
+    pub next: *mut ibv_recv_wr,
+    /// Scatter list.
+    pub sg_list: *mut ibv_sge,
+    /// Length of `sg_list`.
+    pub num_sge: c_int,
+}
+
+/// The anonymous `imm_data`/`invalidated_rkey` union of [`ibv_wc`] (Rust field `imm`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_wc_imm {
+    /// Immediate data (big-endian) when `wc_flags` has `IBV_WC_WITH_IMM`.
+    pub imm_data: u32,
+    /// Invalidated STag when `wc_flags` has `IBV_WC_WITH_INV`.
+    pub invalidated_rkey: u32,
+}
+
+/// `struct ibv_wc`, what `ibv_poll_cq` fills.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wc {
+    /// The WR's `wr_id`.
+    pub wr_id: u64,
+    /// `enum ibv_wc_status`.
+    pub status: c_uint,
+    /// `enum ibv_wc_opcode`.
+    pub opcode: c_uint,
+    /// Vendor error.
+    pub vendor_err: u32,
+    /// Bytes received / transferred.
+    pub byte_len: u32,
+    /// Immediate data / invalidated rkey (C: anonymous union).
+    pub imm: ibv_wc_imm,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Source QP (UD).
+    pub src_qp: u32,
+    /// `IBV_WC_*` flags.
+    pub wc_flags: c_uint,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+}
+
+/// The `element` union of [`ibv_async_event`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_event_element {
+    /// For CQ events.
+    pub cq: *mut ibv_cq,
+    /// For QP events.
+    pub qp: *mut ibv_qp,
+    /// For SRQ events.
+    pub srq: *mut ibv_srq,
+    /// For WQ events.
+    pub wq: *mut ibv_wq,
+    /// For port events.
+    pub port_num: c_int,
+}
+
+/// `struct ibv_async_event` (`ibv_get_async_event`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    /// The object the event is about.
+    pub element: ibv_async_event_element,
+    /// `enum ibv_event_type`.
+    pub event_type: c_uint,
 }
