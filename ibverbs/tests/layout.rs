@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use xwarp_ibverbs::abi::*;
 
 /// One field: its C designator, and the Rust offset, size and alignment.
@@ -432,8 +433,14 @@ const HEADERS: [&str; 3] = [
 ];
 
 /// Makes sure the rdma-core headers are installed: installs `libibverbs-dev` and
-/// `librdmacm-dev` when root and they are missing. Returns why they are unavailable, if so.
+/// `librdmacm-dev` when root and they are missing (once per test process, so the tests do not
+/// race on the dpkg lock). Returns why they are unavailable, if so.
 fn ensure_headers() -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT.get_or_init(install_headers).clone()
+}
+
+fn install_headers() -> Result<(), String> {
     let present = || HEADERS.iter().all(|h| Path::new(h).exists());
     if present() {
         return Ok(());
@@ -442,21 +449,33 @@ fn ensure_headers() -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("rdma-core headers missing and not root to install them".into());
     }
-    let status = Command::new("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            "libibverbs-dev",
-            "librdmacm-dev",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status();
-    match status {
-        Ok(s) if s.success() && present() => Ok(()),
-        Ok(s) => Err(format!("apt-get install libibverbs-dev librdmacm-dev: {s}")),
-        Err(e) => Err(format!("apt-get: {e}")),
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("apt-get: {e}"))
+    };
+    let install = [
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "libibverbs-dev",
+        "librdmacm-dev",
+    ];
+    let mut status = apt(&install)?;
+    if !status.success() {
+        // Empty or stale package lists: refresh them once and retry.
+        apt(&["update", "-qq"])?;
+        status = apt(&install)?;
+    }
+    if status.success() && present() {
+        Ok(())
+    } else {
+        Err(format!(
+            "apt-get install libibverbs-dev librdmacm-dev: {status}"
+        ))
     }
 }
 
