@@ -31,7 +31,7 @@ APT_PACKAGES=(
     tshark
     # interop/run.sh and interop/build-guest.sh (which installs the same list itself when run
     # alone, plus the linux-headers package of the guest's kernel).
-    qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
+    qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev
     busybox-static kmod tcpdump cpio xz-utils zstd bc make
 )
 missing=()
