@@ -9,7 +9,6 @@ use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
 use crate::engine::host::{ListenSlot, Owner, VerbsHost};
 use crate::engine::slot::{Early, QpSlot};
-use crate::mem::EngineRegion;
 use crate::qp_attr::{check_inline, QpAttr};
 
 impl VerbsHost {
@@ -77,21 +76,22 @@ impl VerbsHost {
                 pd,
                 access,
                 base,
-                buf,
+                region,
                 reply,
             } => {
-                let r =
-                    self.res
-                        .stags
-                        .register(pd, access, base, Box::new(EngineRegion(buf.clone())));
-                if let Ok(s) = r {
-                    self.bufs.insert(s, buf);
+                // The table owns the engine's reference from here (dropped, and
+                // `Released` signalled, if the registration fails).
+                let r = self.res.stags.register(pd, access, base, Box::new(region));
+                if let (Err(_), Ok(stag)) = (reply.send(r), r) {
+                    // Nobody waits for the STag any more: never keep memory registered
+                    // that no application object will deregister.
+                    let _ = self.res.stags.deregister(stag);
                 }
-                let _ = reply.send(r);
             }
             Cmd::DeregMr { stag } => {
+                // Drops the engine's `EngineRegion`: `Released` fires, the application's
+                // `MemoryRegion::dereg` returns.
                 let _ = self.res.stags.deregister(stag);
-                self.bufs.remove(&stag);
             }
             Cmd::Revalidate { stag, reply } => {
                 let _ = reply.send(self.res.stags.revalidate(stag));
