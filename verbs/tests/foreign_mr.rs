@@ -414,10 +414,9 @@ fn dereg_while_writes_stream_in_returns_only_when_the_engine_let_go() {
     let t0 = Instant::now();
     smr.dereg().unwrap();
     let dereg_took = t0.elapsed();
-    // From here the engine must never touch the mapping: a guard pattern, then no access
-    // at all (a stray write by the engine thread would kill this process with SIGSEGV).
-    // SAFETY: the mapping is live and no region covers it any more.
-    unsafe { std::ptr::write_bytes(map.p, 0xa5, map.len) };
+    // From here the engine must never touch the mapping: at once no access at all (a
+    // stray write by the engine thread would kill this process with SIGSEGV), later a
+    // guard pattern.
     map.protect(libc::PROT_NONE);
     // One more Write after deregistration, in case the stream had already ended.
     c.qp.post_send(SendRequest::write(
@@ -441,6 +440,9 @@ fn dereg_while_writes_stream_in_returns_only_when_the_engine_let_go() {
     // Let anything still on the wire arrive at the server while memory is PROT_NONE.
     std::thread::sleep(Duration::from_millis(200));
     map.protect(libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: the mapping is live and no region covers it any more.
+    unsafe { std::ptr::write_bytes(map.p, 0xa5, map.len) };
+    std::thread::sleep(Duration::from_millis(50));
     // SAFETY: readable again; nothing else refers to it.
     let guard = unsafe { std::slice::from_raw_parts(map.p, map.len) };
     assert!(
