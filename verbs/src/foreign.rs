@@ -72,7 +72,9 @@ impl ProtectionDomain {
     /// if the engine stopped.
     ///
     /// # Safety
-    /// `[addr, addr+len)` must be memory of this process valid for reads and writes,
+    /// `[addr, addr+len)` must be memory of this process valid for reads and writes
+    /// (read-only mappings are not supported: nothing probes the protection, as the kernel
+    /// does for `ibv_reg_mr`, so a placement into one would fault the process),
     /// within one allocation or mapping, from this call until the region's
     /// [`dereg`](MemoryRegion::dereg) returned `Ok` or its drop returned (both wait until
     /// the engine let go). It must not be freed, unmapped or made inaccessible before

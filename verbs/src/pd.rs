@@ -363,6 +363,7 @@ impl MemoryRegion {
     /// [`dereg`](Self::dereg) waiting at most `timeout`.
     pub fn dereg_within(mut self, timeout: std::time::Duration) -> Result<(), DeregError> {
         self.send_dereg();
+        // `Ok` only once `Released` fired: the memory-ordering argument is in `Drop`.
         if wait_released(&self.released, &self.buf, Some(timeout)) {
             Ok(())
         } else {
@@ -404,6 +405,8 @@ impl std::fmt::Display for DeregError {
 
 impl std::error::Error for DeregError {}
 
+/// For `?` in functions returning `io::Result`: the region is dropped with the error, and
+/// that drop blocks until the engine let go (see [`MemoryRegion::dereg`]).
 impl From<DeregError> for io::Error {
     fn from(e: DeregError) -> io::Error {
         // The region goes down with the error: its drop waits until the engine let go.
