@@ -14,7 +14,8 @@
 //! * [`Device`] — cloneable handle: [`Device::alloc_pd`], [`Device::create_cq`],
 //!   [`Device::listen`].
 //! * [`ProtectionDomain`] — memory registration ([`ProtectionDomain::alloc_mr`],
-//!   [`ProtectionDomain::register`]), [`ProtectionDomain::create_qp`],
+//!   [`ProtectionDomain::register`]; application memory in place, as `ibv_reg_mr`:
+//!   [`ProtectionDomain::register_raw`], see [`foreign`]), [`ProtectionDomain::create_qp`],
 //!   [`ProtectionDomain::create_srq`].
 //! * [`MemoryRegion`] — lkey/rkey (STags), address, copy in/out (see [`mem`] for the
 //!   aliasing contract).
@@ -36,7 +37,8 @@
 //! `wr_id` `u64::MAX` is reserved (the engine's internal RTR message).
 //!
 //! Files, by concern (after siw's split): [`context`] (the engine and the device
-//! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers),
+//! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers;
+//! [`foreign`] application memory registered in place),
 //! [`cq`], [`srq`], [`qp`] (queue pairs), [`qp_attr`] (their attributes), [`qp_stats`]
 //! (their statistics), `qp_state`
 //! (the QP state machine: the one transition table), [`wr`] (work requests),
@@ -50,6 +52,7 @@ pub mod cm_limits;
 pub mod context;
 pub mod cq;
 mod engine;
+pub mod foreign;
 pub mod mem;
 pub mod pd;
 pub mod qp;
@@ -70,7 +73,7 @@ pub use cm_event::{CmEvent, ConnectParams};
 pub use cm_limits::{CmStats, ListenConfig};
 pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
 pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};
-pub use pd::{MemoryRegion, ProtectionDomain};
+pub use pd::{DeregError, MemoryRegion, ProtectionDomain, ENGINE_WAIT};
 pub use qp::{QpInitAttr, QueuePair};
 pub use qp_attr::{MpaAttr, NegotiatedMpa, QpAttr, QpModify, MAX_INLINE_BUFFER, MAX_INLINE_DATA};
 pub use qp_state::QpState;

@@ -6,6 +6,8 @@
 //! either allocated by xwarp or handed over by the application as a `Vec<u8>`/`Box<[u8]>`),
 //! never borrowed, so it cannot be freed or moved while the engine may touch it: the
 //! engine holds its own reference, dropped only when the engine deregistered the STag.
+//! Application memory registered in place ([`crate::foreign`]) is the exception: the
+//! application owns it, and deregistration waits until the engine dropped its reference.
 //! No Rust reference (`&[u8]`/`&mut [u8]`) to region bytes is created on the application
 //! side by the safe API; the application copies in and out with
 //! [`MemoryRegion::write`](crate::MemoryRegion::write) and
@@ -26,7 +28,8 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use xwarp_rdmap::RegionMemory;
 
@@ -42,6 +45,9 @@ enum Backing {
     Boxed,
     /// Zero length: no allocation.
     Empty,
+    /// Application memory registered in place (`ProtectionDomain::register_raw`): never
+    /// freed here; the application owns it.
+    Foreign,
 }
 
 /// A buffer shared by the application and the engine.
@@ -114,6 +120,26 @@ impl RawBuf {
             backing: Backing::Boxed,
             huge: false,
         }
+    }
+
+    /// Application memory at `[ptr, ptr+len)`, used in place (not owned, never freed).
+    ///
+    /// # Safety
+    /// The range must be one allocation (or mapping) valid for reads and writes for as
+    /// long as this RawBuf or any copy of the engine's [`EngineRegion`] over it lives, and
+    /// `len <= isize::MAX`.
+    pub(crate) unsafe fn foreign(ptr: NonNull<u8>, len: usize) -> RawBuf {
+        RawBuf {
+            ptr,
+            len,
+            backing: Backing::Foreign,
+            huge: false,
+        }
+    }
+
+    /// Whether the bytes are application memory registered in place.
+    pub(crate) fn is_foreign(&self) -> bool {
+        matches!(self.backing, Backing::Foreign)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -224,22 +250,86 @@ impl Drop for RawBuf {
                 // bytes and is turned back into a Box exactly once.
                 drop(unsafe { Box::from_raw(slice) });
             }
-            Backing::Empty => {}
+            // Application memory: the application frees it, after deregistration.
+            Backing::Empty | Backing::Foreign => {}
         }
     }
 }
 
-/// The engine's view of a registered buffer (what the STag table holds).
-pub(crate) struct EngineRegion(pub(crate) Arc<RawBuf>);
+/// Set once, when the engine dropped its [`EngineRegion`] of one registration: from then
+/// on the engine holds no pointer into the region's bytes.
+#[derive(Default)]
+pub(crate) struct Released {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Released {
+    fn signal(&self) {
+        // A poisoned lock still holds the flag; set it anyway.
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        *done = true;
+        self.cv.notify_all();
+    }
+
+    /// Wait up to `timeout` for the signal; whether it came.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            done = match self.cv.wait_timeout(done, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        true
+    }
+}
+
+/// The engine's view of a registered buffer (what the STag table holds). The engine
+/// reaches region bytes only through it; dropping it (deregistration, a failed
+/// registration, an unprocessed command, or the engine's whole table when the engine
+/// stops) signals [`Released`].
+pub(crate) struct EngineRegion {
+    buf: Arc<RawBuf>,
+    released: Arc<Released>,
+}
+
+impl EngineRegion {
+    /// The engine's reference to `buf` and the signal its drop gives.
+    pub(crate) fn new(buf: Arc<RawBuf>) -> (EngineRegion, Arc<Released>) {
+        let released = Arc::new(Released::default());
+        (
+            EngineRegion {
+                buf,
+                released: released.clone(),
+            },
+            released,
+        )
+    }
+}
+
+impl Drop for EngineRegion {
+    fn drop(&mut self) {
+        // Every engine access to the bytes went through `&self`/`&mut self` of this value,
+        // so all of them are sequenced before this point on the dropping thread; the
+        // mutex in `signal` releases them to the waiter (see `MemoryRegion::dereg`).
+        self.released.signal();
+    }
+}
 
 impl RegionMemory for EngineRegion {
     fn len(&self) -> usize {
-        self.0.len
+        self.buf.len
     }
 
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         // The StagTable checked the bounds; copy_in re-checks and does nothing outside.
-        let _ = self.0.copy_in(offset, data);
+        let _ = self.buf.copy_in(offset, data);
     }
 
     /// Copies through raw pointers (`RawBuf::copy_out`), never forming a `&[u8]` over
@@ -247,7 +337,7 @@ impl RegionMemory for EngineRegion {
     /// from here straight into the FPDU. Out of bounds copies nothing (`dst` is left as it
     /// is); the StagTable checked the bounds before.
     fn read_into(&self, offset: usize, dst: &mut [u8]) {
-        let _ = self.0.copy_out(offset, dst);
+        let _ = self.buf.copy_out(offset, dst);
     }
 }
 
@@ -307,9 +397,46 @@ mod tests {
     }
 
     #[test]
+    fn released_fires_when_the_engine_region_drops_after_all_its_writes() {
+        let buf = Arc::new(RawBuf::alloc(4096, false).unwrap());
+        let (mut r, released) = EngineRegion::new(buf.clone());
+        assert!(!released.wait(Duration::from_millis(20)), "fired early");
+        let engine = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            for i in 0..4096 {
+                r.write_at(i, &[(i * 7 + 1) as u8]);
+            }
+            drop(r);
+        });
+        assert!(released.wait(Duration::from_secs(10)), "never fired");
+        // Every write the "engine" made before dropping is visible after the wait.
+        let mut out = vec![0u8; 4096];
+        assert!(buf.copy_out(0, &mut out));
+        assert!(out.iter().enumerate().all(|(i, &b)| b == (i * 7 + 1) as u8));
+        assert!(released.wait(Duration::ZERO), "stays set");
+        engine.join().unwrap();
+    }
+
+    #[test]
+    fn foreign_bytes_are_used_in_place_and_never_freed() {
+        let mut app = vec![3u8; 100];
+        let ptr = NonNull::new(app.as_mut_ptr()).unwrap();
+        // SAFETY: `app` outlives the RawBuf and is not touched while it lives.
+        let b = unsafe { RawBuf::foreign(ptr, app.len()) };
+        assert!(b.is_foreign() && !b.is_huge());
+        assert_eq!(b.addr(), app.as_ptr() as u64);
+        assert!(b.copy_in(10, &[9, 9]));
+        assert!(!b.copy_in(99, &[1, 1]), "bounds are the registered length");
+        drop(b);
+        // The application's Vec is intact and still its own (freed once, by the Vec).
+        assert_eq!(&app[9..13], &[3, 9, 9, 3]);
+        app.push(1);
+    }
+
+    #[test]
     fn engine_region_writes_and_reads_through_the_shared_buffer() {
         let buf = Arc::new(RawBuf::alloc(4096, false).unwrap());
-        let mut r = EngineRegion(buf.clone());
+        let mut r = EngineRegion::new(buf.clone()).0;
         assert_eq!(RegionMemory::len(&r), 4096);
         r.write_at(4000, &[1, 2, 3]);
         let mut out = [0u8; 3];
@@ -333,7 +460,7 @@ mod tests {
         for b in backings() {
             let data: Vec<u8> = (0..8192u32).map(|i| (i * 31 + 3) as u8).collect();
             assert!(b.copy_in(0, &data));
-            let r = EngineRegion(Arc::new(b));
+            let r = EngineRegion::new(Arc::new(b)).0;
             // In bounds: exactly the bytes, at the start, middle and the very end.
             for (off, n) in [
                 (0, 1),
@@ -383,6 +510,7 @@ mod fpdu_tests {
         Vec,
         Mmap,
         Boxed,
+        Foreign,
     }
 
     fn side(kind: Kind, data: &[u8]) -> (Resources, PdId, QueuePair, Stag) {
@@ -393,11 +521,19 @@ mod fpdu_tests {
             Kind::Mmap => {
                 let b = RawBuf::alloc(data.len(), false).unwrap();
                 assert!(b.copy_in(0, data));
-                Box::new(EngineRegion(Arc::new(b)))
+                Box::new(EngineRegion::new(Arc::new(b)).0)
             }
-            Kind::Boxed => Box::new(EngineRegion(Arc::new(RawBuf::from_box(
-                data.to_vec().into_boxed_slice(),
-            )))),
+            Kind::Boxed => Box::new(
+                EngineRegion::new(Arc::new(RawBuf::from_box(data.to_vec().into_boxed_slice()))).0,
+            ),
+            Kind::Foreign => {
+                let leaked: &'static mut [u8] = Box::leak(data.to_vec().into_boxed_slice());
+                let ptr = NonNull::new(leaked.as_mut_ptr()).unwrap();
+                // SAFETY: leaked, so valid for the rest of the test process and reachable
+                // only through this RawBuf.
+                let b = unsafe { RawBuf::foreign(ptr, data.len()) };
+                Box::new(EngineRegion::new(Arc::new(b)).0)
+            }
         };
         let access = Access::LOCAL_WRITE | Access::REMOTE_READ;
         let stag = res.stags.register(pd, access, 0x10_0000, mem).unwrap();
@@ -464,7 +600,7 @@ mod fpdu_tests {
         for markers in [false, true] {
             let mut sends = Vec::new();
             let mut resps = Vec::new();
-            for kind in [Kind::Vec, Kind::Mmap, Kind::Boxed] {
+            for kind in [Kind::Vec, Kind::Mmap, Kind::Boxed, Kind::Foreign] {
                 // A Send gathering three SGEs (crossing segment boundaries).
                 let (mut res, _, mut qp, stag) = side(kind, &data);
                 let sge = |addr: u64, len: u32| Sge {
@@ -523,6 +659,8 @@ mod fpdu_tests {
             assert_eq!(sends[2], sends[0], "boxed region Send, markers {markers}");
             assert_eq!(resps[1], resps[0], "mmap region Read Response");
             assert_eq!(resps[2], resps[0], "boxed region Read Response");
+            assert_eq!(sends[3], sends[0], "foreign region Send, markers {markers}");
+            assert_eq!(resps[3], resps[0], "foreign region Read Response");
         }
     }
 }

@@ -11,7 +11,7 @@ use xwarp_stack::Readiness;
 
 use crate::context::Device;
 use crate::engine::cmd::Cmd;
-use crate::mem::RawBuf;
+use crate::mem::{EngineRegion, RawBuf, Released};
 use crate::qp::{QpInitAttr, QueuePair};
 use crate::qp_attr::check_inline;
 use crate::srq::SharedReceiveQueue;
@@ -34,38 +34,86 @@ pub struct ProtectionDomain {
 }
 
 impl ProtectionDomain {
-    fn register_raw(&self, buf: RawBuf, access: Access) -> io::Result<MemoryRegion> {
+    /// Register `buf` (owned, or application memory in place): the tagged offset of
+    /// byte 0 is the buffer's virtual address, as `ibv_reg_mr` gives (iova = addr).
+    pub(crate) fn register_buf(&self, buf: RawBuf, access: Access) -> io::Result<MemoryRegion> {
         let buf = Arc::new(buf);
         let base = buf.addr();
-        let stag = self
-            .dev
-            .inner
-            .call(|reply| Cmd::RegMr {
-                pd: self.pd,
-                access,
-                base,
-                buf: buf.clone(),
-                reply,
-            })?
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")))?;
+        let foreign = buf.is_foreign();
+        let (region, released) = EngineRegion::new(buf.clone());
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        // On error the command (and the engine's reference in it) came back and was dropped.
+        self.dev.inner.send(Cmd::RegMr {
+            pd: self.pd,
+            access,
+            base,
+            region,
+            reply: tx,
+        })?;
+        let stag = loop {
+            match rx.recv_timeout(ENGINE_WAIT) {
+                Ok(r) => break r,
+                // Owned memory: the engine keeps it alive as long as it needs it, and
+                // deregisters an STag nobody waits for (the reply fails to send).
+                Err(_) if !foreign => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "engine did not answer",
+                    ))
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    // The command was dropped unprocessed (the engine stopped): wait
+                    // until its engine reference is gone before the caller reuses memory.
+                    wait_released(&released, &buf, None);
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "engine stopped",
+                    ));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    // Application memory: returning now would let the caller free memory
+                    // the engine may still register; wait for the answer.
+                    eprintln!(
+                        "xwarp-verbs: registering application memory at {:#x} (+{}): no \
+                         answer from the engine after {:?}; still waiting",
+                        base,
+                        buf.len(),
+                        ENGINE_WAIT
+                    );
+                }
+            }
+        };
+        let stag = match stag {
+            Ok(s) => s,
+            Err(e) => {
+                // The table dropped the engine reference when it refused the region.
+                wait_released(&released, &buf, None);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{e:?}"),
+                ));
+            }
+        };
         Ok(MemoryRegion {
             dev: self.dev.clone(),
             buf,
             stag,
             access,
+            released,
+            dereg_sent: false,
         })
     }
 
     /// Allocate and register a zeroed, page-aligned buffer of `len` bytes; with `huge`,
     /// 2 MiB huge pages are tried first (`MAP_HUGETLB`), normal pages otherwise.
     pub fn alloc_mr(&self, len: usize, access: Access, huge: bool) -> io::Result<MemoryRegion> {
-        self.register_raw(RawBuf::alloc(len, huge)?, access)
+        self.register_buf(RawBuf::alloc(len, huge)?, access)
     }
 
     /// Register an application buffer; the region owns it from now on (read it back
     /// through [`MemoryRegion::read`]).
     pub fn register(&self, buf: impl Into<Box<[u8]>>, access: Access) -> io::Result<MemoryRegion> {
-        self.register_raw(RawBuf::from_box(buf.into()), access)
+        self.register_buf(RawBuf::from_box(buf.into()), access)
     }
 
     /// Create a shared receive queue of `depth` entries.
@@ -129,12 +177,46 @@ impl ProtectionDomain {
     }
 }
 
-/// A registered memory region (owns its buffer; deregistered on drop).
+/// How long one wait for the engine lasts (registration answer, deregistration release)
+/// before [`MemoryRegion::dereg`] gives up or a drop logs that it is still waiting.
+pub const ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Block until the engine dropped its reference to `buf`'s registration; `None` waits for
+/// ever (one log line per [`ENGINE_WAIT`]), `Some(t)` at most `t`. Whether it was released.
+pub(crate) fn wait_released(
+    released: &Released,
+    buf: &RawBuf,
+    limit: Option<std::time::Duration>,
+) -> bool {
+    if let Some(t) = limit {
+        return released.wait(t);
+    }
+    while !released.wait(ENGINE_WAIT) {
+        eprintln!(
+            "xwarp-verbs: deregistration of application memory at {:#x} (+{}) not \
+             acknowledged by the engine after {:?} (engine thread stuck?); the memory stays \
+             in use, still waiting",
+            buf.addr(),
+            buf.len(),
+            ENGINE_WAIT
+        );
+    }
+    true
+}
+
+/// A registered memory region: an owned buffer ([`ProtectionDomain::alloc_mr`],
+/// [`ProtectionDomain::register`]) or application memory registered in place
+/// ([`ProtectionDomain::register_raw`], see [`crate::foreign`]). Deregistered on drop
+/// or by [`MemoryRegion::dereg`].
 pub struct MemoryRegion {
     dev: Device,
     buf: Arc<RawBuf>,
     stag: Stag,
     access: Access,
+    /// Set when the engine dropped its reference (the STag is gone from its table).
+    released: Arc<Released>,
+    /// `DeregMr` was sent (sent once: the STag value may be reused afterwards).
+    dereg_sent: bool,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -249,9 +331,102 @@ impl MemoryRegion {
     }
 }
 
+impl MemoryRegion {
+    /// Whether the bytes are application memory registered in place
+    /// ([`ProtectionDomain::register_raw`]).
+    pub fn is_foreign(&self) -> bool {
+        self.buf.is_foreign()
+    }
+
+    fn send_dereg(&mut self) {
+        if !self.dereg_sent {
+            self.dereg_sent = true;
+            // If the engine stopped, its table (and the engine's reference) is dropped
+            // with it: `released` fires all the same.
+            let _ = self.dev.inner.send(Cmd::DeregMr { stag: self.stag });
+        }
+    }
+
+    /// Deregister and wait (at most [`ENGINE_WAIT`]) until the engine let go of the
+    /// memory: once this returns `Ok`, the engine never reads or writes the region's bytes
+    /// again (a remote access to the old STag gets an invalid-STag Terminate), so memory
+    /// registered with [`ProtectionDomain::register_raw`] may be freed, unmapped or
+    /// reused. Work requests still posted with its lkey complete with an error.
+    ///
+    /// If the engine does not acknowledge in time (its thread is stuck), the region comes
+    /// back inside the [`DeregError`]: it is still registered and its memory must stay
+    /// valid; call `dereg` again or drop it (a drop waits as long as it takes).
+    pub fn dereg(self) -> Result<(), DeregError> {
+        self.dereg_within(ENGINE_WAIT)
+    }
+
+    /// [`dereg`](Self::dereg) waiting at most `timeout`.
+    pub fn dereg_within(mut self, timeout: std::time::Duration) -> Result<(), DeregError> {
+        self.send_dereg();
+        // `Ok` only once `Released` fired: the memory-ordering argument is in `Drop`.
+        if wait_released(&self.released, &self.buf, Some(timeout)) {
+            Ok(())
+        } else {
+            Err(DeregError { region: self })
+        }
+    }
+}
+
+/// [`MemoryRegion::dereg`] timed out: the engine has not let go of the memory yet.
+pub struct DeregError {
+    region: MemoryRegion,
+}
+
+impl DeregError {
+    /// The region, still registered (its memory must stay valid).
+    pub fn into_region(self) -> MemoryRegion {
+        self.region
+    }
+}
+
+impl std::fmt::Debug for DeregError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeregError")
+            .field("stag", &self.region.stag)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for DeregError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "deregistration of STag {:#x} not acknowledged by the engine in time; \
+             the memory is still in use",
+            self.region.stag.0
+        )
+    }
+}
+
+impl std::error::Error for DeregError {}
+
+/// For `?` in functions returning `io::Result`: the region is dropped with the error, and
+/// that drop blocks until the engine let go (see [`MemoryRegion::dereg`]).
+impl From<DeregError> for io::Error {
+    fn from(e: DeregError) -> io::Error {
+        // The region goes down with the error: its drop waits until the engine let go.
+        io::Error::new(io::ErrorKind::TimedOut, e.to_string())
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // The engine drops its own reference to the buffer when it deregisters.
-        let _ = self.dev.inner.send(Cmd::DeregMr { stag: self.stag });
+        self.send_dereg();
+        if self.buf.is_foreign() {
+            // SAFETY (of the application's later reuse of the memory): the engine reaches
+            // the bytes only through its `EngineRegion` in the STag table, on the engine
+            // thread. `released` is set in that value's drop, after every access it made
+            // (program order on the engine thread), under a mutex; `wait_released` takes
+            // the same mutex and sees the flag, so every engine access happens-before our
+            // return and the caller's free/munmap/overwrite. Dropping the table without
+            // processing `DeregMr` (the engine stopped) drops the value as well.
+            wait_released(&self.released, &self.buf, None);
+        }
+        // Owned memory: the engine's reference keeps the buffer alive until it let go.
     }
 }

@@ -13,7 +13,7 @@ use xwarp_stack::{Readiness, SocketError};
 use crate::cm_event::{CmEvent, ConnectParams};
 use crate::cm_limits::{CmStats, ListenConfig};
 use crate::cq::CqShared;
-use crate::mem::RawBuf;
+use crate::mem::EngineRegion;
 use crate::qp_attr::{MpaAttr, QpAttr, QpModify};
 use crate::qp_stats::QpStatsSnapshot;
 use crate::wr::SendRequest;
@@ -31,7 +31,8 @@ pub(crate) enum Cmd {
         pd: PdId,
         access: Access,
         base: u64,
-        buf: Arc<RawBuf>,
+        /// Built by the application: dropping the command unprocessed releases it too.
+        region: EngineRegion,
         reply: Sender<Result<Stag, MemError>>,
     },
     DeregMr {

@@ -9,7 +9,6 @@ use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
 use crate::engine::host::{ListenSlot, Owner, VerbsHost};
 use crate::engine::slot::{Early, QpSlot};
-use crate::mem::EngineRegion;
 use crate::qp_attr::{check_inline, QpAttr};
 
 impl VerbsHost {
@@ -77,21 +76,22 @@ impl VerbsHost {
                 pd,
                 access,
                 base,
-                buf,
+                region,
                 reply,
             } => {
-                let r =
-                    self.res
-                        .stags
-                        .register(pd, access, base, Box::new(EngineRegion(buf.clone())));
-                if let Ok(s) = r {
-                    self.bufs.insert(s, buf);
+                // The table owns the engine's reference from here (dropped, and
+                // `Released` signalled, if the registration fails).
+                let r = self.res.stags.register(pd, access, base, Box::new(region));
+                if let (Err(_), Ok(stag)) = (reply.send(r), r) {
+                    // Nobody waits for the STag any more: never keep memory registered
+                    // that no application object will deregister.
+                    let _ = self.res.stags.deregister(stag);
                 }
-                let _ = reply.send(r);
             }
             Cmd::DeregMr { stag } => {
+                // Drops the engine's `EngineRegion`: `Released` fires, the application's
+                // `MemoryRegion::dereg` returns.
                 let _ = self.res.stags.deregister(stag);
-                self.bufs.remove(&stag);
             }
             Cmd::Revalidate { stag, reply } => {
                 let _ = reply.send(self.res.stags.revalidate(stag));
@@ -219,5 +219,123 @@ impl VerbsHost {
             None if slot.conn_id.is_some() => slot.abort = true,
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Registration and deregistration commands against application memory: the engine's
+    //! reference (and `Released`) lives exactly as long as the STag is in its table.
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use xwarp_rdmap::{Access, MemError, PdId};
+
+    use crate::engine::cmd::Cmd;
+    use crate::engine::host::VerbsHost;
+    use crate::mem::{EngineRegion, RawBuf, Released};
+
+    fn host() -> VerbsHost {
+        VerbsHost::new(crossbeam_channel::unbounded().1, 1460)
+    }
+
+    /// A RegMr command over `mem` (foreign), its reply channel and release signal.
+    fn reg(
+        mem: &mut [u8],
+    ) -> (
+        Cmd,
+        crossbeam_channel::Receiver<Result<xwarp_rdmap::Stag, MemError>>,
+        Arc<Released>,
+    ) {
+        let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+        // SAFETY: every test keeps `mem` alive until `Released` fired.
+        let buf = Arc::new(unsafe { RawBuf::foreign(ptr, mem.len()) });
+        let base = buf.addr();
+        let (region, released) = EngineRegion::new(buf);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cmd = Cmd::RegMr {
+            pd: PdId(7),
+            access: Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+            base,
+            region,
+            reply: tx,
+        };
+        (cmd, rx, released)
+    }
+
+    #[test]
+    fn released_exactly_when_the_engine_deregisters() {
+        let mut h = host();
+        let mut mem = vec![0u8; 256];
+        let (cmd, rx, released) = reg(&mut mem);
+        h.handle_local(cmd, Instant::now());
+        let stag = rx.try_recv().unwrap().unwrap();
+        // Registered: the engine places into the application's bytes, in place.
+        h.res.stags.write(stag, 10, &[1, 2, 3]).unwrap();
+        assert!(
+            !released.wait(Duration::from_millis(10)),
+            "released while registered"
+        );
+        h.handle_local(Cmd::DeregMr { stag }, Instant::now());
+        assert!(
+            released.wait(Duration::ZERO),
+            "not released by deregistration"
+        );
+        assert_eq!(
+            h.res.stags.write(stag, 10, &[9]),
+            Err(MemError::InvalidStag)
+        );
+        assert_eq!(&mem[9..14], &[0, 1, 2, 3, 0]);
+    }
+
+    #[test]
+    fn an_answer_nobody_waits_for_deregisters_and_releases() {
+        let mut h = host();
+        let mut mem = vec![0u8; 64];
+        let (cmd, rx, released) = reg(&mut mem);
+        drop(rx);
+        h.handle_local(cmd, Instant::now());
+        assert!(released.wait(Duration::ZERO));
+        assert!(h.res.stags.is_empty(), "an STag stayed registered");
+    }
+
+    #[test]
+    fn a_refused_or_unprocessed_registration_releases() {
+        let mut h = host();
+        // `base + len` wraps: the table refuses it and drops the engine's reference.
+        let mut mem = vec![0u8; 64];
+        let (cmd, rx, released) = reg(&mut mem);
+        let Cmd::RegMr {
+            pd,
+            access,
+            region,
+            reply,
+            ..
+        } = cmd
+        else {
+            unreachable!()
+        };
+        let wrapping = Cmd::RegMr {
+            pd,
+            access,
+            base: u64::MAX - 8,
+            region,
+            reply,
+        };
+        h.handle_local(wrapping, Instant::now());
+        assert_eq!(rx.try_recv().unwrap(), Err(MemError::ToWrap));
+        assert!(released.wait(Duration::ZERO));
+        // A command the engine never processed (it stopped) releases when dropped.
+        let (cmd, _rx, released) = reg(&mut mem);
+        drop(cmd);
+        assert!(released.wait(Duration::ZERO));
+        // An engine that stops with regions registered releases them with its table.
+        let (cmd, rx, released) = reg(&mut mem);
+        h.handle_local(cmd, Instant::now());
+        rx.try_recv().unwrap().unwrap();
+        assert!(!released.wait(Duration::ZERO));
+        drop(h);
+        assert!(released.wait(Duration::ZERO));
     }
 }

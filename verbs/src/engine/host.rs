@@ -9,12 +9,10 @@ use crossbeam_channel::{Receiver, Sender};
 use xwarp_ddp::mpa::RtrSet;
 use xwarp_rdmap::conn::{ConnConfig, Connection};
 use xwarp_rdmap::verbs::Resources;
-use xwarp_rdmap::Stag;
 use xwarp_stack::proto::ProtoConnId;
 use xwarp_stack::{Readiness, SocketError};
 
 use crate::cm_limits::{CmStats, ListenConfig};
-use crate::mem::RawBuf;
 use crate::qp_stats::QpStatsSnapshot;
 
 use crate::engine::cmd::{Cmd, RequestMsg};
@@ -66,8 +64,6 @@ pub(crate) struct VerbsHost {
     pub(crate) qps: HashMap<u32, QpSlot>,
     pub(crate) owners: HashMap<ProtoConnId, Owner>,
     pub(crate) listeners: HashMap<u64, ListenSlot>,
-    /// Keeps registered buffers alive while the engine may use them.
-    pub(crate) bufs: HashMap<Stag, Arc<RawBuf>>,
     pub(crate) emss: usize,
     /// Commands taken off the queue by `VerbsHost::apply_queued` that need the engine's
     /// `ProtoCtl` (connect, listen, unlisten); `poll` runs them first, so command order holds.
@@ -97,7 +93,6 @@ impl VerbsHost {
             qps: HashMap::new(),
             owners: HashMap::new(),
             listeners: HashMap::new(),
-            bufs: HashMap::new(),
             emss,
             stashed: std::collections::VecDeque::new(),
         }
