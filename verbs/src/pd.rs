@@ -73,8 +73,8 @@ impl ProtectionDomain {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     // Application memory: returning now would let the caller free memory
                     // the engine may still register; wait for the answer.
-                    eprintln!(
-                        "xwarp-verbs: registering application memory at {:#x} (+{}): no \
+                    log::warn!(
+                        "registering application memory at {:#x} (+{}): no \
                          answer from the engine after {:?}; still waiting",
                         base,
                         buf.len(),
@@ -192,8 +192,8 @@ pub(crate) fn wait_released(
         return released.wait(t);
     }
     while !released.wait(ENGINE_WAIT) {
-        eprintln!(
-            "xwarp-verbs: deregistration of application memory at {:#x} (+{}) not \
+        log::warn!(
+            "deregistration of application memory at {:#x} (+{}) not \
              acknowledged by the engine after {:?} (engine thread stuck?); the memory stays \
              in use, still waiting",
             buf.addr(),
