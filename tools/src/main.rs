@@ -112,13 +112,13 @@ fn main() -> ExitCode {
         Command::Bench { which } => {
             // Ctrl-C / SIGTERM: remove the namespaces, veth pairs and processes it made.
             let name = match which {
-                Bench::Tcp(_) => "tcp",
-                Bench::Rdma(_) => "rdma",
-                Bench::Shim(_) => "shim",
-                Bench::Attack(_) => "attack",
+                Bench::Tcp(_) => "xwarp bench tcp",
+                Bench::Rdma(_) => "xwarp bench rdma",
+                Bench::Shim(_) => "xwarp bench shim",
+                Bench::Attack(_) => "xwarp bench attack",
             };
             if let Err(e) = xwarp_tools::bench::common::install_teardown(name) {
-                eprintln!("xwarp bench {name}: cannot install the signal handler: {e}");
+                eprintln!("{name}: cannot install the signal handler: {e}");
             }
             match which {
                 Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),

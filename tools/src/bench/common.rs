@@ -125,11 +125,13 @@ extern "C" fn wait_for_teardown() {
 }
 
 /// On SIGINT (Ctrl-C), SIGTERM or SIGHUP, tear down what this bench made ([`teardown`]) and
-/// exit with status 128 + the signal's number. Call it before the bench creates anything
-/// (`xwarp bench tcp|rdma|shim` do, in `main`). The handler is `signal-hook`'s: the signal
-/// only wakes a thread, which does the work outside signal context. A second signal during
-/// the teardown is ignored (it is bounded: a few `ip` commands and waits of at most 1 s).
-pub fn install_teardown(bench: &'static str) -> io::Result<()> {
+/// exit with status 128 + the signal's number; `program` starts its messages (`xwarp
+/// bench tcp`). Call it before the bench creates anything (`xwarp bench ...` do, in
+/// `main`, and the perftest tools with `--veth`). The handler is `signal-hook`'s: the
+/// signal only wakes a thread, which does the work outside signal context. A second signal
+/// during the teardown is ignored (it is bounded: a few `ip` commands and waits of at most
+/// 1 s).
+pub fn install_teardown(program: &'static str) -> io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     // SAFETY: registers a plain `extern "C" fn()` that only reads an atomic and sleeps.
@@ -143,12 +145,9 @@ pub fn install_teardown(bench: &'static str) -> io::Result<()> {
                 return;
             };
             TEARING_DOWN.store(true, Ordering::Release);
-            eprintln!(
-                "xwarp bench {bench}: {} received, tearing down",
-                signal_name(sig)
-            );
+            eprintln!("{program}: {} received, tearing down", signal_name(sig));
             let t = teardown();
-            eprintln!("xwarp bench {bench}: {t}");
+            eprintln!("{program}: {t}");
             let _ = io::stdout().flush();
             let _ = io::stderr().flush();
             // SAFETY: _exit ends the process at once (no atexit hook, so no wait).

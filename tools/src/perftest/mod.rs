@@ -110,6 +110,15 @@ pub fn main(test: Test) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if o.veth {
+        // Ctrl-C / SIGTERM: remove the namespaces and their veth pair.
+        if let Err(e) = crate::bench::common::install_teardown(test.bin_name()) {
+            eprintln!(
+                "{}: cannot install the signal handler: {e}",
+                test.bin_name()
+            );
+        }
+    }
     match run(test, &o) {
         Ok(out) => {
             let json = o.json.as_deref();
