@@ -361,4 +361,32 @@ mod tests {
         // MTU 60000: 2 MiB window, 16 chunks a frame.
         assert_eq!(rx_frames_for(60000, 2 << 20), 764);
     }
+
+    /// The teardown finds grandchildren (a shim server's own children, `ip netns exec`'s
+    /// shell) and no zombie; a stopped child is no longer alive.
+    #[test]
+    fn descendants_include_grandchildren() {
+        let mut c = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = c.id();
+        let t0 = Instant::now();
+        let found = loop {
+            let d = descendants(pid);
+            if !d.is_empty() || t0.elapsed() > Duration::from_secs(5) {
+                break d;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mine = descendants(std::process::id());
+        signal(found.first().copied().unwrap_or(pid), libc::SIGKILL);
+        let _ = c.kill();
+        let _ = c.wait();
+        assert_eq!(found.len(), 1, "sleep under sh: {found:?}");
+        assert!(mine.contains(&pid) && mine.contains(&found[0]), "{mine:?}");
+        assert!(alive(std::process::id()));
+        assert!(!alive(pid), "reaped");
+        assert_eq!(proc_stat(u32::MAX), None);
+    }
 }
