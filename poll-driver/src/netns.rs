@@ -19,8 +19,24 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Held while [`NetNs::new`] creates a namespace (see [`hold_creation`]).
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// The prefix of the names of every namespace process `pid` creates (`xw<pid>-`).
+pub fn name_prefix(pid: u32) -> String {
+    format!("xw{pid}-")
+}
+
+/// Wait until no namespace of this process is being created, and keep any other from
+/// being created while the guard lives ([`NetNs::new`] blocks): a teardown that then lists
+/// the namespaces named [`name_prefix`] sees every one this process made.
+pub fn hold_creation() -> MutexGuard<'static, ()> {
+    CREATING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Run `ip` with `args`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> io::Result<String> {
@@ -49,8 +65,10 @@ impl NetNs {
     /// Create a namespace named `xw<pid>-<counter><tag>` with its loopback up.
     pub fn new(tag: &str) -> io::Result<Self> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let name = format!("xw{}-{}{}", std::process::id(), n, tag);
+        let name = format!("{}{}{}", name_prefix(std::process::id()), n, tag);
+        let creating = hold_creation();
         ip(&["netns", "add", &name])?;
+        drop(creating);
         let ns = NetNs { name };
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)

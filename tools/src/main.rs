@@ -109,11 +109,23 @@ fn main() -> ExitCode {
         Command::Devices(a) => xwarp_tools::devices::main(&a),
         Command::Run(_) => xwarp_tools::launcher::main(rest),
         Command::Stat(a) => stat::main(&a),
-        Command::Bench { which } => match which {
-            Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
-            Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
-            Bench::Shim(_) => xwarp_tools::bench::shim::main(rest),
-            Bench::Attack(_) => xwarp_tools::bench::attack::main(rest),
-        },
+        Command::Bench { which } => {
+            // Ctrl-C / SIGTERM: remove the namespaces, veth pairs and processes it made.
+            let name = match which {
+                Bench::Tcp(_) => "xwarp bench tcp",
+                Bench::Rdma(_) => "xwarp bench rdma",
+                Bench::Shim(_) => "xwarp bench shim",
+                Bench::Attack(_) => "xwarp bench attack",
+            };
+            if let Err(e) = xwarp_tools::bench::common::install_teardown(name) {
+                eprintln!("{name}: cannot install the signal handler: {e}");
+            }
+            match which {
+                Bench::Tcp(_) => xwarp_tools::bench::tcp::main(rest),
+                Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
+                Bench::Shim(_) => xwarp_tools::bench::shim::main(rest),
+                Bench::Attack(_) => xwarp_tools::bench::attack::main(rest),
+            }
+        }
     }
 }

@@ -109,7 +109,7 @@ pub(super) fn rdma_bw_client(p: &Params, tx_depth: usize, c: &Side, r: &Remote) 
         bw.samples
             .push((bw.t0.elapsed(), total_done * p.size as u64));
     }
-    Ok((bw_line(p.size, &bw, total_done), posted))
+    Ok((Measured::bw(p.size, &bw, total_done), posted))
 }
 
 pub(super) fn rdma_bw_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, String> {
@@ -230,7 +230,7 @@ pub(super) fn send_bw_client(p: &Params, tx_depth: usize, c: &Side) -> ClientRes
             }
         }
     }
-    Ok((bw_line(p.size, &bw, total), posted))
+    Ok((Measured::bw(p.size, &bw, total), posted))
 }
 
 pub(super) fn send_bw_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, String> {

@@ -76,7 +76,7 @@ pub(super) fn send_lat_client(p: &Params, c: &Side) -> ClientResult {
         }
         i += 1;
     }
-    Ok((lat.line(size, true), vec![i]))
+    Ok((Measured::lat(size, lat, true), vec![i]))
 }
 
 pub(super) fn send_lat_server(p: &Params, s: &Side, stop: &AtomicBool) -> Result<String, String> {
@@ -194,7 +194,7 @@ pub(super) fn write_lat_client(p: &Params, c: &Side, r: &Remote) -> ClientResult
         }
         i += 1;
     }
-    Ok((lat.line(size, true), vec![i]))
+    Ok((Measured::lat(size, lat, true), vec![i]))
 }
 
 pub(super) fn write_lat_server(
@@ -288,5 +288,5 @@ pub(super) fn read_lat_client(p: &Params, c: &Side, r: &Remote) -> ClientResult 
         }
         i += 1;
     }
-    Ok((lat.line(p.size, false), vec![i]))
+    Ok((Measured::lat(p.size, lat, false), vec![i]))
 }

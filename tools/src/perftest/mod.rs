@@ -73,6 +73,7 @@ use opts::USAGE;
 use crate::cli::clap_message;
 pub use opts::{parse, Opts, Test};
 use proto::{e2s, SILENCE};
+pub use session::Outcome;
 use session::*;
 use side::*;
 
@@ -109,17 +110,31 @@ pub fn main(test: Test) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let r = if o.veth {
-        run_veth(test, &o)
-    } else if o.vwire {
-        run_vwire(test, &o)
-    } else {
-        run_iface(test, &o)
-    };
-    match r {
-        Ok(report) => {
-            print!("{report}");
-            let _ = std::io::stdout().flush();
+    if o.veth {
+        // Ctrl-C / SIGTERM: remove the namespaces and their veth pair.
+        if let Err(e) = crate::bench::common::install_teardown(test.bin_name()) {
+            eprintln!(
+                "{}: cannot install the signal handler: {e}",
+                test.bin_name()
+            );
+        }
+    }
+    match run(test, &o) {
+        Ok(out) => {
+            let json = o.json.as_deref();
+            if json == Some(std::path::Path::new("-")) {
+                // stdout carries the JSON alone; the table goes to stderr.
+                eprint!("{}", out.text);
+            } else {
+                print!("{}", out.text);
+                let _ = std::io::stdout().flush();
+            }
+            if let (Some(path), Some(rep)) = (json, &out.report) {
+                if let Err(e) = rep.write_json(path) {
+                    eprintln!("{}: {e}", test.bin_name());
+                    return ExitCode::FAILURE;
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -129,8 +144,37 @@ pub fn main(test: Test) -> ExitCode {
     }
 }
 
-/// Run the test with both ends in this process over the virtual wire.
+/// Run the test as `o` says (`--veth`, `--vwire` or `--iface`): the report and, for a
+/// client, its bench-schema report (`--json`).
+pub fn run(test: Test, o: &Opts) -> Result<Outcome, String> {
+    if o.veth {
+        veth(test, o)
+    } else if o.vwire {
+        vwire(test, o)
+    } else {
+        iface(test, o)
+    }
+}
+
+/// Run the test with both ends in this process over the virtual wire; the client's report.
 pub fn run_vwire(test: Test, o: &Opts) -> Result<String, String> {
+    vwire(test, o).map(|r| r.text)
+}
+
+/// Run the test with both ends in this process on two AF_XDP verbs engines over a veth
+/// pair between two network namespaces (`10.88.<net>.10` and `.20`, `net` 95; root).
+pub fn run_veth(test: Test, o: &Opts) -> Result<String, String> {
+    veth(test, o).map(|r| r.text)
+}
+
+/// Run one end in this process on an AF_XDP verbs engine on `o.iface` with address
+/// `o.addr`: the client when `o.host` is set (returns its report), the server otherwise
+/// (serves one client, returns its report). Root is needed.
+pub fn run_iface(test: Test, o: &Opts) -> Result<String, String> {
+    iface(test, o).map(|r| r.text)
+}
+
+fn vwire(test: Test, o: &Opts) -> Result<Outcome, String> {
     let link = |seed| LinkConfig {
         drop: o.loss,
         reorder: o.loss,
@@ -159,9 +203,7 @@ pub fn run_vwire(test: Test, o: &Opts) -> Result<String, String> {
     run_pair(test, o, &a, &b, Ipv4Addr::new(10, 77, 0, 2), &transport)
 }
 
-/// Run the test with both ends in this process on two AF_XDP verbs engines over a veth
-/// pair between two network namespaces (`10.88.<net>.10` and `.20`, `net` 95; root).
-pub fn run_veth(test: Test, o: &Opts) -> Result<String, String> {
+fn veth(test: Test, o: &Opts) -> Result<Outcome, String> {
     let net = xwarp::poll_driver::netns::VethPair::new(95).map_err(e2s)?;
     let a_ip = Ipv4Addr::new(10, 88, 95, 10);
     let b_ip = Ipv4Addr::new(10, 88, 95, 20);
@@ -182,10 +224,7 @@ pub fn run_veth(test: Test, o: &Opts) -> Result<String, String> {
     r
 }
 
-/// Run one end in this process on an AF_XDP verbs engine on `o.iface` with address
-/// `o.addr`: the client when `o.host` is set (returns its report), the server otherwise
-/// (serves one client, returns its report). Root is needed.
-pub fn run_iface(test: Test, o: &Opts) -> Result<String, String> {
+fn iface(test: Test, o: &Opts) -> Result<Outcome, String> {
     let iface = o.iface.as_deref().ok_or("--iface is required")?;
     let (ip, prefix) = o.addr.ok_or("--addr A.B.C.D/PREFIX is required")?;
     // Resolve the server before starting anything.
@@ -220,6 +259,7 @@ pub fn run_iface(test: Test, o: &Opts) -> Result<String, String> {
                 listening,
                 &transport,
             )
+            .map(|text| Outcome { text, report: None })
         }
     }
 }
@@ -244,7 +284,7 @@ fn run_pair<B: Backend + Send + 'static>(
     b: &Context<B>,
     server: Ipv4Addr,
     transport: &str,
-) -> Result<String, String> {
+) -> Result<Outcome, String> {
     let addr = SocketAddr::from((server, o.port));
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {

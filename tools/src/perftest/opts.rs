@@ -116,6 +116,8 @@ pub struct Opts {
     pub crc: bool,
     /// Fill messages with a pattern and check it at the receiver (`--verify`).
     pub verify: bool,
+    /// Write the client's results as a bench-schema report here (`--json`; `-`: stdout).
+    pub json: Option<std::path::PathBuf>,
 }
 
 pub(super) const USAGE: &str =
@@ -139,7 +141,9 @@ pub(super) const USAGE: &str =
   -t DEPTH     send queue depth (default 128)
   -p PORT      TCP port (default 18515)
   --no-crc     do not ask for MPA CRC32c (used anyway if the peer asks)
-  --verify     fill messages with a pattern and check every byte at the receiver";
+  --verify     fill messages with a pattern and check every byte at the receiver
+  --json FILE  also write the results as JSON of the bench schema xwarp-bench/1 (`-`:
+               stdout, and the table goes to stderr); not on an --iface server";
 
 /// The command line as clap sees it (defaults that depend on the test are filled in by
 /// [`from_cli`]).
@@ -182,6 +186,10 @@ pub(super) struct Cli {
     /// Fill messages with a pattern and check every byte at the receiver.
     #[arg(long)]
     verify: bool,
+    /// Also write the results as JSON of the bench schema xwarp-bench/1 (`-`: stdout, the
+    /// table then goes to stderr); the client writes it (not an --iface server).
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
     /// With --iface: the server to connect to (client mode); without it this is the server.
     host: Option<String>,
 }
@@ -252,6 +260,7 @@ pub(super) fn from_cli(test: Test, c: Cli) -> Result<Opts, String> {
         gateway: c.engine.gateway,
         crc: !c.no_crc,
         verify: c.verify,
+        json: c.json,
     };
     if let Some(s) = c.size {
         o.size = usize::try_from(s).map_err(|_| "-s: too large")?;
@@ -287,6 +296,11 @@ pub(super) fn from_cli(test: Test, c: Cli) -> Result<Opts, String> {
     }
     if o.iface.is_none() && o.host.is_some() {
         return Err("a server host is only used with --iface".into());
+    }
+    if o.json.is_some() && o.iface.is_some() && o.host.is_none() {
+        return Err(
+            "--json is written by the client (the server prints the client's results)".into(),
+        );
     }
     if o.loss > 0.0 && !o.vwire {
         return Err("--loss needs --vwire".into());

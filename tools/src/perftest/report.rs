@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::opts::Test;
 use super::proto::*;
+use crate::bench::report::{Dist, Row, Side, Unit};
 
 /// Bandwidth samples: (elapsed, cumulative bytes).
 pub(super) struct Bw {
@@ -32,19 +34,120 @@ impl Bw {
     }
 }
 
-pub(super) fn bw_line(size: usize, bw: &Bw, msgs: u64) -> String {
-    let (peak, avg, mpps, secs) = bw.report(msgs);
-    format!(
-        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   BW average[Gb/sec]\n {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n (total {} bytes in {:.3} s)\n",
-        size,
-        msgs,
-        peak,
-        avg,
-        mpps,
-        avg * 8.0 / 1e3,
-        msgs * size as u64,
-        secs
-    )
+/// What a client measured: its table line ([`Measured::text`]) and its JSON rows
+/// ([`Measured::rows`]) come from the same numbers.
+pub(super) enum Measured {
+    /// A bandwidth test.
+    Bw {
+        size: usize,
+        msgs: u64,
+        peak_mbs: f64,
+        avg_mbs: f64,
+        mpps: f64,
+        secs: f64,
+    },
+    /// A latency test; `halve`: one-way (half the round trip), as perftest reports
+    /// ping-pong tests.
+    Lat { size: usize, lat: Lat, halve: bool },
+}
+
+impl Measured {
+    pub(super) fn bw(size: usize, bw: &Bw, msgs: u64) -> Measured {
+        let (peak_mbs, avg_mbs, mpps, secs) = bw.report(msgs);
+        Measured::Bw {
+            size,
+            msgs,
+            peak_mbs,
+            avg_mbs,
+            mpps,
+            secs,
+        }
+    }
+
+    pub(super) fn lat(size: usize, lat: Lat, halve: bool) -> Measured {
+        Measured::Lat { size, lat, halve }
+    }
+
+    /// The perftest-style result line (with its heading).
+    pub(super) fn text(&self) -> String {
+        match self {
+            Measured::Bw {
+                size,
+                msgs,
+                peak_mbs,
+                avg_mbs,
+                mpps,
+                secs,
+            } => format!(
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   BW average[Gb/sec]\n {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n (total {} bytes in {:.3} s)\n",
+                size,
+                msgs,
+                peak_mbs,
+                avg_mbs,
+                mpps,
+                avg_mbs * 8.0 / 1e3,
+                msgs * *size as u64,
+                secs
+            ),
+            Measured::Lat { size, lat, halve } => lat.line(*size, *halve),
+        }
+    }
+
+    /// The rows of the bench schema (`bench: perftest`): `bulk` rows (`bandwidth` in
+    /// Gbit/s, `bw_average` and `bw_peak` in MB/s, `msg_rate` in 1/s) for bandwidth tests,
+    /// `pingpong` rows (`latency_min`, `_p50` with the distribution, `_avg`, `_stdev`,
+    /// `_p99`, `_p999`, `_max`, in µs) for latency tests; named after the test.
+    pub(super) fn rows(&self, test: Test) -> Vec<Row> {
+        match self {
+            Measured::Bw {
+                size,
+                msgs,
+                peak_mbs,
+                avg_mbs,
+                mpps,
+                ..
+            } => {
+                let bytes = msgs * *size as u64;
+                let row = |metric, unit, v| {
+                    Row::new("bulk", test.name(), Side::Xwarp, metric, unit, v)
+                        .size(*size)
+                        .bytes(bytes)
+                };
+                vec![
+                    row("bandwidth", Unit::Gbps, avg_mbs * 8.0 / 1e3),
+                    row("bw_average", Unit::MBps, *avg_mbs),
+                    row("bw_peak", Unit::MBps, *peak_mbs)
+                        .note("the best rate over any window of at least 20 ms"),
+                    row("msg_rate", Unit::PerSec, mpps * 1e6),
+                ]
+            }
+            Measured::Lat { size, lat, halve } => {
+                let div = if *halve { 2.0 } else { 1.0 };
+                let h = &lat.h;
+                let us = |v: u64| v as f64 / 1e3 / div;
+                let note = if *halve {
+                    "one-way: half the round trip"
+                } else {
+                    "the whole operation (an RDMA Read is a round trip)"
+                };
+                let row = |metric, v| {
+                    Row::new("pingpong", test.name(), Side::Xwarp, metric, Unit::Us, v)
+                        .size(*size)
+                        .note(note)
+                };
+                vec![
+                    row("latency_min", us(h.min())),
+                    row("latency_p50", us(h.value_at_quantile(0.5)))
+                        .dist(Dist::from_histogram_ns(h, div)),
+                    row("latency_avg", h.mean() / 1e3 / div),
+                    row("latency_stdev", h.stdev() / 1e3 / div),
+                    row("latency_p99", us(h.value_at_quantile(0.99))),
+                    row("latency_p999", us(h.value_at_quantile(0.999))),
+                    row("latency_max", us(h.max())),
+                ]
+            }
+        }
+    }
 }
 
 pub(super) struct Lat {

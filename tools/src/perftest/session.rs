@@ -14,7 +14,9 @@ use super::lat::*;
 use super::opts::*;
 use super::pattern::*;
 use super::proto::*;
+use super::report::Measured;
 use super::side::*;
+use crate::bench::report::Report;
 
 /// How a report describes the run.
 pub(super) struct Info<'a> {
@@ -39,6 +41,60 @@ pub(super) fn header(p: &Params, info: &Info<'_>) -> String {
     )
 }
 
+/// What a run produced: the perftest-style report, and (a client's) the same numbers as a
+/// report of the bench schema `xwarp-bench/1` (bench `perftest`).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The perftest-style report, as printed.
+    pub text: String,
+    /// The client's measurements; `None` for a server (it prints the client's results).
+    pub report: Option<Report>,
+}
+
+/// The bench report of a client's run: the rows of `m` and the run's configuration.
+fn bench_report(
+    started: (Report, Instant),
+    p: &Params,
+    o: &Opts,
+    m: &Measured,
+    info: &Info<'_>,
+) -> Report {
+    let (mut r, t0) = started;
+    let kind = if o.veth {
+        "veth"
+    } else if o.vwire {
+        "vwire"
+    } else {
+        "iface"
+    };
+    r.config("test", p.test.name());
+    r.config("size", p.size as u64);
+    match p.duration {
+        Some(d) => r.config("duration_s", d.as_secs_f64()),
+        None => r.config("iterations", p.iters),
+    }
+    r.config("qps", p.qps as u64);
+    r.config("tx_depth", info.tx_depth as u64);
+    r.config("crc", info.crc);
+    r.config("crc_requested", o.crc);
+    r.config("verify", p.verify);
+    r.config("transport", kind);
+    r.config("transport_detail", info.transport);
+    r.config("mtu", info.mtu as u64);
+    r.config("port", o.port);
+    if let Some(i) = &o.iface {
+        r.config("iface", i.as_str());
+    }
+    if o.vwire {
+        r.config("loss", o.loss);
+    }
+    for row in m.rows(p.test) {
+        r.push(row);
+    }
+    r.finish(t0);
+    r
+}
+
 /// Connect the client's QPs to `server`, run the client's part, exchange DONE/FIN.
 pub(super) fn client_session<B: Backend + Send + 'static>(
     ctx: &Context<B>,
@@ -46,7 +102,8 @@ pub(super) fn client_session<B: Backend + Send + 'static>(
     o: &Opts,
     server: SocketAddr,
     transport: &str,
-) -> Result<String, String> {
+) -> Result<Outcome, String> {
+    let started = (Report::new("perftest"), Instant::now());
     let p = Params::of(test, o);
     let c = make_side(ctx, p.qps, o.tx_depth, p.buf_len(false)?, o.crc)?;
     // Receives first: the server may send as soon as the connection is up.
@@ -103,14 +160,15 @@ pub(super) fn client_session<B: Backend + Send + 'static>(
         Test::ReadLat => read_lat_client(&p, &c, &remote),
         Test::SendLat => send_lat_client(&p, &c),
     }
-    .and_then(|(text, posted)| {
+    .and_then(|(m, posted)| {
+        let text = m.text();
         client_finish(&p, &c, &posted, &text)?;
-        Ok(text)
+        Ok((m, text))
     });
     for q in &c.qps {
         let _ = q.disconnect();
     }
-    let text = run?;
+    let (m, text) = run?;
     // Let the disconnects go out before the engine stops.
     let deadline = Instant::now() + Duration::from_secs(2);
     for q in &c.qps {
@@ -126,7 +184,10 @@ pub(super) fn client_session<B: Backend + Send + 'static>(
         crc,
         tx_depth: o.tx_depth,
     };
-    Ok(format!("{}{text}", header(&p, &info)))
+    Ok(Outcome {
+        text: format!("{}{text}", header(&p, &info)),
+        report: Some(bench_report(started, &p, o, &m, &info)),
+    })
 }
 
 /// Send DONE on every QP (after its data), then wait for the server's FIN.

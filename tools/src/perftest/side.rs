@@ -227,9 +227,9 @@ pub(super) fn mark(i: u64) -> u8 {
 }
 
 // ---------------------------------------------------------------------------------------
-// The tests. Client parts return (result text, iterations per QP).
+// The tests. Client parts return (what they measured, iterations per QP).
 
-pub(super) type ClientResult = Result<(String, Vec<u64>), String>;
+pub(super) type ClientResult = Result<(super::report::Measured, Vec<u64>), String>;
 
 /// Wait for DONE on every QP (in the control receives): (iterations per QP, the
 /// client's result text).
