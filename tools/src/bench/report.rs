@@ -24,7 +24,7 @@ pub const SCHEMA: &str = "xwarp-bench/1";
 pub struct Report {
     /// Always [`SCHEMA`].
     pub schema: String,
-    /// Which bench: `tcp`, `rdma`, `shim` or `attack`.
+    /// Which bench: `tcp`, `rdma`, `shim`, `attack`, or `perftest` (the perftest-style tools).
     pub bench: String,
     /// When the run started, RFC 3339 UTC (`2026-12-02T01:02:03Z`).
     pub started: String,
