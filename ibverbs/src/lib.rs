@@ -8,7 +8,16 @@
 //! `tests/layout.rs` checks every size, alignment, field offset and enum value against the C
 //! compiler's view of Debian 12's rdma-core 44 headers.
 //!
-//! No `ibv_*` / `rdma_*` symbol is exported yet; `README.md` lists the ABI surface the target
-//! programs import and the plan for the implementation.
+//! Built as `libxwarp_ibverbs.so` (a `cdylib`, preloaded by `xwarp run`), it exports so
+//! far the device-discovery calls of Debian's `ibv_devices` and `ibv_devinfo`
+//! ([`exports`]), with libibverbs' symbol versions: one device per `XWARP_IFACE`, named
+//! `xwarp_<iface>` ([`device`]), node type RNIC, transport iWARP, with the attributes of
+//! [`attr`]. `README.md` lists the whole ABI surface the target programs import and the
+//! plan for the rest.
 
 pub mod abi;
+pub mod attr;
+pub mod config;
+pub mod device;
+pub mod exports;
+pub mod netdev;

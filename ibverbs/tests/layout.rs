@@ -367,6 +367,8 @@ fn constants() -> Vec<(&'static str, i64)> {
         IBV_GID_TYPE_IB,
         IBV_GID_TYPE_ROCE_V1,
         IBV_GID_TYPE_ROCE_V2,
+        IBV_PORT_CM_SUP,
+        IBV_PORT_DEVICE_MGMT_SUP,
         RDMA_CM_EVENT_ADDR_RESOLVED,
         RDMA_CM_EVENT_ADDR_ERROR,
         RDMA_CM_EVENT_ROUTE_RESOLVED,

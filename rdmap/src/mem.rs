@@ -267,7 +267,9 @@ struct Slot {
     mr: MemoryRegion,
 }
 
-const MAX_INDEX: u32 = (1 << 24) - 1;
+/// Highest STag index (24 bits; index 0 is never used): a [`StagTable`] holds at most this
+/// many regions, then registration fails with [`MemError::Exhausted`].
+pub const MAX_INDEX: u32 = (1 << 24) - 1;
 
 /// Random index draws before a linear probe for a free index (only a nearly full table
 /// ever gets there).

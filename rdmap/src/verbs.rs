@@ -9,6 +9,14 @@ use crate::mem::{Stag, StagTable};
 /// array so that producing a segment never allocates).
 pub const MAX_SGE: usize = 16;
 
+/// Scatter/gather entries of an RDMA Read work request: exactly one sink SGE
+/// ([`QueuePair::post_send`](crate::QueuePair::post_send) refuses any other count).
+pub const MAX_SGE_RD: usize = 1;
+
+/// Longest message a work request may move: what a completion's `u32` byte count can
+/// report (a longer receive is refused by [`RecvQueue::post`]).
+pub const MAX_MSG_SIZE: u64 = u32::MAX as u64;
+
 /// One scatter/gather entry: `len` bytes at tagged offset `addr` of region `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sge {
@@ -158,7 +166,7 @@ impl RecvQueue {
     /// (`u32::MAX` bytes, [`Completion::byte_len`]) is refused with
     /// [`PostError::InvalidSgl`].
     pub fn post(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if wr.sgl.len() > MAX_SGE || recv_len(&wr) > u64::from(u32::MAX) {
+        if wr.sgl.len() > MAX_SGE || recv_len(&wr) > MAX_MSG_SIZE {
             return Err(PostError::InvalidSgl);
         }
         if self.q.len() >= self.depth {

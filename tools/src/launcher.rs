@@ -1,9 +1,11 @@
-//! `xwarp run -- CMD`: run an unmodified program with the LD_PRELOAD socket shim.
+//! `xwarp run -- CMD`: run an unmodified program with the LD_PRELOAD socket shim and the
+//! libibverbs-compatible library.
 //!
 //! ```text
 //! xwarp run [--iface IF] [--addr A.B.C.D/P] [--addr6 X::Y/P] [--gateway A.B.C.D]
 //!           [--ports LIST] [--connect subnet|all|none] [--spin-us N]
 //!           [--log FILTER] [--strict] [--pcap FILE] [--preload PATH]
+//!           [--rdma-lib PATH | --no-rdma]
 //!           -- CMD [ARGS...]
 //! ```
 //! Each option sets the `XWARP_*` variable of the same name (see `preload/README.md`);
@@ -12,6 +14,17 @@
 //! `xwarp` executable, in `../lib` and `../lib/xwarp` relative to it, then in the
 //! workspace target directory the tools were built in ([`candidates`]). The shim itself
 //! validates the configuration when it loads (a misconfiguration exits with status 2).
+//!
+//! `libxwarp_ibverbs.so` (the `xwarp-ibverbs` crate: libibverbs' functions with their
+//! symbol versions, so `ibv_devices`, `ibv_devinfo` and later rping/perftest see the
+//! xwarp device `xwarp_<iface>`) goes into `LD_PRELOAD` after the shim. It is preloaded
+//! by default rather than behind a flag: `xwarp run` exists to put a program on the
+//! engine, and a program that never calls `ibv_*` never reaches the library (it has no
+//! constructor, starts no thread and defines only `ibv_*` names), while one that does
+//! would otherwise silently use the kernel's RDMA devices instead of the engine. It is
+//! looked up at `--rdma-lib`, `$XWARP_IBVERBS` (both must exist), then in the same places
+//! as the shim; when the default lookup finds nothing (only the shim was built) the
+//! program runs with the shim alone. `--no-rdma` leaves it out.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -37,11 +50,14 @@ pub struct Plan {
     version,
     override_usage = "xwarp run [options] -- CMD [ARGS...]",
     about = "Runs CMD with libxwarp_preload.so: its TCP sockets on the engine's address run \
-             on the xwarp engine (AF_XDP on --iface), everything else stays on the kernel.",
+             on the xwarp engine (AF_XDP on --iface), everything else stays on the kernel; \
+             with libxwarp_ibverbs.so its ibv_* calls see the xwarp device xwarp_<iface>.",
     after_help = "The shim is looked up at --preload, $XWARP_PRELOAD, next to the xwarp \
                   executable, in ../lib/ and ../lib/xwarp/ relative to it, then in the \
                   target directory of the checkout xwarp was built from (release/, then \
-                  debug/): see tools/README.md."
+                  debug/): see tools/README.md. libxwarp_ibverbs.so is looked up at \
+                  --rdma-lib, $XWARP_IBVERBS, then in the same places, and left out when \
+                  not found."
 )]
 struct Cli {
     /// Interface the engine binds AF_XDP to [XWARP_IFACE].
@@ -82,6 +98,13 @@ struct Cli {
     /// The shim library (default: see below) [XWARP_PRELOAD].
     #[arg(long, value_name = "PATH")]
     preload: Option<PathBuf>,
+    /// The libibverbs-compatible library, libxwarp_ibverbs.so (default: looked up like the
+    /// shim, left out if not found) [XWARP_IBVERBS].
+    #[arg(long = "rdma-lib", value_name = "PATH", conflicts_with = "no_rdma")]
+    rdma_lib: Option<PathBuf>,
+    /// Do not preload libxwarp_ibverbs.so (RDMA programs then see the kernel's devices).
+    #[arg(long = "no-rdma")]
+    no_rdma: bool,
     /// The program to run and its arguments, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -141,6 +164,8 @@ fn message(e: &clap::Error) -> String {
 
 /// The shim library's file name.
 const SHIM: &str = "libxwarp_preload.so";
+/// The libibverbs-compatible library's file name.
+const IBVERBS: &str = "libxwarp_ibverbs.so";
 
 /// The target directory of the workspace these tools were built in, as cargo had it at
 /// build time (`$CARGO_TARGET_DIR`, else `<workspace>/target`).
@@ -163,15 +188,21 @@ fn build_target_dir() -> PathBuf {
 ///    so `cargo install --path tools` finds a shim built with
 ///    `cargo build --release -p xwarp-preload` in the same checkout.
 pub fn candidates(exe_dir: &Path) -> Vec<PathBuf> {
-    let mut v = vec![exe_dir.join(SHIM)];
+    candidates_for(exe_dir, SHIM)
+}
+
+/// [`candidates`] for the library file `name` (`libxwarp_ibverbs.so` is looked up the
+/// same way as the shim).
+pub fn candidates_for(exe_dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut v = vec![exe_dir.join(name)];
     if let Some(parent) = exe_dir.parent() {
-        v.push(parent.join(SHIM));
-        v.push(parent.join("lib").join(SHIM));
-        v.push(parent.join("lib").join("xwarp").join(SHIM));
+        v.push(parent.join(name));
+        v.push(parent.join("lib").join(name));
+        v.push(parent.join("lib").join("xwarp").join(name));
     }
     let target = build_target_dir();
-    v.push(target.join("release").join(SHIM));
-    v.push(target.join("debug").join(SHIM));
+    v.push(target.join("release").join(name));
+    v.push(target.join("debug").join(name));
     v
 }
 
@@ -186,6 +217,8 @@ pub fn plan(
     let mut cli = parse_cli(args).map_err(|e| message(&e))?;
     let out = cli.vars();
     let preload = cli.preload.take();
+    let rdma_lib = cli.rdma_lib.take();
+    let no_rdma = cli.no_rdma;
     let Some((program, cmd_args)) = cli.command.split_first() else {
         return Err("no command after `--` (xwarp run [options] -- CMD [ARGS...])".into());
     };
@@ -213,8 +246,27 @@ pub fn plan(
                 )
             })?,
     };
+    let rdma = if no_rdma {
+        None
+    } else {
+        match rdma_lib.or_else(|| env("XWARP_IBVERBS").map(PathBuf::from)) {
+            Some(p) => {
+                if !exists(&p) {
+                    return Err(format!("{}: no such file", p.display()));
+                }
+                Some(p)
+            }
+            None => candidates_for(exe_dir, IBVERBS)
+                .into_iter()
+                .find(|p| exists(p)),
+        }
+    };
     let mut out = out;
     let mut ld = OsString::from(so.as_os_str());
+    if let Some(r) = rdma {
+        ld.push(":");
+        ld.push(r);
+    }
     if let Some(old) = env("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld.push(":");
         ld.push(old);
@@ -378,6 +430,80 @@ mod tests {
             any,
         )
         .unwrap();
-        assert!(p.env.iter().any(|(k, v)| k == "LD_PRELOAD" && v == "/s.so"));
+        assert!(p
+            .env
+            .iter()
+            .any(|(k, v)| k == "LD_PRELOAD" && v == "/s.so:/x/libxwarp_ibverbs.so"));
+    }
+
+    #[test]
+    fn the_ibverbs_library_is_preloaded_after_the_shim_when_found() {
+        let both = |p: &Path| {
+            p == Path::new("/opt/xwarp/bin/libxwarp_preload.so")
+                || p == Path::new("/opt/xwarp/lib/libxwarp_ibverbs.so")
+        };
+        let dir = Path::new("/opt/xwarp/bin");
+        let ld = |args: &[&str], env: &[(&str, &str)]| {
+            plan(&os(args), env_of(env), dir, both).map(|p| {
+                p.env
+                    .into_iter()
+                    .find(|(k, _)| k == "LD_PRELOAD")
+                    .map(|(_, v)| v)
+                    .unwrap()
+            })
+        };
+        assert_eq!(
+            ld(
+                &["--iface", "v", "--", "ibv_devinfo"],
+                &[("LD_PRELOAD", "/o.so")]
+            )
+            .unwrap(),
+            "/opt/xwarp/bin/libxwarp_preload.so:/opt/xwarp/lib/libxwarp_ibverbs.so:/o.so"
+        );
+        assert_eq!(
+            ld(&["--iface", "v", "--no-rdma", "--", "true"], &[]).unwrap(),
+            "/opt/xwarp/bin/libxwarp_preload.so"
+        );
+        assert_eq!(
+            ld(
+                &["--iface", "v", "--", "true"],
+                &[("XWARP_IBVERBS", "/opt/xwarp/lib/libxwarp_ibverbs.so")]
+            )
+            .unwrap(),
+            "/opt/xwarp/bin/libxwarp_preload.so:/opt/xwarp/lib/libxwarp_ibverbs.so"
+        );
+        // An explicit path must exist; a default lookup that finds nothing is no error.
+        let e = ld(
+            &["--iface", "v", "--rdma-lib", "/nope.so", "--", "true"],
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("/nope.so: no such file"), "{e}");
+        let e = ld(
+            &[
+                "--iface",
+                "v",
+                "--rdma-lib",
+                "/a.so",
+                "--no-rdma",
+                "--",
+                "true",
+            ],
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("cannot be used with"), "{e}");
+        let shim_only = |p: &Path| p == Path::new("/opt/xwarp/bin/libxwarp_preload.so");
+        let p = plan(
+            &os(&["--iface", "v", "--", "true"]),
+            env_of(&[]),
+            dir,
+            shim_only,
+        )
+        .unwrap();
+        assert!(p
+            .env
+            .iter()
+            .any(|(k, v)| k == "LD_PRELOAD" && v == "/opt/xwarp/bin/libxwarp_preload.so"));
     }
 }

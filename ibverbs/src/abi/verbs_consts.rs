@@ -356,6 +356,23 @@ pub const IBV_GID_TYPE_ROCE_V1: ibv_gid_type = 1;
 /// `IBV_GID_TYPE_ROCE_V2`.
 pub const IBV_GID_TYPE_ROCE_V2: ibv_gid_type = 2;
 
+/// `enum ibv_gid_type_sysfs` (what `ibv_query_gid_type` stores, an `int`-sized enum).
+/// It is declared in rdma-core's `<infiniband/driver.h>`, which Debian does not install,
+/// so `tests/layout.rs` cannot check its values against a header: they are those of
+/// rdma-core 44's `libibverbs/driver.h`.
+pub type ibv_gid_type_sysfs = c_uint;
+/// `IBV_GID_TYPE_SYSFS_IB_ROCE_V1`: the type of an IB or iWARP GID (the kernel gives
+/// iWARP ports IB-type GIDs).
+pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: ibv_gid_type_sysfs = 0;
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2`.
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: ibv_gid_type_sysfs = 1;
+
+// enum ibv_port_cap_flags values (`ibv_port_attr.port_cap_flags`).
+/// `IBV_PORT_CM_SUP`: the port supports a connection manager (siw sets it).
+pub const IBV_PORT_CM_SUP: u32 = 1 << 16;
+/// `IBV_PORT_DEVICE_MGMT_SUP` (siw sets it).
+pub const IBV_PORT_DEVICE_MGMT_SUP: u32 = 1 << 19;
+
 /// `enum ibv_qp_init_attr_mask` (stored in a C `unsigned int` field).
 pub type ibv_qp_init_attr_mask = c_uint;
 /// `IBV_QP_INIT_ATTR_PD`.

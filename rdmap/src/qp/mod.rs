@@ -36,7 +36,7 @@ use crate::counters::QpCounters;
 use crate::mem::PdId;
 use crate::verbs::{
     Completion, CompletionStatus, PostError, RecvQueue, RecvWr, SendOp, SendWr, SrqId, WcOpcode,
-    MAX_SGE,
+    MAX_SGE, MAX_SGE_RD,
 };
 use crate::wire::{ParsedTerminate, Terminate, TerminateCause, MAX_TERMINATE_LEN};
 
@@ -278,7 +278,9 @@ impl QueuePair {
             }
             PostRule::Refuse => return Err(PostError::InvalidState),
         }
-        if wr.sgl.len() > MAX_SGE || (matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != 1) {
+        if wr.sgl.len() > MAX_SGE
+            || (matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != MAX_SGE_RD)
+        {
             return Err(PostError::InvalidSgl);
         }
         if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth {

@@ -1,0 +1,253 @@
+//! The xwarp device objects: one [`XwDevice`] per interface, created by the first
+//! `ibv_get_device_list` that finds the interface and kept for the life of the process
+//! (as libibverbs keeps its devices while contexts may point at them), and the
+//! [`XwContext`] `ibv_open_device` hands out. Opening is cheap: no engine is started for
+//! discovery.
+
+use core::ffi::{c_char, c_void};
+use core::mem::offset_of;
+use std::sync::Mutex;
+
+use crate::abi::*;
+use crate::config::DeviceConfig;
+use crate::netdev::{self, IfaceFacts};
+
+/// The name of the device for interface `iface`: `xwarp_<iface>` (e.g. `xwarp_veth0`).
+pub fn device_name(iface: &str) -> String {
+    format!("xwarp_{iface}")
+}
+
+/// The `ibdev_path` of a device named `name`. Nothing exists there: `ibv_read_sysfs_file`
+/// answers for it itself.
+pub fn ibdev_path(name: &str) -> String {
+    format!("/sys/class/infiniband/{name}")
+}
+
+const DEVICE_MAGIC: u64 = u64::from_be_bytes(*b"xwarpdev");
+const CONTEXT_MAGIC: u64 = u64::from_be_bytes(*b"xwarpctx");
+
+/// The addresses of the open contexts' `ibv_context`s, so a pointer is checked before it
+/// is dereferenced.
+static OPEN: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A device: the `ibv_device` programs read, followed by the NULL driver-ops pointer of
+/// rdma-core's `verbs_device` (see `README.md`, Allocation), then xwarp's own fields.
+#[repr(C)]
+pub struct XwDevice {
+    /// What the program sees.
+    pub dev: ibv_device,
+    /// `verbs_device.ops` (NULL: no provider library takes the device for its own).
+    pub _verbs_device_ops: *const c_void,
+    magic: u64,
+    /// The interface name.
+    pub iface: String,
+    /// The MAC the GUID and GID were made of (fixed when the device was created).
+    pub mac: [u8; 6],
+}
+
+// SAFETY: after creation a device is only read; the raw pointer is always NULL.
+unsafe impl Sync for XwDevice {}
+// SAFETY: as above.
+unsafe impl Send for XwDevice {}
+
+fn copy_cstr(dst: &mut [c_char], s: &str) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().take(room).zip(s.bytes()) {
+        *d = b as c_char;
+    }
+}
+
+impl XwDevice {
+    fn new(iface: &str, facts: &IfaceFacts) -> XwDevice {
+        let name = device_name(iface);
+        // SAFETY: ibv_device is integers, char arrays and nullable fn pointers: zero is valid.
+        let mut dev: ibv_device = unsafe { core::mem::zeroed() };
+        dev.node_type = IBV_NODE_RNIC;
+        dev.transport_type = IBV_TRANSPORT_IWARP;
+        copy_cstr(&mut dev.name, &name);
+        copy_cstr(&mut dev.dev_name, &format!("uverbs_{name}"));
+        copy_cstr(
+            &mut dev.dev_path,
+            &format!("/sys/class/infiniband_verbs/uverbs_{name}"),
+        );
+        copy_cstr(&mut dev.ibdev_path, &ibdev_path(&name));
+        XwDevice {
+            dev,
+            _verbs_device_ops: core::ptr::null(),
+            magic: DEVICE_MAGIC,
+            iface: iface.to_string(),
+            mac: mac_or_random(facts.mac),
+        }
+    }
+
+    /// The device behind a pointer a program passed, if it is one of ours.
+    ///
+    /// # Safety
+    /// `p` is NULL or points to at least an `ibv_device` (what a program may pass).
+    pub unsafe fn from_ptr<'a>(p: *const ibv_device) -> Option<&'a XwDevice> {
+        let reg = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        reg.iter()
+            .find(|d| core::ptr::eq(&d.dev, p))
+            .filter(|d| d.magic == DEVICE_MAGIC)
+            .map(|d| &**d)
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> String {
+        device_name(&self.iface)
+    }
+
+    /// The interface's current facts (link state and MTU are read afresh).
+    pub fn facts(&self) -> std::io::Result<IfaceFacts> {
+        netdev::query(&self.iface)
+    }
+}
+
+/// siw's rule for an interface without a hardware address: a random locally administered
+/// unicast MAC.
+fn mac_or_random(mac: [u8; 6]) -> [u8; 6] {
+    if mac != [0; 6] {
+        return mac;
+    }
+    let mut m = [0u8; 6];
+    // SAFETY: `m` is writable for its length.
+    let n = unsafe { libc::getrandom(m.as_mut_ptr().cast(), m.len(), 0) };
+    if n != m.len() as isize {
+        m = [0, 0, 0, 0, 0, 1];
+    }
+    m[0] = (m[0] & !0x01) | 0x02;
+    m
+}
+
+/// Every device created so far (leaked: they live as long as the process).
+static DEVICES: Mutex<Vec<&'static XwDevice>> = Mutex::new(Vec::new());
+
+/// The devices `cfg` describes (one, for `cfg.iface`), or why there are none.
+pub fn discover(cfg: &DeviceConfig) -> Result<Vec<&'static XwDevice>, String> {
+    let facts = netdev::query(&cfg.iface).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "XWARP_IFACE={:?}: no such interface in this network namespace",
+                cfg.iface
+            )
+        } else {
+            format!("XWARP_IFACE={:?}: {e}", cfg.iface)
+        }
+    })?;
+    let mut reg = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = reg.iter().find(|d| d.iface == cfg.iface) {
+        return Ok(vec![*d]);
+    }
+    let d: &'static XwDevice = Box::leak(Box::new(XwDevice::new(&cfg.iface, &facts)));
+    reg.push(d);
+    Ok(vec![d])
+}
+
+/// The device whose `ibdev_path` (or `dev_path`) is `dir`, if any.
+pub fn by_sysfs_dir(dir: &[u8]) -> Option<&'static XwDevice> {
+    let reg = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let path = |p: &[c_char]| -> Vec<u8> {
+        p.iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect()
+    };
+    let dir = dir.strip_suffix(b"/").unwrap_or(dir);
+    reg.iter()
+        .find(|d| path(&d.dev.ibdev_path) == dir || path(&d.dev.dev_path) == dir)
+        .copied()
+}
+
+/// An open device: a whole `verbs_context` (the program gets `&vctx.context`), then
+/// xwarp's fields.
+#[repr(C)]
+pub struct XwContext {
+    /// `verbs_context`, whose last field is the `ibv_context` handed out.
+    pub vctx: verbs_context,
+    magic: u64,
+    /// The device it was opened from.
+    pub device: &'static XwDevice,
+    /// The engine MTU the port reports as its active MTU's bound.
+    pub engine_mtu: usize,
+}
+
+impl XwContext {
+    /// Allocate a context for `device`; `query_port` fills the `verbs_context` slot the
+    /// inline `ibv_query_port` calls. Returns the `ibv_context` to hand out.
+    pub fn open(
+        device: &'static XwDevice,
+        engine_mtu: usize,
+        query_port: query_port_fn,
+    ) -> std::io::Result<*mut ibv_context> {
+        // SAFETY: eventfd(2) with valid flags.
+        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if async_fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: verbs_context is nullable fn pointers, raw pointers, integers and
+        // pthread objects (initialised below): all-zero is a valid starting value.
+        let mut vctx: verbs_context = unsafe { core::mem::zeroed() };
+        vctx.query_port = Some(query_port);
+        vctx.sz = core::mem::size_of::<verbs_context>();
+        vctx.context.device = (&device.dev as *const ibv_device).cast_mut();
+        vctx.context.cmd_fd = -1;
+        vctx.context.async_fd = async_fd;
+        vctx.context.num_comp_vectors = 1;
+        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+        let ctx = Box::into_raw(Box::new(XwContext {
+            vctx,
+            magic: CONTEXT_MAGIC,
+            device,
+            engine_mtu,
+        }));
+        // SAFETY: `ctx` is a live allocation; the mutex is initialised in place, once.
+        let handed_out = unsafe {
+            libc::pthread_mutex_init(&mut (*ctx).vctx.context.mutex, core::ptr::null());
+            &mut (*ctx).vctx.context as *mut ibv_context
+        };
+        OPEN.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handed_out as usize);
+        Ok(handed_out)
+    }
+
+    /// The context behind an `ibv_context` pointer a program passed, if it is ours.
+    ///
+    /// # Safety
+    /// No other reference to the same context is alive while the result is used (each
+    /// exported call uses it for its own duration only).
+    pub unsafe fn from_ptr<'a>(p: *mut ibv_context) -> Option<&'a mut XwContext> {
+        if !OPEN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(p as usize))
+        {
+            return None;
+        }
+        let base = p
+            .cast::<u8>()
+            .wrapping_sub(offset_of!(XwContext, vctx) + offset_of!(verbs_context, context))
+            .cast::<XwContext>();
+        // SAFETY: `p` is in OPEN, so it is the `context` field of a live XwContext.
+        let ctx = unsafe { &mut *base };
+        (ctx.magic == CONTEXT_MAGIC).then_some(ctx)
+    }
+
+    /// Free a context `open` made.
+    ///
+    /// # Safety
+    /// `ctx` came from [`XwContext::from_ptr`] and is not used afterwards.
+    pub unsafe fn close(ctx: &mut XwContext) {
+        let p = &mut ctx.vctx.context as *mut ibv_context as usize;
+        OPEN.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&q| q != p);
+        ctx.magic = 0;
+        // SAFETY: the fd and mutex were made by `open`; the Box is the one `open` leaked.
+        unsafe {
+            libc::close(ctx.vctx.context.async_fd);
+            libc::pthread_mutex_destroy(&mut ctx.vctx.context.mutex);
+            drop(Box::from_raw(ctx as *mut XwContext));
+        }
+    }
+}
