@@ -177,6 +177,9 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
                 interface: self.backend.interface_label(),
                 address,
             };
+            // Segments of processes killed by a signal are left behind (no exit hook
+            // runs); each new engine removes a few, so they do not pile up.
+            xwarp_telemetry::reader::sweep_dead(&xwarp_telemetry::stats_dir(), 16);
             match xwarp_telemetry::Segment::create(&info) {
                 Ok(seg) => Some(Arc::new(seg)),
                 Err(e) => {

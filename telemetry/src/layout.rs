@@ -20,7 +20,8 @@
 //! words 24..=31  program name (64 bytes, UTF-8, NUL padded)
 //! words 32..=35  interface (32 bytes)
 //! words 36..=41  address (48 bytes)
-//! words 42..64   reserved (0)
+//! word  42       pid namespace of the writer (inode of /proc/self/ns/pid; 0: unknown)
+//! words 43..64   reserved (0)
 //! ```
 //!
 //! A counter section is `count` words, named by [`EngineCounters::NAMES`],
@@ -64,6 +65,8 @@ pub(crate) mod h {
     pub const PROGRAM: (usize, usize) = (24, 64);
     pub const INTERFACE: (usize, usize) = (32, 32);
     pub const ADDRESS: (usize, usize) = (36, 48);
+    /// The writer's pid namespace ([`crate::pid_namespace`]; 0: unknown).
+    pub const PID_NS: usize = 42;
 }
 
 /// Header `state` word of a running engine.

@@ -80,6 +80,14 @@ pub fn proc_start_ticks(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// This process's pid namespace: the inode of `/proc/self/ns/pid` (0 if it cannot be
+/// read). A segment records its writer's, so a reader in another namespace, where the
+/// writer's pid means nothing, does not take a live segment for a dead one.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 /// Now, in nanoseconds since the Unix epoch.
 pub fn unix_ns() -> u64 {
     SystemTime::now()

@@ -71,6 +71,9 @@ pub enum Liveness {
     PidReused,
     /// The engine's loop ended but the file is still there (it is being removed).
     Stopped,
+    /// Written in another pid namespace (a container sharing this directory): its pid
+    /// means nothing here, so whether the writer lives cannot be told; never stale.
+    OtherNamespace,
 }
 
 /// A copy of one table.
@@ -146,6 +149,38 @@ impl Found {
             Err(_) => proc_start_ticks(self.pid).is_none(),
         }
     }
+}
+
+/// Remove at most `max` segments in `dir` whose writer died without removing them (killed
+/// by a signal: a shim program stopped with SIGKILL or an unhandled SIGTERM runs no exit
+/// hook), and return how many went. Only segments whose header reads well and says
+/// [`Liveness::Dead`] are removed: a pid reused by a live process, a segment of another
+/// pid namespace ([`Liveness::OtherNamespace`]) or an unreadable file is left for
+/// `xwarp stat --clean` to judge. Engines call it when they create their own segment, so
+/// stale segments do not pile up in /dev/shm.
+pub fn sweep_dead(dir: &Path, max: usize) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        if removed >= max {
+            break;
+        }
+        let Some((pid, _)) = e.file_name().to_str().and_then(parse_name) else {
+            continue;
+        };
+        if proc_start_ticks(pid).is_some() {
+            continue;
+        }
+        let path = e.path();
+        if matches!(read_segment(&path), Ok(s) if s.liveness == Liveness::Dead)
+            && fs::remove_file(&path).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Parse a segment file name `xwarp-<pid>-<index>`.
@@ -435,7 +470,9 @@ pub fn read_segment(path: &Path) -> Result<EngineSnapshot, ReadError> {
     let pid = v.get(h::PID);
     let pid = u32::try_from(pid).map_err(|_| ReadError::Corrupt(format!("pid {pid}")))?;
     let start = v.get(h::START_TICKS);
+    let ns = v.get(h::PID_NS);
     let liveness = match proc_start_ticks(pid) {
+        _ if ns != 0 && ns != crate::pid_namespace() => Liveness::OtherNamespace,
         None => Liveness::Dead,
         Some(t) if start != 0 && t != start => Liveness::PidReused,
         Some(_) if v.get(h::STATE) == STATE_STOPPED => Liveness::Stopped,

@@ -144,6 +144,10 @@ fn readers_never_keep_a_torn_table() {
                 }
                 seg.publish_conns(&recs[..n], n);
                 gen += 1;
+                // A short pause between publications (the engine publishes every 100 ms):
+                // a writer that never pauses would starve the reader's retries on 2 cores,
+                // while publications still overlap many of the reads.
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
             gen
         })
@@ -542,4 +546,40 @@ fn segment_text_reaches_the_reader_without_control_characters() {
     assert_eq!(s.program, "evil?]0;title?");
     assert_eq!(s.interface, "eth??0");
     assert_eq!(s.address, "10.0.0.1/24?");
+}
+
+#[test]
+fn a_new_engine_sweeps_segments_of_killed_processes_but_not_of_other_pid_namespaces() {
+    let dir = TempDir::new("sweep");
+    let live = Segment::create_in(&dir.0, 0, &info(), small()).unwrap();
+    assert_ne!(crate::pid_namespace(), 0, "no /proc/self/ns/pid");
+    let dead = dead_pid();
+    // Killed without its exit hook: dead pid, our namespace.
+    let killed = dir.0.join(crate::segment_name(dead, 0));
+    fs::copy(live.path(), &killed).unwrap();
+    write_words(&killed, &[(h::PID, u64::from(dead))]);
+    // The same, written in another pid namespace: its pid means nothing here.
+    let foreign = dir.0.join(crate::segment_name(dead, 1));
+    fs::copy(live.path(), &foreign).unwrap();
+    write_words(
+        &foreign,
+        &[
+            (h::PID, u64::from(dead)),
+            (h::PID_NS, crate::pid_namespace() + 1),
+        ],
+    );
+    // Unreadable under a dead pid's name: left to `xwarp stat --clean`.
+    let junk = dir.0.join(crate::segment_name(dead, 2));
+    fs::write(&junk, b"not a segment").unwrap();
+
+    assert_eq!(crate::reader::sweep_dead(&dir.0, 16), 1);
+    assert!(!killed.exists());
+    assert!(foreign.exists() && junk.exists() && live.path().exists());
+    let f = read_segment(&foreign).unwrap();
+    assert_eq!(f.liveness, Liveness::OtherNamespace);
+    let found = scan(&dir.0).unwrap();
+    assert!(!found.iter().find(|x| x.path == foreign).unwrap().is_stale());
+    // The bound holds: nothing more to sweep, and max 0 removes nothing.
+    assert_eq!(crate::reader::sweep_dead(&dir.0, 16), 0);
+    assert_eq!(crate::reader::sweep_dead(&dir.0, 0), 0);
 }

@@ -238,6 +238,7 @@ impl Segment {
             set(h::SIZE, bytes as u64);
             set(h::PID, u64::from(pid));
             set(h::START_TICKS, proc_start_ticks(pid).unwrap_or(0));
+            set(h::PID_NS, crate::pid_namespace());
             set(h::INDEX, u64::from(index));
             let now = unix_ns();
             set(h::CREATED_NS, now);

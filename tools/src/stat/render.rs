@@ -112,6 +112,7 @@ fn engine(out: &mut String, e: &EngineSnapshot, prev: Option<&(Instant, EngineSn
     let up = xwarp_telemetry::unix_ns().saturating_sub(e.created_unix_ns) as f64 / 1e9;
     let state = match e.liveness {
         Liveness::Stopped => "  STOPPING",
+        Liveness::OtherNamespace => "  (another pid namespace)",
         _ => "",
     };
     let _ = writeln!(
