@@ -10,14 +10,14 @@
 //! here. Everything runs in the calling thread's network namespace.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+
+use super::netlink::{attr, attrs, socket, u16_at, u32_at};
 
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_DUMP: u16 = 0x300;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
@@ -52,14 +52,6 @@ const NETDEV_A_DEV_XSK_FEATURES: u16 = 6;
 /// `IFF_UP`.
 pub const IFF_UP: u32 = 1;
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(o..o + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
-}
-
 /// An unsigned attribute of 1, 2, 4 or 8 bytes (the kernel's `uint` attributes may be
 /// either width), native byte order.
 fn uint(b: &[u8]) -> Option<u64> {
@@ -76,30 +68,6 @@ fn uint(b: &[u8]) -> Option<u64> {
 fn string(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-/// Iterate `(type, payload)` over a run of netlink attributes; stops at the first
-/// malformed one.
-pub(crate) fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        let len = u16_at(b, 0)? as usize;
-        let ty = u16_at(b, 2)? & !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let payload = &b[4..len];
-        b = b.get((len + 3) & !3..).unwrap_or(&[]);
-        Some((ty, payload))
-    })
-}
-
-fn push_attr(msg: &mut Vec<u8>, ty: u16, payload: &[u8]) {
-    msg.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    msg.extend_from_slice(&ty.to_ne_bytes());
-    msg.extend_from_slice(payload);
-    while !msg.len().is_multiple_of(4) {
-        msg.push(0);
-    }
 }
 
 /// A netlink request: header (length patched by [`finish`]) followed by `body`.
@@ -126,37 +94,6 @@ fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         b = b.get((len + 3) & !3..).unwrap_or(&[]);
         Some((ty, body))
     })
-}
-
-fn socket(protocol: i32) -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the result is checked and wrapped in an OwnedFd.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            protocol,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let tv = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: valid fd; the option value points to a live timeval of the stated size.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        );
-    }
-    Ok(fd)
 }
 
 /// Send `msg` on a `protocol` netlink socket and collect the bodies of every reply of type
@@ -358,7 +295,7 @@ pub fn family_id(name: &str) -> io::Result<Option<u16>> {
     let mut body = genl_header(CTRL_CMD_GETFAMILY, 1);
     let mut cname = name.as_bytes().to_vec();
     cname.push(0);
-    push_attr(&mut body, CTRL_ATTR_FAMILY_NAME, &cname);
+    attr(&mut body, CTRL_ATTR_FAMILY_NAME, &cname);
     let msg = request(GENL_ID_CTRL, NLM_F_REQUEST, &body);
     match transact(libc::NETLINK_GENERIC, &msg, GENL_ID_CTRL, false) {
         Ok(replies) => Ok(replies.first().and_then(|b| {
@@ -395,13 +332,14 @@ pub fn netdev_dump() -> io::Result<Option<Vec<NetdevInfo>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::afxdp::netlink::NLA_F_NESTED;
 
     fn link_body(attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
         let mut b = vec![0u8; 16];
         b[4..8].copy_from_slice(&7u32.to_ne_bytes());
         b[8..12].copy_from_slice(&(IFF_UP | 0x10000).to_ne_bytes());
         for (t, v) in attrs {
-            push_attr(&mut b, *t, v);
+            attr(&mut b, *t, v);
         }
         b
     }
@@ -409,10 +347,10 @@ mod tests {
     #[test]
     fn link_attributes_parse() {
         let mut linkinfo = Vec::new();
-        push_attr(&mut linkinfo, IFLA_INFO_KIND, b"veth\0");
+        attr(&mut linkinfo, IFLA_INFO_KIND, b"veth\0");
         let mut xdp = Vec::new();
-        push_attr(&mut xdp, IFLA_XDP_ATTACHED, &[1]);
-        push_attr(&mut xdp, IFLA_XDP_PROG_ID, &42u32.to_ne_bytes());
+        attr(&mut xdp, IFLA_XDP_ATTACHED, &[1]);
+        attr(&mut xdp, IFLA_XDP_PROG_ID, &42u32.to_ne_bytes());
         let body = link_body(&[
             (IFLA_IFNAME, b"veth-a\0".to_vec()),
             (IFLA_MTU, 1500u32.to_ne_bytes().to_vec()),
@@ -438,9 +376,9 @@ mod tests {
 
         // Per-mode ids win over the single id; generic mode alone.
         let mut xdp = Vec::new();
-        push_attr(&mut xdp, IFLA_XDP_ATTACHED, &[2]);
-        push_attr(&mut xdp, IFLA_XDP_PROG_ID, &9u32.to_ne_bytes());
-        push_attr(&mut xdp, IFLA_XDP_SKB_PROG_ID, &9u32.to_ne_bytes());
+        attr(&mut xdp, IFLA_XDP_ATTACHED, &[2]);
+        attr(&mut xdp, IFLA_XDP_PROG_ID, &9u32.to_ne_bytes());
+        attr(&mut xdp, IFLA_XDP_SKB_PROG_ID, &9u32.to_ne_bytes());
         let l = parse_link(&link_body(&[(IFLA_XDP, xdp)])).unwrap();
         assert_eq!((l.xdp_drv, l.xdp_skb), (0, 9));
         assert_eq!(l.kind, None);
@@ -450,15 +388,15 @@ mod tests {
     #[test]
     fn netdev_attributes_parse_in_either_width() {
         let mut b = genl_header(NETDEV_CMD_DEV_GET, 1);
-        push_attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
-        push_attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &0x27u64.to_ne_bytes());
-        push_attr(&mut b, NETDEV_A_DEV_XDP_ZC_MAX_SEGS, &1u32.to_ne_bytes());
-        push_attr(
+        attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &0x27u64.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_XDP_ZC_MAX_SEGS, &1u32.to_ne_bytes());
+        attr(
             &mut b,
             NETDEV_A_DEV_XDP_RX_METADATA_FEATURES,
             &3u32.to_ne_bytes(),
         );
-        push_attr(&mut b, NETDEV_A_DEV_XSK_FEATURES, &2u64.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_XSK_FEATURES, &2u64.to_ne_bytes());
         let d = parse_netdev(&b).unwrap();
         assert_eq!(
             d,
@@ -472,16 +410,16 @@ mod tests {
         );
         // An older kernel: no xsk-features, no rx metadata.
         let mut b = genl_header(NETDEV_CMD_DEV_GET, 1);
-        push_attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
-        push_attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &1u64.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &1u64.to_ne_bytes());
         let d = parse_netdev(&b).unwrap();
         assert_eq!((d.xsk_features, d.xdp_zc_max_segs), (None, None));
         // No ifindex: not a device record. A truncated attribute stops the walk.
         let mut b = genl_header(NETDEV_CMD_DEV_GET, 1);
-        push_attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &1u64.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_XDP_FEATURES, &1u64.to_ne_bytes());
         assert!(parse_netdev(&b).is_none());
         let mut b = genl_header(NETDEV_CMD_DEV_GET, 1);
-        push_attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
+        attr(&mut b, NETDEV_A_DEV_IFINDEX, &5u32.to_ne_bytes());
         b.extend_from_slice(&[200, 0, 3, 0, 1]);
         assert_eq!(parse_netdev(&b).unwrap().xdp_features, 0);
     }

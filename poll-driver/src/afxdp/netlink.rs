@@ -12,7 +12,10 @@ const RTM_SETLINK: u16 = 19;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
-const NLA_F_NESTED: u16 = 0x8000;
+/// Attribute type flag: the payload is nested attributes.
+pub(super) const NLA_F_NESTED: u16 = 0x8000;
+/// Attribute type flag: the payload is in network byte order.
+const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 const IFLA_XDP: u16 = 43;
 const IFLA_XDP_FD: u16 = 1;
 const IFLA_XDP_FLAGS: u16 = 3;
@@ -46,13 +49,15 @@ impl XdpAttachment {
     }
 }
 
-fn socket() -> io::Result<OwnedFd> {
+/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_GENERIC`) with a 2 s receive
+/// timeout; shared with the generic-netlink client (`genl.rs`).
+pub(super) fn socket(protocol: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call; the result is checked and wrapped in an OwnedFd.
     let fd = unsafe {
         libc::socket(
             libc::AF_NETLINK,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
+            protocol,
         )
     };
     if fd < 0 {
@@ -91,7 +96,8 @@ fn header(msg: &mut Vec<u8>, ty: u16, flags: u16, ifindex: u32) {
     msg.extend_from_slice(&0u32.to_ne_bytes());
 }
 
-fn attr(msg: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+/// Append attribute `ty` with `payload`, padded to 4 bytes.
+pub(super) fn attr(msg: &mut Vec<u8>, ty: u16, payload: &[u8]) {
     let len = 4 + payload.len();
     msg.extend_from_slice(&(len as u16).to_ne_bytes());
     msg.extend_from_slice(&ty.to_ne_bytes());
@@ -106,19 +112,20 @@ fn finish(msg: &mut [u8]) {
     msg[..4].copy_from_slice(&len.to_ne_bytes());
 }
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+pub(super) fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(o..o + 2)?.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+pub(super) fn u32_at(b: &[u8], o: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
 }
 
-/// Iterate `(type, payload)` over a run of netlink attributes.
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+/// Iterate `(type, payload)` over a run of netlink attributes (the nested and
+/// byte-order flags masked off); stops at the first malformed one.
+pub(super) fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         let len = u16_at(b, 0)? as usize;
-        let ty = u16_at(b, 2)? & !NLA_F_NESTED;
+        let ty = u16_at(b, 2)? & !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
         if len < 4 || len > b.len() {
             return None;
         }
@@ -131,7 +138,7 @@ fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 
 /// Send `msg` and return the first reply of type `want` (or `None` for a plain ACK).
 fn transact(msg: &[u8], want: Option<u16>) -> io::Result<Option<Vec<u8>>> {
-    let sock = socket()?;
+    let sock = socket(libc::NETLINK_ROUTE)?;
     // SAFETY: an all-zero sockaddr_nl is valid (pid 0 = the kernel).
     let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     sa.nl_family = libc::AF_NETLINK as u16;
