@@ -17,7 +17,9 @@
 
 pub mod abi;
 pub mod attr;
+pub mod cm;
 pub mod config;
 pub mod device;
 pub mod exports;
+pub mod exports_cm;
 pub mod netdev;
