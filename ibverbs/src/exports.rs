@@ -108,6 +108,16 @@ pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
 /// As [`ibv_get_device_name`].
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     // SAFETY: per the contract.
+    unsafe { open_device(dev) }
+}
+
+/// What `ibv_open_device` does (the crate calls this, never the exported symbol: a
+/// `.symver` needs its function defined in the same object file).
+///
+/// # Safety
+/// As [`ibv_get_device_name`].
+pub(crate) unsafe fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    // SAFETY: per the contract.
     let Some(d) = (unsafe { XwDevice::from_ptr(dev) }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
@@ -151,8 +161,7 @@ pub unsafe extern "C" fn ibv_query_device(
     ctx: *mut ibv_context,
     out: *mut ibv_device_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
+    let Some(c) = XwContext::from_raw(ctx) else {
         return libc::EINVAL;
     };
     if out.is_null() {
@@ -168,8 +177,7 @@ pub unsafe extern "C" fn ibv_query_device(
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `out` NULL or writable for `len` bytes.
 unsafe fn query_port_into(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
+    let Some(c) = XwContext::from_raw(ctx) else {
         return libc::EINVAL;
     };
     if port != 1 || out.is_null() {
@@ -227,8 +235,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
+    let Some(c) = XwContext::from_raw(ctx) else {
         set_errno(libc::EINVAL);
         return -1;
     };
@@ -253,8 +260,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: c_uint,
     ty: *mut ibv_gid_type_sysfs,
 ) -> c_int {
-    // SAFETY: per the contract.
-    if unsafe { XwContext::from_ptr(ctx) }.is_none() || port != 1 || index != 0 || ty.is_null() {
+    if XwContext::from_raw(ctx).is_none() || port != 1 || index != 0 || ty.is_null() {
         set_errno(libc::EINVAL);
         return -1;
     }

@@ -879,24 +879,9 @@ static DEFAULT_PD: Mutex<usize> = Mutex::new(0);
 fn default_pd(ctx: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
     let mut g = DEFAULT_PD.lock().unwrap_or_else(|p| p.into_inner());
     if *g == 0 {
-        // SAFETY: the library's context.
-        let pd = unsafe { link::alloc_pd(ctx) };
-        if pd.is_null() {
-            return Err(errno_or(libc::ENOMEM));
-        }
-        *g = pd as usize;
+        *g = link::alloc_pd(ctx)? as usize;
     }
     Ok(*g as *mut ibv_pd)
-}
-
-fn errno_or(d: c_int) -> c_int {
-    // SAFETY: this thread's errno slot.
-    let e = unsafe { *libc::__errno_location() };
-    if e != 0 {
-        e
-    } else {
-        d
-    }
 }
 
 /// `rdma_create_qp`: an RC QP on `id->verbs` bound to the id. `pd` NULL: `id->pd`, else the
@@ -944,10 +929,20 @@ pub(crate) unsafe fn create_qp(
     }
     // SAFETY: the library's PD and the program's attributes.
     let qp = unsafe { link::create_qp(pd, a) };
-    if qp.is_null() {
-        let e = errno_or(libc::ENOMEM);
+    let qp = match qp {
+        Ok(q) => q,
+        Err(e) => {
+            if made {
+                // SAFETY: the CQs we just made.
+                unsafe { destroy_cqs(c) };
+            }
+            return Err(e);
+        }
+    };
+    if let Err(e) = link::init_qp(qp, c.port_num.max(1)) {
+        link::destroy_qp(qp);
         if made {
-            // SAFETY: the CQs we just made.
+            // SAFETY: the CQs we made above.
             unsafe { destroy_cqs(c) };
         }
         return Err(e);
@@ -967,21 +962,16 @@ unsafe fn make_cqs(
     ctx: *mut ibv_context,
     a: &mut ibv_qp_init_attr,
 ) -> Result<(), c_int> {
+    let idp = (c as *mut rdma_cm_id).cast::<c_void>();
     let mk = |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
-        // SAFETY: the library's context.
-        let ch = unsafe { link::create_comp_channel(ctx) };
-        if ch.is_null() {
-            return Err(errno_or(libc::ENOMEM));
+        let ch = link::create_comp_channel(ctx)?;
+        match link::create_cq(ctx, n.clamp(1, i32::MAX as u32) as c_int, idp, ch) {
+            Ok(cq) => Ok((ch, cq)),
+            Err(e) => {
+                link::destroy_comp_channel(ch);
+                Err(e)
+            }
         }
-        // SAFETY: as above.
-        let cq = unsafe { link::create_cq(ctx, n.max(1) as c_int, ch) };
-        if cq.is_null() {
-            let e = errno_or(libc::ENOMEM);
-            // SAFETY: the channel we just made.
-            unsafe { link::destroy_comp_channel(ch) };
-            return Err(e);
-        }
-        Ok((ch, cq))
     };
     if a.recv_cq.is_null() {
         let (ch, cq) = mk(a.cap.max_recv_wr)?;
@@ -1009,19 +999,16 @@ unsafe fn make_cqs(
 /// # Safety
 /// `c` the live id; its CQ fields hold what [`make_cqs`] made (or NULL).
 unsafe fn destroy_cqs(c: &mut rdma_cm_id) {
-    // SAFETY: per the contract, each destroyed once and cleared.
-    unsafe {
-        for cq in [&mut c.send_cq, &mut c.recv_cq] {
-            if !cq.is_null() {
-                link::destroy_cq(*cq);
-                *cq = core::ptr::null_mut();
-            }
+    for cq in [&mut c.send_cq, &mut c.recv_cq] {
+        if !cq.is_null() {
+            link::destroy_cq(*cq);
+            *cq = core::ptr::null_mut();
         }
-        for ch in [&mut c.send_cq_channel, &mut c.recv_cq_channel] {
-            if !ch.is_null() {
-                link::destroy_comp_channel(*ch);
-                *ch = core::ptr::null_mut();
-            }
+    }
+    for ch in [&mut c.send_cq_channel, &mut c.recv_cq_channel] {
+        if !ch.is_null() {
+            link::destroy_comp_channel(*ch);
+            *ch = core::ptr::null_mut();
         }
     }
 }
@@ -1043,8 +1030,7 @@ pub(crate) fn destroy_qp(id: *mut rdma_cm_id) -> Result<(), c_int> {
     let c = g.cid();
     let qp = std::mem::replace(&mut c.qp, core::ptr::null_mut());
     if !qp.is_null() {
-        // SAFETY: the id's QP, destroyed once.
-        unsafe { link::destroy_qp(qp) };
+        link::destroy_qp(qp);
     }
     if owns {
         // SAFETY: the CQs rdma_create_qp made.

@@ -209,6 +209,13 @@ fn handle(token: u64, kind: Kind, fd: RawFd, core: &Arc<IdCore>) {
                 };
                 let (next, report) = on_event(g.state, ee);
                 g.state = next;
+                if report {
+                    let st = match ee {
+                        EngineEvent::Established => IBV_QPS_RTS,
+                        _ => IBV_QPS_ERR,
+                    };
+                    link::set_qp_state(g.watched_qp, st);
+                }
                 if ee == EngineEvent::Established {
                     if let Ok(a) = qp.query() {
                         if let Some(std::net::SocketAddr::V4(l)) = a.local_addr {
