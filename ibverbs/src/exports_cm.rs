@@ -372,6 +372,17 @@ pub unsafe extern "C" fn rdma_create_ep(
             Ok(c) => c,
             Err(e) => return rc(Err(e)),
         };
+        // librdmacm's rdma_create_ep gives the QP the addrinfo's QP type (rdma_client
+        // leaves `qp_type` 0 in its attributes).
+        let qpt = if r.ai_qp_type == 0 {
+            IBV_QPT_RC
+        } else {
+            r.ai_qp_type as u32
+        };
+        if !attr.is_null() {
+            // SAFETY: writable per the contract.
+            unsafe { (*attr).qp_type = qpt };
+        }
         let r2 = (|| {
             if r.ai_flags & RAI_PASSIVE != 0 {
                 // SAFETY: the addrinfo's address per the contract.

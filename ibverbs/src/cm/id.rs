@@ -647,9 +647,10 @@ fn set_ird_ord(qp: &xwarp_verbs::QueuePair, ird: u8, ord: u8) -> Result<(), c_in
 }
 
 /// `rdma_connect` (the retry counts and flow control are ignored, as siw ignores them).
+/// A NULL `conn_param` (rdma_client) connects without private data and with the QP's own
+/// IRD/ORD (librdmacm would send the device maxima truncated to its `u8` fields).
 pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c_int> {
     let core = core_of(id)?;
-    let p = p.ok_or(libc::EINVAL)?;
     let sync = {
         let mut g = core.lock();
         live(&g)?;
@@ -659,12 +660,14 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
         // SAFETY: the QP pointer of the id, looked up among the library's QPs.
         let qp = unsafe { link::qp_of(qpp) }.ok_or(libc::EINVAL)?;
         let dst = dst.ok_or(libc::EINVAL)?;
-        set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
+        if let Some(p) = &p {
+            set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
+        }
         watch_qp(&mut g, &core, qpp, qp)?;
         qp.connect(
             SocketAddr::V4(dst),
             ConnectParams {
-                private_data: p.private_data,
+                private_data: p.map(|p| p.private_data).unwrap_or_default(),
                 timeout: CONNECT_TIMEOUT,
             },
         )
@@ -692,6 +695,9 @@ fn watch_qp(
         pump::unwatch(t);
     }
     g.token = Some(pump::watch_qp(qp, core.clone())?);
+    if let Ok(d) = link::context().and_then(link::device) {
+        super::linger::note(&d);
+    }
     g.watched_qp = qpp;
     Ok(())
 }

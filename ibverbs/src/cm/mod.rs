@@ -10,12 +10,14 @@
 //! * [`pump`] — engine reports → events.
 //! * [`addr`] — socket addresses, reachability through the engine.
 //! * [`info`] — `rdma_getaddrinfo`.
+//! * [`linger`] — the exit hook that lets closing connections finish.
 //! * `link` — what the CM takes from the rest of the library (context, engine, QPs).
 
 pub mod addr;
 pub mod channel;
 pub(crate) mod id;
 pub mod info;
+pub mod linger;
 pub(crate) mod link;
 pub(crate) mod pump;
 pub mod state;

@@ -238,8 +238,8 @@ type Mapped = (EngineEvent, rdma_cm_event_type, c_int, Vec<u8>, u8, u8);
 /// reject is REJECTED with `-ECONNREFUSED` and the peer's private data (what siw reports
 /// for a Reply with R=1); a refused TCP connection is REJECTED too, a timeout UNREACHABLE
 /// with `-ETIMEDOUT`, any other failure before ESTABLISHED CONNECT_ERROR with
-/// `-ECONNRESET`. Terminates and errors on an established connection are not events: the
-/// DISCONNECTED that follows them is.
+/// `-ECONNRESET`. A Terminate is not an event (the connection ends after it); an error
+/// on an established connection is DISCONNECTED, as is its close.
 fn map(ev: &CmEvent, state: IdState) -> Option<Mapped> {
     let u8c = |v: u16| v.min(255) as u8;
     Some(match ev {
@@ -279,6 +279,16 @@ fn map(ev: &CmEvent, state: IdState) -> Option<Mapped> {
             EngineEvent::ConnectFailed,
             RDMA_CM_EVENT_CONNECT_ERROR,
             -libc::ECONNRESET,
+            Vec::new(),
+            0,
+            0,
+        ),
+        // A connection lost (reset, a fatal error, after a Terminate) is DISCONNECTED for
+        // rdma_cm, like a close; the engine's own Disconnected after it is then silent.
+        CmEvent::Error(_) if matches!(state, IdState::Connected | IdState::Disconnecting) => (
+            EngineEvent::Disconnected,
+            RDMA_CM_EVENT_DISCONNECTED,
+            0,
             Vec::new(),
             0,
             0,
@@ -339,7 +349,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!((m.1, m.2), (RDMA_CM_EVENT_CONNECT_ERROR, -libc::ECONNRESET));
-        assert!(map(&CmEvent::Error("x".into()), IdState::Connected).is_none());
+        let m = map(&CmEvent::Error("reset".into()), IdState::Connected).unwrap();
+        assert_eq!(
+            (m.0, m.1),
+            (EngineEvent::Disconnected, RDMA_CM_EVENT_DISCONNECTED)
+        );
+        assert!(map(&CmEvent::Error("x".into()), IdState::Listening).is_none());
         assert!(map(&CmEvent::Error("x".into()), IdState::Accepting).is_some());
         let t = CmEvent::TerminateReceived {
             layer: 0,

@@ -3,6 +3,7 @@
  * preloaded, one process per network namespace, each with its own xwarp engine.
  *
  *   cm_pair server ADDR PORT      cm_pair client SERVER_ADDR PORT UNREACHABLE_ADDR
+ *   cm_pair nodev ADDR PORT       (no xwarp device: every call fails cleanly)
  *
  * Server: rejects the first connection request (checking its private data) with private
  * data, accepts the second with private data, receives the client's buffer advertisement,
@@ -320,6 +321,28 @@ static int client(const char *addr, int port, const char *unreachable)
 	return 0;
 }
 
+/* Without a device (XWARP_IFACE unset): the calls that need one fail with ENODEV, the
+ * others work, nothing aborts. */
+static int nodev(const char *addr, int port)
+{
+	int n = -1;
+	struct ibv_context **l = rdma_get_devices(&n);
+	CHECK(l == NULL && errno == ENODEV && n == 0, "rdma_get_devices without a device");
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch, "rdma_create_event_channel");
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	struct sockaddr_in d;
+	set_addr(&d, addr, port);
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&d, 1000) == -1 && errno == ENODEV, "resolve without a device");
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&d) == -1 && errno == ENODEV, "bind without a device");
+	CHECK(rdma_listen(id, 1) == -1 && errno == ENODEV, "listen without a device");
+	CHECK(rdma_destroy_id(id) == 0, "destroy");
+	rdma_destroy_event_channel(ch);
+	STEP("no device: every call failed with ENODEV");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -327,6 +350,8 @@ int main(int argc, char **argv)
 		return server(argv[2], atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "client") == 0)
 		return client(argv[2], atoi(argv[3]), argv[4]);
+	if (argc == 4 && strcmp(argv[1], "nodev") == 0)
+		return nodev(argv[2], atoi(argv[3]));
 	fprintf(stderr, "usage: cm_pair server ADDR PORT | client ADDR PORT UNREACHABLE\n");
 	return 2;
 }
