@@ -1127,6 +1127,8 @@ pub(crate) fn migrate(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> Resul
     Ok(())
 }
 
+// Boxed: a record's address is what the program holds once it takes the event.
+#[allow(clippy::vec_box)]
 fn purge_take(ch: &Channel, core: &Arc<IdCore>) -> Vec<Box<EventRec>> {
     let mut out = Vec::new();
     while let Some(e) = ch.take_of(core) {

@@ -60,15 +60,13 @@ fn pump() -> Result<&'static Pump, c_int> {
     });
     let p = r.as_ref().map_err(|e| *e)?;
     static STARTED: OnceLock<Result<(), c_int>> = OnceLock::new();
-    STARTED
-        .get_or_init(|| {
-            std::thread::Builder::new()
-                .name("xwarp-rdma-cm".into())
-                .spawn(run)
-                .map(|_| ())
-                .map_err(|_| libc::EAGAIN)
-        })
-        .clone()?;
+    (*STARTED.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("xwarp-rdma-cm".into())
+            .spawn(run)
+            .map(|_| ())
+            .map_err(|_| libc::EAGAIN)
+    }))?;
     Ok(p)
 }
 
