@@ -100,6 +100,31 @@ impl XQp {
         self.ctx
     }
 
+    /// Its PD.
+    pub fn pd(&self) -> &'static XPd {
+        self.pd
+    }
+
+    /// Its send CQ.
+    pub fn send_cq(&self) -> &'static XCq {
+        self.send_cq
+    }
+
+    /// Its receive CQ.
+    pub fn recv_cq(&self) -> &'static XCq {
+        self.recv_cq
+    }
+
+    /// Its SRQ, if it takes receives from one.
+    pub fn srq(&self) -> Option<&'static XSrq> {
+        self.srq
+    }
+
+    /// The capacities it was created with.
+    pub fn cap(&self) -> ibv_qp_cap {
+        self.cap
+    }
+
     /// The verbs state last recorded (what `qp->state` shows).
     pub fn ibv_state(&self) -> u32 {
         self.state.load(Ordering::SeqCst)
