@@ -186,7 +186,7 @@ pub struct XwContext {
     /// eventfd, counts them); shared with the port watcher.
     async_q: Arc<AsyncQueue>,
     /// The port watcher: dropping the sender stops it.
-    port_watch: Mutex<Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
+    port_watch: Mutex<Option<PortWatch>>,
     /// Events handed out and not yet acknowledged.
     pub(crate) async_unacked: AtomicUsize,
     /// Live objects (PDs, CQs, channels, ...) made on this context.
@@ -350,9 +350,15 @@ impl XwContext {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some((stop, thread)) = watcher {
-            drop(stop);
-            let _ = thread.join();
+        if let Some(w) = watcher {
+            drop(w.stop);
+            // SAFETY: getpid has no preconditions.
+            if w.pid == unsafe { libc::getpid() } {
+                let _ = w.thread.join();
+            } else {
+                // A forked child: the thread exists only in the parent.
+                std::mem::forget(w.thread);
+            }
         }
         if ctx.objects.load(Ordering::SeqCst) > 0 {
             return;
@@ -401,10 +407,7 @@ pub const PORT_POLL: Duration = Duration::from_millis(250);
 /// which the watcher inherits) and queues `IBV_EVENT_PORT_ERR` when port 1 goes down and
 /// `IBV_EVENT_PORT_ACTIVE` when it comes back, as the kernel does for an RNIC. `None` if
 /// the thread cannot be started (then there are no port events).
-fn watch_port(
-    device: &'static XwDevice,
-    q: Arc<AsyncQueue>,
-) -> Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+fn watch_port(device: &'static XwDevice, q: Arc<AsyncQueue>) -> Option<PortWatch> {
     let (tx, rx) = mpsc::channel::<()>();
     let mut up = device.facts().map(|f| f.link_up).unwrap_or(false);
     let t = std::thread::Builder::new()
@@ -426,5 +429,19 @@ fn watch_port(
             }
         })
         .ok()?;
-    Some((tx, t))
+    Some(PortWatch {
+        stop: tx,
+        thread: t,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    })
+}
+
+/// A running port watcher.
+struct PortWatch {
+    /// Dropping it stops the thread.
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+    /// The process that started it (a forked child must not join it).
+    pid: libc::pid_t,
 }
