@@ -16,7 +16,7 @@
 //! once when the program set `O_NONBLOCK` on the fd), consumes that CQ's notification and
 //! counts the event; `ibv_destroy_cq` waits until every event it returned was
 //! acknowledged, as rdma-core's does (a program that never acks blocks there, as it
-//! would on rdma-core).
+//! would on rdma-core; docs/siw.md §4.10).
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
@@ -53,7 +53,6 @@ unsafe impl Send for XChannel {}
 pub struct XCq {
     /// What the program sees (`cqe` changes on resize, hence the cell).
     c: UnsafeCell<ibv_cq>,
-    cq_context: *mut c_void,
     cq: CompletionQueue,
     ctx: &'static XwContext,
     channel: Option<&'static XChannel>,
@@ -200,7 +199,6 @@ pub fn create(
     cc.cqe = cqe;
     let p = Box::into_raw(Box::new(XCq {
         c: UnsafeCell::new(cc),
-        cq_context,
         cq,
         ctx: c,
         channel: ch,
@@ -498,7 +496,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 // SAFETY: writable per the contract.
                 unsafe {
                     *cq = c.raw();
-                    *cq_context = c.cq_context;
+                    *cq_context = (*c.raw()).cq_context;
                 }
                 0
             }

@@ -8,7 +8,8 @@ use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use crate::abi::*;
 use crate::config::DeviceConfig;
@@ -182,8 +183,10 @@ pub struct XwContext {
     /// The engine's device, fixed on first need ([`XwContext::verbs`]).
     verbs: OnceLock<xwarp_verbs::Device>,
     /// Async events not yet taken by `ibv_get_async_event` (`async_fd`, a semaphore
-    /// eventfd, counts them).
-    async_events: Mutex<VecDeque<ibv_async_event>>,
+    /// eventfd, counts them); shared with the port watcher.
+    async_q: Arc<AsyncQueue>,
+    /// The port watcher: dropping the sender stops it.
+    port_watch: Mutex<Option<PortWatch>>,
     /// Events handed out and not yet acknowledged.
     pub(crate) async_unacked: AtomicUsize,
     /// Live objects (PDs, CQs, channels, ...) made on this context.
@@ -228,7 +231,11 @@ impl XwContext {
             device,
             engine_mtu,
             verbs: OnceLock::new(),
-            async_events: Mutex::new(VecDeque::new()),
+            async_q: Arc::new(AsyncQueue {
+                events: Mutex::new(VecDeque::new()),
+                fd: async_fd,
+            }),
+            port_watch: Mutex::new(None),
             async_unacked: AtomicUsize::new(0),
             objects: AtomicUsize::new(0),
         }));
@@ -240,6 +247,10 @@ impl XwContext {
         OPEN.lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(handed_out as usize);
+        // SAFETY: `ctx` is live (just made, registered above).
+        let c = unsafe { &*ctx };
+        *c.port_watch.lock().unwrap_or_else(|e| e.into_inner()) =
+            watch_port(device, c.async_q.clone());
         Ok(handed_out)
     }
 
@@ -311,18 +322,13 @@ impl XwContext {
     /// Queue an async event for `ibv_get_async_event` (the context's `async_fd` becomes
     /// readable).
     pub fn post_async_event(&self, ev: ibv_async_event) {
-        self.async_events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev);
-        let one = 1u64;
-        // SAFETY: writing 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.vctx.context.async_fd, (&one as *const u64).cast(), 8) };
+        self.async_q.post(ev);
     }
 
     /// Take the oldest queued async event (after the fd said there is one).
     pub(crate) fn take_async_event(&self) -> Option<ibv_async_event> {
-        self.async_events
+        self.async_q
+            .events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop_front()
@@ -339,6 +345,21 @@ impl XwContext {
         OPEN.lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|&q| q != p);
+        let watcher = ctx
+            .port_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(w) = watcher {
+            drop(w.stop);
+            // SAFETY: getpid has no preconditions.
+            if w.pid == unsafe { libc::getpid() } {
+                let _ = w.thread.join();
+            } else {
+                // A forked child: the thread exists only in the parent.
+                std::mem::forget(w.thread);
+            }
+        }
         if ctx.objects.load(Ordering::SeqCst) > 0 {
             return;
         }
@@ -350,4 +371,77 @@ impl XwContext {
             drop(Box::from_raw(ctx as *mut XwContext));
         }
     }
+}
+
+/// A context's async event queue and the eventfd counting it (`ibv_context.async_fd`,
+/// closed by `XwContext::close` after the port watcher stopped).
+struct AsyncQueue {
+    events: Mutex<VecDeque<ibv_async_event>>,
+    fd: c_int,
+}
+
+// SAFETY: the events hold addresses only (handed back to the program); the queue is
+// behind a Mutex and the fd is a plain integer.
+unsafe impl Send for AsyncQueue {}
+// SAFETY: as above.
+unsafe impl Sync for AsyncQueue {}
+
+impl AsyncQueue {
+    fn post(&self, ev: ibv_async_event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(ev);
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a live u64 to our eventfd (open while the context
+        // is: the watcher is joined before it is closed).
+        unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// How often the port watcher reads the interface's link state.
+pub const PORT_POLL: Duration = Duration::from_millis(250);
+
+/// Start the port watcher of a context: every [`PORT_POLL`] it reads the link state of the
+/// device's interface (in the network namespace of the thread that opened the device,
+/// which the watcher inherits) and queues `IBV_EVENT_PORT_ERR` when port 1 goes down and
+/// `IBV_EVENT_PORT_ACTIVE` when it comes back, as the kernel does for an RNIC. `None` if
+/// the thread cannot be started (then there are no port events).
+fn watch_port(device: &'static XwDevice, q: Arc<AsyncQueue>) -> Option<PortWatch> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let mut up = device.facts().map(|f| f.link_up).unwrap_or(false);
+    let t = std::thread::Builder::new()
+        .name("xwarp-ibv-port".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PORT_POLL) {
+                let now = device.facts().map(|f| f.link_up).unwrap_or(false);
+                if now != up {
+                    up = now;
+                    q.post(ibv_async_event {
+                        element: ibv_async_event_element { port_num: 1 },
+                        event_type: if now {
+                            IBV_EVENT_PORT_ACTIVE
+                        } else {
+                            IBV_EVENT_PORT_ERR
+                        },
+                    });
+                }
+            }
+        })
+        .ok()?;
+    Some(PortWatch {
+        stop: tx,
+        thread: t,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    })
+}
+
+/// A running port watcher.
+struct PortWatch {
+    /// Dropping it stops the thread.
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+    /// The process that started it (a forked child must not join it).
+    pid: libc::pid_t,
 }

@@ -64,28 +64,60 @@ pub(crate) fn warn_once(key: &str, line: &str) {
     }
 }
 
-/// The live objects of one kind, by address (see the module docs).
+/// A hasher for object addresses: one multiply (the addresses are distinct and
+/// aligned; SipHash would cost more than the rest of an `ibv_poll_cq`).
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type AddrSet = HashSet<usize, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// Shards of a [`Registry`]: threads polling different CQs or posting to different QPs
+/// take different locks.
+const SHARDS: usize = 16;
+
+/// The live objects of one kind, by address (see the module docs). Lookups are on the
+/// data path (every `ibv_post_send`, `ibv_poll_cq`): a read lock of one of
+/// [`SHARDS`] shards and one multiply-hash probe, about 20 ns (measured on the 2-vCPU
+/// test machine under load; `README.md`).
 pub(crate) struct Registry {
-    live: RwLock<Option<HashSet<usize>>>,
+    shards: [RwLock<Option<AddrSet>>; SHARDS],
 }
 
 impl Registry {
     /// An empty registry (const, for a `static`).
     pub(crate) const fn new() -> Registry {
         Registry {
-            live: RwLock::new(None),
+            shards: [const { RwLock::new(None) }; SHARDS],
         }
+    }
+
+    fn shard(&self, p: *const u8) -> &RwLock<Option<AddrSet>> {
+        &self.shards[((p as usize) >> 6) % SHARDS]
     }
 
     /// Record a new object.
     pub(crate) fn insert(&self, p: *const u8) {
-        let mut l = self.live.write().unwrap_or_else(|e| e.into_inner());
-        l.get_or_insert_with(HashSet::new).insert(p as usize);
+        let mut l = self.shard(p).write().unwrap_or_else(|e| e.into_inner());
+        l.get_or_insert_with(AddrSet::default).insert(p as usize);
     }
 
     /// Forget an object (it is being destroyed); whether it was there.
     pub(crate) fn remove(&self, p: *const u8) -> bool {
-        let mut l = self.live.write().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.shard(p).write().unwrap_or_else(|e| e.into_inner());
         l.as_mut().is_some_and(|m| m.remove(&(p as usize)))
     }
 
@@ -94,7 +126,7 @@ impl Registry {
         if p.is_null() {
             return false;
         }
-        let l = self.live.read().unwrap_or_else(|e| e.into_inner());
+        let l = self.shard(p).read().unwrap_or_else(|e| e.into_inner());
         l.as_ref().is_some_and(|m| m.contains(&(p as usize)))
     }
 }

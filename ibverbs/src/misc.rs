@@ -10,8 +10,9 @@
 //! queued by `XwContext::post_async_event` (blocking unless the program sets
 //! `O_NONBLOCK`, poll/epoll-able). The library queues `IBV_EVENT_QP_FATAL` when a QP's
 //! completions show the engine moved it to ERROR (an error status other than a flush),
-//! and ibv-cm queues it for connection errors; CQ overflow cannot happen (the engine's
-//! CQs grow), port events are not generated.
+//! and ibv-cm queues it for connection errors; the port watcher of each context
+//! (`device.rs`) queues `IBV_EVENT_PORT_ERR`/`IBV_EVENT_PORT_ACTIVE` when the interface's
+//! link goes down/up; CQ overflow cannot happen (the engine's CQs grow).
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;

@@ -11,7 +11,7 @@
 //! if the engine does not answer within `xwarp_verbs::ENGINE_WAIT`).
 //!
 //! Checks, as the kernel's `ib_check_mr_access` and `ib_uverbs_reg_mr` make them for
-//! siw: remote write (or remote atomic) needs local write (`EINVAL`); unknown flag bits
+//! siw (docs/siw.md §4.10): remote write (or remote atomic) needs local write (`EINVAL`); unknown flag bits
 //! are `EINVAL`; `IBV_ACCESS_ON_DEMAND` is `EOPNOTSUPP` (siw has no ODP); length 0 is
 //! `EINVAL` (siw); an address range that is not mapped, or not writable when the access
 //! lets anyone write it, is `EFAULT` (the kernel's page pinning fails the same way; read

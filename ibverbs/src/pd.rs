@@ -47,6 +47,16 @@ impl XPd {
     pub fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }
+
+    /// The context it was made on.
+    pub fn context(&self) -> &'static XwContext {
+        self.ctx
+    }
+
+    /// The `ibv_pd` pointer the program holds.
+    pub fn raw(&self) -> *mut ibv_pd {
+        (&self.c as *const ibv_pd).cast_mut()
+    }
 }
 
 /// The PD behind `p`, if it is a live PD of ours.

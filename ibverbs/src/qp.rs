@@ -13,7 +13,8 @@
 //!   [`XQp::report_fatal`] queues `IBV_EVENT_QP_FATAL` on the context's async fd.
 //!
 //! Mapping: one `ibv_qp` (RC only: UD/UC/raw/XRC are `EOPNOTSUPP`, as siw) = one
-//! `xwarp_verbs::QueuePair`. The state machine follows siw's `siw_verbs_modify_qp`: RESET
+//! `xwarp_verbs::QueuePair`. The state machine follows siw's `siw_verbs_modify_qp`
+//! (docs/siw.md §4.10): RESET
 //! and INIT map to the engine's IDLE, RTR is accepted in IDLE without effect, RTS is
 //! entered only through the connection manager (`rdma_connect`/`rdma_accept`; a modify to
 //! RTS of an unconnected QP is `EINVAL`, as siw refuses RTS without a socket), SQD is a
@@ -62,7 +63,6 @@ pub struct XQp {
     send_cq: &'static XCq,
     recv_cq: &'static XCq,
     srq: Option<&'static XSrq>,
-    qp_context: *mut core::ffi::c_void,
     /// The capacities the QP was created with (as written back to the program).
     cap: ibv_qp_cap,
     sig_all: bool,
@@ -98,6 +98,31 @@ impl XQp {
     /// The context it was made on.
     pub fn context(&self) -> &'static XwContext {
         self.ctx
+    }
+
+    /// Its PD.
+    pub fn pd(&self) -> &'static XPd {
+        self.pd
+    }
+
+    /// Its send CQ.
+    pub fn send_cq(&self) -> &'static XCq {
+        self.send_cq
+    }
+
+    /// Its receive CQ.
+    pub fn recv_cq(&self) -> &'static XCq {
+        self.recv_cq
+    }
+
+    /// Its SRQ, if it takes receives from one.
+    pub fn srq(&self) -> Option<&'static XSrq> {
+        self.srq
+    }
+
+    /// The capacities it was created with.
+    pub fn cap(&self) -> ibv_qp_cap {
+        self.cap
     }
 
     /// The verbs state last recorded (what `qp->state` shows).
@@ -181,8 +206,8 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
         Some(srq::from_raw(a.srq).ok_or(libc::EINVAL)?)
     };
     let cap = a.cap;
-    // siw's checks (siw_create_qp): SGE counts within the device's, inline within the
-    // engine's, and room for at least one work request in SQ + RQ.
+    // siw's checks (siw_create_qp, docs/siw.md §4.10): SGE counts within the device's,
+    // inline within the engine's, and room for at least one work request in SQ + RQ.
     if cap.max_send_sge as usize > MAX_SGE
         || cap.max_recv_sge as usize > MAX_SGE
         || cap.max_inline_data as usize > MAX_INLINE_DATA
@@ -232,7 +257,6 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
         send_cq: scq,
         recv_cq: rcq,
         srq,
-        qp_context: a.qp_context,
         cap: real,
         sig_all: a.sq_sig_all != 0,
         state: AtomicU32::new(IBV_QPS_RESET),
@@ -318,7 +342,8 @@ fn ibv_state_of(s: QpState, mirror: u32) -> u32 {
 /// The standard `ibv_qp_attr_mask` bits (up to `IBV_QP_DEST_QPN`).
 const STANDARD_MASK: u32 = (IBV_QP_DEST_QPN << 1) - 1;
 
-/// What `ibv_modify_qp` does (see the module docs): 0 or an errno.
+/// What `ibv_modify_qp` does (see the module docs; siw's rules, docs/siw.md §4.10): 0 or
+/// an errno.
 pub fn modify(x: &XQp, attr: &ibv_qp_attr, mask: c_int) -> c_int {
     let mask = mask as u32;
     if mask & !STANDARD_MASK != 0 {
@@ -391,7 +416,8 @@ pub fn query(x: &XQp, attr: &mut ibv_qp_attr, init: Option<&mut ibv_qp_init_attr
     attr.sq_draining = u8::from(q.state == QpState::Closing);
     attr.port_num = 1;
     if let Some(i) = init {
-        i.qp_context = x.qp_context;
+        // SAFETY: a live QP; the program's own pointer, read from its struct.
+        i.qp_context = unsafe { (*x.raw()).qp_context };
         i.send_cq = x.send_cq.raw();
         i.recv_cq = x.recv_cq.raw();
         i.srq = x.srq.map_or(core::ptr::null_mut(), |s| s.raw());

@@ -6,7 +6,7 @@
 //! `rdma_create_qp` with `init_attr.srq`); [`XSrq::srq`] is the engine's queue.
 //!
 //! Mapping: one `ibv_srq` = one `xwarp_verbs::SharedReceiveQueue` of `max_wr` entries.
-//! Resizing (`IBV_SRQ_MAX_WR`) is `EOPNOTSUPP`, as siw refuses it; the limit event
+//! Resizing (`IBV_SRQ_MAX_WR`) is `EOPNOTSUPP`, as siw refuses it (docs/siw.md §4.10); the limit event
 //! (`IBV_SRQ_LIMIT`) is `EOPNOTSUPP` too, since the engine does not report the SRQ's fill
 //! level (one warning line). Posting checks as `ibv_post_recv` does (SGE count against
 //! `max_sge`, chains bounded by `max_wr`).
