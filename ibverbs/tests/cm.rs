@@ -13,6 +13,9 @@
 //! * `rdma_server_client_xwarp_to_xwarp`: rdmacm-utils' `rdma_server`/`rdma_client` (the
 //!   synchronous API: `rdma_getaddrinfo`, `rdma_create_ep`, `rdma_get_request`).
 //! * `ucmatose_xwarp_to_xwarp`: two connections with data transfers, both ways.
+//! * `perftest_xwarp_to_xwarp`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
+//!   `ib_send_lat`, `ib_write_lat` with `-R` (rdma_cm connection setup), 200 iterations:
+//!   both sides exit 0 and print their result row (installed with apt-get when missing).
 //! * `no_device_fails_cleanly`: without `XWARP_IFACE` the calls fail with `ENODEV`.
 //! * `exported_versions_match_librdmacm`: every `rdma_*` function the rdmacm-utils programs
 //!   import is exported at the version they import, which is librdmacm.so.1's.
@@ -394,6 +397,61 @@ fn ucmatose_xwarp_to_xwarp() {
         st.contains("disconnected") && st.contains("return status 0"),
         "{st}"
     );
+}
+
+/// The numbers row under perftest's `#bytes` header, if any.
+fn perftest_row(out: &str) -> Option<&str> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next()?;
+    lines.next().filter(|l| {
+        l.split_whitespace().count() >= 4 && l.trim_start().starts_with(char::is_numeric)
+    })
+}
+
+#[test]
+fn perftest_xwarp_to_xwarp() {
+    if skip("perftest -R") {
+        return;
+    }
+    if !Path::new("/usr/bin/ib_write_bw").exists() {
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends perftest",
+            ])
+            .stdout(Stdio::null())
+            .status();
+        if !Path::new("/usr/bin/ib_write_bw").exists() {
+            println!("SKIPPED: perftest -R: apt-get install perftest failed");
+            return;
+        }
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Net::new(92);
+    let a = net.addr('a');
+    for t in [
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_send_bw",
+        "ib_send_lat",
+        "ib_write_lat",
+    ] {
+        let server = net.server(t, &["-R", "-n", "200"], "");
+        let o = client(&net, t, &["-R", "-n", "200", &a]);
+        let ct = text(&o);
+        let so = finish(server);
+        let st = text(&so);
+        assert!(o.status.success(), "{t} client:\n{ct}\nserver:\n{st}");
+        assert!(so.status.success(), "{t} server:\n{st}\nclient:\n{ct}");
+        let row = perftest_row(&ct).unwrap_or_else(|| panic!("{t}: no result row:\n{ct}"));
+        println!("{t} -R: {row}");
+        assert!(
+            row.split_whitespace().next() == Some(if t.ends_with("lat") { "2" } else { "65536" }),
+            "{t}: {row}"
+        );
+    }
 }
 
 #[test]

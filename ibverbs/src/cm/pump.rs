@@ -109,11 +109,13 @@ pub(crate) fn watch_qp(qp: &QueuePair, core: Arc<IdCore>) -> Result<u64, c_int> 
 /// Stop watching (before the listener or QP goes away).
 pub(crate) fn unwatch(token: u64) {
     let Ok(p) = pump() else { return };
-    let w = p
-        .watches
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&token);
+    let w = {
+        let mut m = p.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let w = m.remove(&token);
+        // The descriptor of a QP the program destroyed with ibv_destroy_qp left the epoll
+        // set when it closed, and its number may now be another watch's: then leave it.
+        w.filter(|w| !m.values().any(|o| o.fd == w.fd))
+    };
     if let Some(w) = w {
         // SAFETY: our epoll descriptor; the watched descriptor is still open (its owner
         // calls this before dropping it).
