@@ -7,6 +7,8 @@ tap0 with AF_XDP (ibverbs/README.md, "librdmacm"), the product path `xwarp::verb
 Two directions, each with -S 64 and 4096, -C 10, default siw (CRC off):
 * xwarp server: host `rping -s -a 10.77.0.3 -v -V`, guest `rping -c -a 10.77.0.3 -v -V`;
 * xwarp client: guest `rping -s -a 10.77.0.2 -v -V`, host `rping -c -a 10.77.0.2 -v -V`.
+The host sets XWARP_FIRST_FPDU_DELAY_MS=100 (siw's Reply-before-upcall race: without it the
+xwarp client's first FPDU stayed unread by siw in 4 of 4 runs).
 Checks: every rping on both sides exits 0, every `ping data:` line on both sides (10 per
 run) equals rping's pattern (docs/protocols.md §5.2), no "data mismatch" (-V).
 No tshark checks here: the library's engine writes no XWARP_PCAP capture (tcpdump on tap0
@@ -68,8 +70,10 @@ def library() -> Path:
 
 
 def host_env(lib: Path) -> list[str]:
+    # XWARP_FIRST_FPDU_DELAY_MS: the siw Reply-before-upcall race (interop/README.md): our
+    # client's RTR must not arrive right behind siw's MPA Reply.
     return ["env", f"LD_PRELOAD={lib}", f"XWARP_IFACE={vm.TAP}",
-            f"XWARP_ADDR={vm.ENGINE_IP}/{vm.PREFIX}"]
+            f"XWARP_ADDR={vm.ENGINE_IP}/{vm.PREFIX}", "XWARP_FIRST_FPDU_DELAY_MS=100"]
 
 
 def peer(lib: str, role: str, deadline_s: float) -> int:
@@ -82,15 +86,20 @@ def peer(lib: str, role: str, deadline_s: float) -> int:
         else:
             time.sleep(3)  # the guest's server of this size starts after the previous one
             args = ["-c", "-a", vm.GUEST_IP]
-        argv = host_env(Path(lib)) + ["rping"] + args + [
+        argv = host_env(Path(lib)) + ["stdbuf", "-oL", "rping"] + args + [
             "-p", str(RPING_PORT), "-S", str(size), "-C", str(COUNT), "-v", "-V"]
+        # stdout alone between the markers: rping's cm thread prints its events on stderr,
+        # which would split a ping line.
         try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                timeout=max(deadline - time.monotonic(), 1))
-            rc, out = p.returncode, p.stdout
+            rc, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as e:
-            rc, out = None, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            def txt(b):
+                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+            rc, out, err = None, txt(e.stdout), txt(e.stderr)
         print(f"XW-HOST-BEGIN S={size}\n{out}XW-HOST-END S={size} rc={rc}", flush=True)
+        print(f"XW-HOST-STDERR S={size}\n{err}", flush=True)
         ok = ok and rc == 0
     return 0 if ok else 1
 

@@ -23,6 +23,35 @@ use crate::abi::*;
 /// `MPAREQ_TIMEOUT` (docs/siw.md §4.1); after it the id gets UNREACHABLE.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default of `XWARP_FIRST_FPDU_DELAY_MS`: no delay.
+pub(crate) const DEFAULT_FIRST_FPDU_DELAY: Duration = Duration::ZERO;
+
+/// How long an active id holds its first FPDU (the P2P RTR) back after the MPA Reply,
+/// from `XWARP_FIRST_FPDU_DELAY_MS` (0..=10000, default 0). Toward a siw server set it
+/// (100 ms, what xwarp's own rping uses): siw sends its Reply before its QP takes over the
+/// socket, and an FPDU arriving in between stays unread (interop/README.md,
+/// "Reply-before-upcall race"): a preloaded rping client stalled after connecting to siw
+/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default because the
+/// engine counts the held RTR against the send queue (perftest's `ib_write_bw`, which
+/// fills its 128-deep send queue right after ESTABLISHED, then got one
+/// `IBV_WC_LOC_QP_OP_ERR`) and sends held FPDUs only when it next wakes (rdma_client
+/// stalled).
+fn first_fpdu_delay() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| match std::env::var("XWARP_FIRST_FPDU_DELAY_MS") {
+        Err(_) => DEFAULT_FIRST_FPDU_DELAY,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
+            _ => {
+                eprintln!(
+                    "xwarp-ibverbs: XWARP_FIRST_FPDU_DELAY_MS={v:?}: expected 0..=10000; using 0"
+                );
+                DEFAULT_FIRST_FPDU_DELAY
+            }
+        },
+    })
+}
+
 /// Default listen backlog for `rdma_listen(id, 0)` (the kernel iw_cm's `default_backlog`).
 pub(crate) const DEFAULT_BACKLOG: usize = 256;
 
@@ -664,12 +693,13 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
             set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
         }
         watch_qp(&mut g, &core, qpp, qp)?;
-        qp.connect(
+        qp.connect_with_first_fpdu_delay(
             SocketAddr::V4(dst),
             ConnectParams {
                 private_data: p.map(|p| p.private_data).unwrap_or_default(),
                 timeout: CONNECT_TIMEOUT,
             },
+            first_fpdu_delay(),
         )
         .map_err(|e| io_errno(&e))?;
         g.state = next;

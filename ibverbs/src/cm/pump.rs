@@ -226,6 +226,16 @@ fn handle(token: u64, kind: Kind, fd: RawFd, core: &Arc<IdCore>) {
                 if report {
                     g.emit(core, core::ptr::null_mut(), ty, status, &data, ird, ord);
                 }
+                if g.state == IdState::Closed {
+                    // Nothing more is reported for this connection, and programs destroy
+                    // the QP right after DISCONNECTED/REJECTED, often with ibv_destroy_qp
+                    // (rping), which does not tell the CM: stop looking at it now.
+                    if let Some(t) = g.token.take() {
+                        unwatch(t);
+                    }
+                    g.watched_qp = core::ptr::null_mut();
+                    break;
+                }
             }
         }
     }
