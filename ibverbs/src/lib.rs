@@ -13,7 +13,8 @@
 //! ([`exports`]), with libibverbs' symbol versions: one device per `XWARP_IFACE`, named
 //! `xwarp_<iface>` ([`device`]), node type RNIC, transport iWARP, with the attributes of
 //! [`attr`]. `README.md` lists the whole ABI surface the target programs import and the
-//! plan for the rest.
+//! plan for the rest. librdmacm is [`cm`] (ids, event channels, the pump thread turning
+//! engine CM events into rdma_cm events) with its C entry points in [`exports_cm`].
 
 pub mod abi;
 pub mod attr;
