@@ -9,6 +9,9 @@ Two directions, each with -S 64 and 4096, -C 10, default siw (CRC off):
 * xwarp client: guest `rping -s -a 10.77.0.2 -v -V`, host `rping -c -a 10.77.0.2 -v -V`.
 The host sets XWARP_FIRST_FPDU_DELAY_MS=100 (siw's Reply-before-upcall race: without it the
 xwarp client's first FPDU stayed unread by siw in 4 of 4 runs).
+Then rdmacm-utils' synchronous examples: host `rdma_server -s 10.77.0.3` (xwarp), guest
+`rdma_client -s 10.77.0.3`: both print `end 0` and exit 0. (The other way, `rdma_client` on
+xwarp toward siw's `rdma_server`, stalls: ibverbs/README.md, "Toward siw".)
 Checks: every rping on both sides exits 0, every `ping data:` line on both sides (10 per
 run) equals rping's pattern (docs/protocols.md §5.2), no "data mismatch" (-V).
 No tshark checks here: the library's engine writes no XWARP_PCAP capture (tcpdump on tap0
@@ -155,6 +158,31 @@ def run_direction(c: Checks, out: Path, lib: Path, role: str, timeout: float) ->
             check_pings(c, f"{label} S={size} (siw)", gtext, "server ping data: ", size)
 
 
+def run_rdma_cm(c: Checks, out: Path, lib: Path, timeout: float) -> None:
+    """rdma_server on xwarp (host) <- rdma_client on siw (guest)."""
+    label = "xwarp rdma_server"
+    guest = f"sleep 3; rdma_client -s {vm.ENGINE_IP} -p 7471; echo \"XW-GUEST rc=$?\""
+    with vm.Guest(guest, siw="default", timeout=timeout,
+                  console_log=out / f"{NAME}_rdma_cm.console", xwarp=True) as g:
+        g.start()
+        if not g.wait_ready():
+            c.check(f"{label}: guest booted", False, "no READY marker")
+            return
+        argv = host_env(lib) + ["timeout", str(int(timeout - 20)), "stdbuf", "-oL",
+                                "rdma_server", "-s", vm.ENGINE_IP, "-p", "7471"]
+        p = subprocess.run(g.netns_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        res = g.wait()
+    print(f"  [case] {label}: guest {res.total_s:.1f} s (boot {res.boot_s or 0:.1f} s)", flush=True)
+    (out / f"{NAME}_rdma_cm.host.log").write_text(p.stdout + p.stderr)
+    c.eq(f"{label}: host rdma_server (xwarp) exit code", p.returncode, 0)
+    c.check(f"{label}: host rdma_server printed end 0", "rdma_server: end 0" in p.stdout,
+            p.stdout[-200:])
+    c.eq(f"{label}: guest rdma_client exit code", re.findall(r"XW-GUEST rc=(\d+)", res.console),
+         ["0"])
+    c.check(f"{label}: guest rdma_client printed end 0", "rdma_client: end 0" in res.console)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", choices=("server", "client"), help=argparse.SUPPRESS)
@@ -177,6 +205,7 @@ def main() -> int:
         return case_verdict(c, NAME, t0, "build")
     for role in ("server", "client"):
         run_direction(c, out, lib, role, a.timeout)
+    run_rdma_cm(c, out, lib, a.timeout)
     return case_verdict(c, NAME, t0)
 
 
