@@ -12,7 +12,8 @@
 //!   data checked against rping's pattern on both sides.
 //! * `rdma_server_client_xwarp_to_xwarp`: rdmacm-utils' `rdma_server`/`rdma_client` (the
 //!   synchronous API: `rdma_getaddrinfo`, `rdma_create_ep`, `rdma_get_request`).
-//! * `ucmatose_xwarp_to_xwarp`: two connections with data transfers, both ways.
+//! * `ucmatose_xwarp_to_xwarp`: two connections with data transfers, both ways; again with
+//!   `-m` (`rdma_migrate_id` to a new event channel).
 //! * `perftest_xwarp_to_xwarp`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
 //!   `ib_send_lat`, `ib_write_lat` with `-R` (rdma_cm connection setup), 200 iterations:
 //!   both sides exit 0 and print their result row (installed with apt-get when missing).
@@ -385,18 +386,32 @@ fn ucmatose_xwarp_to_xwarp() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let net = Net::new(96);
     let a = net.addr('a');
-    let server = net.server("ucmatose", &["-b", &a, "-c", "2", "-C", "5"], "");
-    let o = client(&net, "ucmatose", &["-s", &a, "-c", "2", "-C", "5"]);
-    let ct = text(&o);
-    let so = finish(server);
-    let st = text(&so);
-    assert!(o.status.success(), "ucmatose -s:\n{ct}\nserver:\n{st}");
-    assert!(ct.contains("return status 0"), "{ct}");
-    assert!(so.status.success(), "ucmatose -b:\n{st}");
-    assert!(
-        st.contains("disconnected") && st.contains("return status 0"),
-        "{st}"
-    );
+    // Plain, then with -m: every id moves to a new event channel (rdma_migrate_id).
+    for extra in [&[][..], &["-m"][..]] {
+        let mut sargs = vec!["-b", a.as_str(), "-c", "2", "-C", "5"];
+        sargs.extend_from_slice(extra);
+        let mut cargs = vec!["-s", a.as_str(), "-c", "2", "-C", "5"];
+        cargs.extend_from_slice(extra);
+        let server = net.server("ucmatose", &sargs, "");
+        let o = client(&net, "ucmatose", &cargs);
+        let ct = text(&o);
+        let so = finish(server);
+        let st = text(&so);
+        assert!(
+            o.status.success(),
+            "ucmatose -s {extra:?}:\n{ct}\nserver:\n{st}"
+        );
+        assert!(ct.contains("return status 0"), "{ct}");
+        assert!(so.status.success(), "ucmatose -b {extra:?}:\n{st}");
+        assert!(
+            st.contains("disconnected") && st.contains("return status 0"),
+            "{st}"
+        );
+        if !extra.is_empty() {
+            assert!(ct.contains("migrating to new event channel"), "{ct}");
+            assert!(st.contains("migrating to new event channel"), "{st}");
+        }
+    }
 }
 
 /// The numbers row under perftest's `#bytes` header, if any.
