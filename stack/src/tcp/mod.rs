@@ -17,6 +17,9 @@ pub mod seq;
 mod sim;
 
 #[cfg(test)]
+pub(crate) mod wire_sim;
+
+#[cfg(test)]
 mod proptests;
 
 pub use seq::Seq;
