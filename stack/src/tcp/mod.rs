@@ -7,7 +7,10 @@
 //! - [`sack`]: receiver reassembly map, SACK/DSACK blocks (RFC 2018, RFC 2883) and the
 //!   sender's scoreboard (RFC 6675).
 //! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
+//! - [`cc`]: congestion control: slow start, NewReno/CUBIC, PRR (RFC 5681, 3465, 6928,
+//!   9438, 6937).
 
+pub mod cc;
 pub mod rack;
 pub mod rtt;
 pub mod sack;
