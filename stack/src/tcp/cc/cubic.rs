@@ -76,6 +76,7 @@ impl Cubic {
             cwnd
         };
         self.cwnd_prior = cwnd;
+        self.after_timeout = false;
         self.epoch = None;
         self.carry = 0.0;
     }

@@ -14,6 +14,8 @@ mod cubic;
 mod prr;
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
 
 use smoltcp::time::{Duration, Instant};
@@ -84,9 +86,14 @@ impl std::error::Error for CcError {}
 
 /// What one ACK told the sender.
 ///
-/// `newly_acked + newly_sacked` is RFC 6937's DeliveredData: octets this ACK newly reports
-/// delivered, each counted once (cumulatively acknowledged octets that were not SACKed
-/// before, plus octets newly SACKed).
+/// Each octet should be counted once, when it is first reported delivered: `newly_acked +
+/// newly_sacked` is then RFC 6937's DeliveredData (Δ SND.UNA + Δ SACKed), which PRR needs
+/// exactly. With a `tcp::sack::Scoreboard`: `delivered = info.acked + sacked_bytes_after −
+/// sacked_bytes_before`, `newly_sacked = info.newly_sacked`, `newly_acked = delivered −
+/// newly_sacked` (the SND.UNA advance less the octets SACKed by earlier ACKs). Passing the
+/// plain SND.UNA advance as `newly_acked` counts SACKed-then-acknowledged octets twice, so
+/// PRR sends more than it should during recovery. Window growth outside recovery counts the
+/// same delivered octets (as Linux does); an ACK delivering nothing grows nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AckEvent {
     /// Octets newly acknowledged cumulatively (SND.UNA advance).
@@ -217,10 +224,12 @@ impl Controller {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// An ACK arrived. Grows the window outside recovery (slow start, then NewReno or CUBIC
-    /// congestion avoidance), never while app-limited; in recovery it only feeds PRR.
+    /// An ACK arrived. Grows the window by the octets it delivered outside recovery (slow
+    /// start, then NewReno or CUBIC congestion avoidance), never while app-limited; in
+    /// recovery it only feeds PRR.
     pub fn on_ack(&mut self, now: Instant, ev: &AckEvent) {
-        if ev.newly_acked > 0 {
+        let delivered = ev.newly_acked.saturating_add(ev.newly_sacked);
+        if delivered > 0 {
             self.rto_pending = false;
         }
         if let Some(rtt) = ev.rtt {
@@ -232,7 +241,6 @@ impl Controller {
                 ),
             });
         }
-        let delivered = ev.newly_acked.saturating_add(ev.newly_sacked);
         if let Some(prr) = self.prr.as_mut() {
             // RFC 6937 §3: prr_delivered += DeliveredData; cwnd = pipe + sndcnt. No growth.
             prr.on_ack(delivered);
@@ -245,10 +253,10 @@ impl Controller {
             return;
         }
         self.cubic.on_cwnd_limited(now);
-        if ev.newly_acked == 0 {
+        if delivered == 0 {
             return;
         }
-        let mut acked = ev.newly_acked;
+        let mut acked = delivered;
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 (3.2) with RFC 3465 §2.2: cwnd += min(N, L·SMSS), L = 2; stop at
             // ssthresh and count the rest in congestion avoidance.
@@ -319,13 +327,20 @@ impl Controller {
     }
 
     /// The retransmission timer expired: cwnd = 1 SMSS (the loss window, RFC 5681 §3.1),
-    /// ssthresh = max(FlightSize/2, 2·SMSS) (equation 4; CUBIC uses β = 0.7, RFC 9438 §4.8),
-    /// held as it is when the timer expires again before new data is acknowledged. Ends
+    /// ssthresh = max(FlightSize/2, 2·SMSS) (equation 4; CUBIC uses β = 0.7, RFC 9438 §4.8).
+    /// ssthresh is held when the timer expires again before new data is delivered (the note
+    /// to equation 4), and never raised by a timeout during fast recovery (the recovery
+    /// already reduced it for this loss episode; FlightSize may since have grown). Ends
     /// recovery.
     pub fn on_rto(&mut self, now: Instant, flight_size: u32) {
         let _ = now;
         if !self.rto_pending {
-            self.ssthresh = self.reduced_ssthresh(flight_size);
+            let reduced = self.reduced_ssthresh(flight_size);
+            self.ssthresh = if self.prr.is_some() {
+                self.ssthresh.min(reduced)
+            } else {
+                reduced
+            };
             if self.algorithm == Algorithm::Cubic {
                 self.cubic.on_timeout(self.cwnd);
             }

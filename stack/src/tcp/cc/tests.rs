@@ -189,6 +189,24 @@ fn rfc5681_3_1_ssthresh_held_on_repeated_timeout() {
 }
 
 #[test]
+fn rfc5681_3_1_timeout_in_recovery_never_raises_ssthresh() {
+    let mut c = ctl(Algorithm::NewReno);
+    grow_to(&mut c, 40 * MSS);
+    c.enter_recovery(at_ms(0), 40 * MSS, 40 * MSS);
+    assert_eq!(c.ssthresh(), 20 * MSS);
+    // PRR sent new data, FlightSize grew to 60 segments, then the timer fired.
+    c.on_rto(at_ms(500), 60 * MSS);
+    assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 20 * MSS));
+    assert!(!c.in_recovery());
+    // A smaller FlightSize still lowers it.
+    let mut c = ctl(Algorithm::NewReno);
+    grow_to(&mut c, 40 * MSS);
+    c.enter_recovery(at_ms(0), 40 * MSS, 40 * MSS);
+    c.on_rto(at_ms(500), 10 * MSS);
+    assert_eq!(c.ssthresh(), 5 * MSS);
+}
+
+#[test]
 fn rfc9438_4_8_timeout_uses_beta_and_restarts_with_w_max_at_epoch_start() {
     let mut c = ctl(Algorithm::Cubic);
     grow_to(&mut c, 100 * MSS);
