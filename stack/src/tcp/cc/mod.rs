@@ -11,6 +11,7 @@
 //! overflows (sums saturate, the window is capped at [`MAX_CWND`]).
 
 mod cubic;
+mod hystart;
 mod prr;
 
 #[cfg(test)]
@@ -21,6 +22,7 @@ mod tests;
 use smoltcp::time::{Duration, Instant};
 
 use cubic::Cubic;
+use hystart::{HyStart, Verdict};
 use prr::Prr;
 pub use prr::PrrMode;
 
@@ -132,6 +134,8 @@ pub struct Controller {
     rto_pending: bool,
     last_sent: Option<Instant>,
     srtt: Option<Duration>,
+    /// HyStart++ during the initial slow start; `None` when disabled or over.
+    hystart: Option<HyStart>,
 }
 
 impl Controller {
@@ -174,7 +178,25 @@ impl Controller {
             rto_pending: false,
             last_sent: None,
             srtt: None,
+            hystart: Some(HyStart::new()),
         }
+    }
+
+    /// Use HyStart++ (RFC 9406) in the initial slow start (the default) or plain RFC 5681
+    /// slow start. Has no effect once the initial slow start is over.
+    pub fn set_hystart(&mut self, on: bool) {
+        if !on {
+            self.hystart = None;
+        } else if self.hystart.is_none() && self.ssthresh == u32::MAX && self.prr.is_none() {
+            self.hystart = Some(HyStart::new());
+        }
+    }
+
+    /// HyStart++ is in Conservative Slow Start (RFC 9406 §4.2).
+    pub fn in_css(&self) -> bool {
+        self.hystart
+            .as_ref()
+            .is_some_and(|h| h.phase() == hystart::Phase::Css)
     }
 
     /// Use `mode` for PRR's reduction bound (PRR-SSRB unless told otherwise).
@@ -260,7 +282,19 @@ impl Controller {
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 (3.2) with RFC 3465 §2.2: cwnd += min(N, L·SMSS), L = 2; stop at
             // ssthresh and count the rest in congestion avoidance.
-            let inc = acked.min(self.mss.saturating_mul(2));
+            let mut inc = acked.min(self.mss.saturating_mul(2));
+            if let Some(h) = self.hystart.as_mut() {
+                match h.on_ack(delivered, ev.flight_size, ev.rtt) {
+                    Verdict::SlowStart => {}
+                    // RFC 9406 §4.2: CSS grows by a quarter of slow start.
+                    Verdict::Css => inc /= hystart::CSS_GROWTH_DIVISOR,
+                    Verdict::EnterCongestionAvoidance => {
+                        self.hystart = None;
+                        self.ssthresh = self.cwnd.max(self.mss.saturating_mul(2));
+                        return;
+                    }
+                }
+            }
             let room = self.ssthresh - self.cwnd;
             if inc < room {
                 self.cwnd = self.cwnd.saturating_add(inc).min(MAX_CWND);
@@ -299,6 +333,7 @@ impl Controller {
             return;
         }
         self.ssthresh = self.reduced_ssthresh(flight_size);
+        self.hystart = None;
         if self.algorithm == Algorithm::Cubic {
             self.cubic.on_congestion(self.cwnd);
         }
@@ -346,6 +381,7 @@ impl Controller {
             }
         }
         self.rto_pending = true;
+        self.hystart = None;
         self.prr = None;
         self.bytes_acked = 0;
         self.cwnd = self.mss;

@@ -678,3 +678,109 @@ proptest! {
         }
     }
 }
+
+/// One slow-start round of `n` ACKs of one MSS each with RTT `rtt_ms`, flight = cwnd.
+fn hystart_round(c: &mut Controller, t: &mut i64, n: u32, rtt_ms: u64) {
+    for _ in 0..n {
+        *t += 1;
+        let flight = c.cwnd();
+        c.on_ack(
+            at_ms(*t),
+            &AckEvent {
+                newly_acked: MSS,
+                rtt: Some(Duration::from_millis(rtt_ms)),
+                flight_size: flight,
+                ..AckEvent::default()
+            },
+        );
+    }
+}
+
+#[test]
+fn rfc9406_4_2_delay_increase_enters_css() {
+    let mut c = ctl(Algorithm::Cubic);
+    let mut t = 0;
+    // Rounds at 20 ms: RttThresh = max(4 ms, min(20/8 = 2.5 ms, 16 ms)) = 4 ms.
+    hystart_round(&mut c, &mut t, 10, 20);
+    hystart_round(&mut c, &mut t, 20, 20);
+    assert!(!c.in_css());
+    // 23 ms < 20 + 4: still slow start (growth 1 MSS per ACK).
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 8, 23);
+    assert!(!c.in_css());
+    assert_eq!(c.cwnd(), w + 8 * MSS);
+    // The next round's minimum is 25 ms ≥ 23 + 4 after N_RTT_SAMPLE = 8 samples: CSS.
+    let w = c.cwnd();
+    let mut t2 = t;
+    // Finish the round first (flight was large): ACK until a round boundary passes.
+    hystart_round(&mut c, &mut t2, w / MSS, 30);
+    assert!(c.in_css(), "cwnd {} ", c.cwnd() / MSS);
+    assert_eq!(c.ssthresh(), u32::MAX);
+}
+
+#[test]
+fn rfc9406_4_2_css_grows_a_quarter_and_ends_after_five_rounds() {
+    let mut c = ctl(Algorithm::Cubic);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 20);
+    assert!(c.in_css());
+    // In CSS an ACK of one MSS adds MSS / CSS_GROWTH_DIVISOR.
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 1, 20);
+    assert_eq!(c.cwnd(), w + MSS / 4);
+    // CSS_ROUNDS rounds later: ssthresh = cwnd, congestion avoidance.
+    for _ in 0..6 {
+        if !c.in_css() {
+            break;
+        }
+        let n = c.cwnd() / MSS + 1;
+        hystart_round(&mut c, &mut t, n, 20);
+    }
+    assert!(!c.in_css());
+    assert!(!c.in_slow_start());
+    assert_ne!(c.ssthresh(), u32::MAX);
+    // CUBIC's first epoch without a congestion event starts at W_max = cwnd_epoch (K = 0).
+    c.on_ack(at_ms(t + 1), &ack(MSS));
+    let e = c.cubic.epoch().expect("epoch");
+    assert_eq!(e.k, 0.0);
+    assert_eq!(c.w_max(), e.cwnd_epoch as u32);
+}
+
+#[test]
+fn rfc9406_4_2_spurious_css_exit_returns_to_slow_start() {
+    let mut c = ctl(Algorithm::NewReno);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 20);
+    assert!(c.in_css());
+    // The RTT drops below the CSS baseline (20 ms) within the next round: slow start again.
+    hystart_round(&mut c, &mut t, 80, 12);
+    assert!(!c.in_css());
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 1, 12);
+    assert_eq!(c.cwnd(), w + MSS);
+}
+
+#[test]
+fn rfc9406_4_3_only_the_initial_slow_start() {
+    let mut c = ctl(Algorithm::Cubic);
+    c.on_rto(at_ms(0), 20 * MSS);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 3, 10);
+    hystart_round(&mut c, &mut t, 5, 10);
+    // A rising RTT after the timeout does not trigger CSS: standard slow start.
+    hystart_round(&mut c, &mut t, 5, 50);
+    assert!(!c.in_css());
+    // And it can be turned off.
+    let mut c = ctl(Algorithm::Cubic);
+    c.set_hystart(false);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 40);
+    assert!(!c.in_css());
+    assert!(c.in_slow_start());
+}
