@@ -69,6 +69,23 @@ pub fn rfc6928_initial_window(mss: u32) -> u32 {
         .min(MAX_CWND)
 }
 
+/// `newly_acked` for an [`AckEvent`]: the SND.UNA advance `acked` less the octets in it that
+/// earlier ACKs had SACKed, from the scoreboard's SACKed octets before and after the ACK and
+/// its newly SACKed octets (`delivered = acked + sacked_after − sacked_before`, `newly_acked =
+/// delivered − newly_sacked`). Saturates at 0 on inconsistent input.
+pub fn newly_acked_not_sacked(
+    acked: u32,
+    newly_sacked: u32,
+    sacked_before: u32,
+    sacked_after: u32,
+) -> u32 {
+    let delivered =
+        (u64::from(acked) + u64::from(sacked_after)).saturating_sub(u64::from(sacked_before));
+    delivered
+        .saturating_sub(u64::from(newly_sacked))
+        .min(u64::from(acked)) as u32
+}
+
 /// A configuration the controller cannot run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CcError {
@@ -90,12 +107,12 @@ impl std::error::Error for CcError {}
 ///
 /// Each octet should be counted once, when it is first reported delivered: `newly_acked +
 /// newly_sacked` is then RFC 6937's DeliveredData (Δ SND.UNA + Δ SACKed), which PRR needs
-/// exactly. With a `tcp::sack::Scoreboard`: `delivered = info.acked + sacked_bytes_after −
-/// sacked_bytes_before`, `newly_sacked = info.newly_sacked`, `newly_acked = delivered −
-/// newly_sacked` (the SND.UNA advance less the octets SACKed by earlier ACKs). Passing the
-/// plain SND.UNA advance as `newly_acked` counts SACKed-then-acknowledged octets twice, so
-/// PRR sends more than it should during recovery. Window growth outside recovery counts the
-/// same delivered octets (as Linux does); an ACK delivering nothing grows nothing.
+/// exactly. [`newly_acked_not_sacked`] computes `newly_acked` from a `tcp::sack::Scoreboard`'s
+/// numbers. Passing the plain SND.UNA advance instead counts SACKed-then-acknowledged octets
+/// twice, so PRR sends more than it should during recovery. Window growth outside recovery
+/// counts `newly_acked` only (RFC 5681: ACKs of new data; SACK-only ACKs grow nothing), so it
+/// is the same under either way of counting, up to the octets SACKed before their
+/// cumulative ACK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AckEvent {
     /// Octets newly acknowledged cumulatively (SND.UNA advance).
@@ -246,9 +263,9 @@ impl Controller {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// An ACK arrived. Grows the window by the octets it delivered outside recovery (slow
-    /// start, then NewReno or CUBIC congestion avoidance), never while app-limited; in
-    /// recovery it only feeds PRR.
+    /// An ACK arrived. Outside recovery it grows the window by the octets it newly
+    /// acknowledged (slow start, then NewReno or CUBIC congestion avoidance), never while
+    /// app-limited; in recovery it only feeds PRR (with `newly_acked + newly_sacked`).
     pub fn on_ack(&mut self, now: Instant, ev: &AckEvent) {
         let delivered = ev.newly_acked.saturating_add(ev.newly_sacked);
         if delivered > 0 {
@@ -275,10 +292,10 @@ impl Controller {
             return;
         }
         self.cubic.on_cwnd_limited(now);
-        if delivered == 0 {
+        if ev.newly_acked == 0 {
             return;
         }
-        let mut acked = delivered;
+        let mut acked = ev.newly_acked;
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 (3.2) with RFC 3465 §2.2: cwnd += min(N, L·SMSS), L = 2; stop at
             // ssthresh and count the rest in congestion avoidance.

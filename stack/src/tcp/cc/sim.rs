@@ -5,7 +5,7 @@
 //! behaviour on a lossy, rate-limited wire — slow start, a halving per loss episode, PRR
 //! spreading the recovery, CUBIC regrowth — and that every byte arrives.
 
-use super::{AckEvent, Algorithm, CcConfig, Controller};
+use super::{newly_acked_not_sacked, AckEvent, Algorithm, CcConfig, Controller};
 use crate::tcp::rtt::{RttConfig, RttEstimator};
 use crate::tcp::sack::{
     NextSeg, Reassembly, ReassemblyConfig, Received, SackBlock, SackList, Scoreboard,
@@ -210,13 +210,17 @@ impl Sender {
             }
             self.rto_at = (self.snd_una != self.snd_nxt).then(|| now + self.rtt.rto());
         }
-        let delivered = (u64::from(info.acked) + u64::from(self.board.sacked_bytes()))
-            .saturating_sub(u64::from(sacked_before)) as u32;
+        let newly_acked = newly_acked_not_sacked(
+            info.acked,
+            info.newly_sacked,
+            sacked_before,
+            self.board.sacked_bytes(),
+        );
         let pipe = self.board.pipe();
         self.cc.on_ack(
             now,
             &AckEvent {
-                newly_acked: delivered.saturating_sub(info.newly_sacked),
+                newly_acked,
                 newly_sacked: info.newly_sacked,
                 rtt: sample,
                 min_rtt: self.rtt.min_rtt(),

@@ -784,3 +784,42 @@ fn rfc9406_4_3_only_the_initial_slow_start() {
     assert!(!c.in_css());
     assert!(c.in_slow_start());
 }
+
+#[test]
+fn rfc6937_delivered_data_counts_each_octet_once() {
+    // 3 segments SACKed earlier; a cumulative ACK covers them plus 1 new segment and SACKs
+    // 1 more: DeliveredData = Δ SND.UNA + Δ SACKed = 4 + (1 − 3) = 2 segments.
+    let acked = 4 * MSS;
+    let newly_acked = newly_acked_not_sacked(acked, MSS, 3 * MSS, MSS);
+    assert_eq!(newly_acked + MSS, 2 * MSS);
+    assert_eq!(newly_acked, MSS);
+    // No SACK at all: the SND.UNA advance.
+    assert_eq!(newly_acked_not_sacked(acked, 0, 0, 0), acked);
+    // Inconsistent numbers saturate.
+    assert_eq!(newly_acked_not_sacked(0, MSS, 5 * MSS, 0), 0);
+    assert_eq!(newly_acked_not_sacked(u32::MAX, 0, 0, u32::MAX), u32::MAX);
+    // PRR counts newly_acked + newly_sacked; growth outside recovery only newly_acked.
+    let mut c = ctl(Algorithm::NewReno);
+    c.on_ack(
+        at_ms(1),
+        &AckEvent {
+            newly_sacked: 5 * MSS,
+            ..AckEvent::default()
+        },
+    );
+    assert_eq!(c.cwnd(), 10 * MSS);
+    grow_to(&mut c, 20 * MSS);
+    c.enter_recovery(at_ms(2), 20 * MSS, 20 * MSS);
+    c.on_ack(
+        at_ms(3),
+        &AckEvent {
+            newly_acked: MSS,
+            newly_sacked: MSS,
+            pipe: 19 * MSS,
+            flight_size: 20 * MSS,
+            ..AckEvent::default()
+        },
+    );
+    // ⌈2·MSS · 10·MSS / 20·MSS⌉ − 0 = 1 MSS.
+    assert_eq!(c.send_quota(19 * MSS), MSS);
+}
