@@ -153,6 +153,17 @@ pub struct Controller {
     srtt: Option<Duration>,
     /// HyStart++ during the initial slow start; `None` when disabled or over.
     hystart: Option<HyStart>,
+    /// The state before the last reduction, for [`Controller::undo_reduction`].
+    prior: Option<Prior>,
+}
+
+/// What a reduction changed (RFC 9438 §4.9: cwnd, ssthresh and CUBIC's W_max, K, epoch,
+/// W_est).
+#[derive(Debug, Clone)]
+struct Prior {
+    cwnd: u32,
+    ssthresh: u32,
+    cubic: Cubic,
 }
 
 impl Controller {
@@ -196,6 +207,7 @@ impl Controller {
             last_sent: None,
             srtt: None,
             hystart: Some(HyStart::new()),
+            prior: None,
         }
     }
 
@@ -349,6 +361,7 @@ impl Controller {
         if self.prr.is_some() {
             return;
         }
+        self.save_prior();
         self.ssthresh = self.reduced_ssthresh(flight_size);
         self.hystart = None;
         if self.algorithm == Algorithm::Cubic {
@@ -387,6 +400,9 @@ impl Controller {
     pub fn on_rto(&mut self, now: Instant, flight_size: u32) {
         let _ = now;
         if !self.rto_pending {
+            if self.prr.is_none() {
+                self.save_prior();
+            }
             let reduced = self.reduced_ssthresh(flight_size);
             self.ssthresh = if self.prr.is_some() {
                 self.ssthresh.min(reduced)
@@ -402,6 +418,34 @@ impl Controller {
         self.prr = None;
         self.bytes_acked = 0;
         self.cwnd = self.mss;
+    }
+
+    fn save_prior(&mut self) {
+        self.prior = Some(Prior {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            cubic: self.cubic.clone(),
+        });
+    }
+
+    /// The last congestion event (fast recovery or timeout) was spurious, e.g. DSACKs showed
+    /// every retransmission of the episode arrived twice (RFC 2883), or F-RTO/Eifel said so:
+    /// restore the state from before the reduction (RFC 9438 §4.9: cwnd = max(cwnd,
+    /// cwnd_prior), ssthresh, W_max, K, epoch start and W_est as they were) and end recovery.
+    /// Returns `false` (and changes nothing) when there is no reduction to undo; each
+    /// reduction can be undone once.
+    pub fn undo_reduction(&mut self, now: Instant) -> bool {
+        let _ = now;
+        let Some(p) = self.prior.take() else {
+            return false;
+        };
+        self.prr = None;
+        self.rto_pending = false;
+        self.bytes_acked = 0;
+        self.cwnd = self.cwnd.max(p.cwnd).min(MAX_CWND);
+        self.ssthresh = p.ssthresh;
+        self.cubic = p.cubic;
+        true
     }
 
     /// `bytes` of data (new or retransmitted) left at `now` (RFC 6937's prr_out).

@@ -823,3 +823,60 @@ fn rfc6937_delivered_data_counts_each_octet_once() {
     // ⌈2·MSS · 10·MSS / 20·MSS⌉ − 0 = 1 MSS.
     assert_eq!(c.send_quota(19 * MSS), MSS);
 }
+
+#[test]
+fn rfc9438_4_9_spurious_fast_retransmit_restores_state() {
+    let mut c = after_loss(Algorithm::Cubic, 100 * MSS, at_ms(0));
+    rounds(&mut c, 0, 100, 10);
+    let (cwnd, ss, w_max) = (c.cwnd(), c.ssthresh(), c.w_max());
+    let epoch = c.cubic.epoch().expect("epoch");
+    c.enter_recovery(at_ms(1100), cwnd, cwnd);
+    assert!(c.ssthresh() < ss);
+    assert!(c.undo_reduction(at_ms(1150)));
+    assert!(!c.in_recovery());
+    assert_eq!((c.cwnd(), c.ssthresh(), c.w_max()), (cwnd, ss, w_max));
+    let e = c.cubic.epoch().expect("epoch restored");
+    assert_eq!(
+        (e.start, e.k, e.cwnd_epoch, e.w_est),
+        (epoch.start, epoch.k, epoch.cwnd_epoch, epoch.w_est)
+    );
+    // Once only.
+    assert!(!c.undo_reduction(at_ms(1200)));
+    assert_eq!(c.cwnd(), cwnd);
+}
+
+#[test]
+fn rfc9438_4_9_spurious_timeout_restores_state() {
+    for alg in [Algorithm::NewReno, Algorithm::Cubic] {
+        let mut c = ctl(alg);
+        grow_to(&mut c, 40 * MSS);
+        c.on_rto(at_ms(0), 40 * MSS);
+        c.on_rto(at_ms(400), 40 * MSS); // backed-off repeat: nothing new saved
+        assert_eq!(c.cwnd(), MSS);
+        c.on_ack(at_ms(500), &ack(MSS));
+        assert!(c.undo_reduction(at_ms(500)));
+        assert_eq!((c.cwnd(), c.ssthresh()), (40 * MSS, u32::MAX), "{alg:?}");
+        // Undo restores the episode just before: the recovery's, not the timeout's.
+        let mut c = ctl(alg);
+        grow_to(&mut c, 12 * MSS);
+        c.on_rto(at_ms(0), 12 * MSS);
+        grow_to(&mut c, 6 * MSS);
+        c.enter_recovery(at_ms(10), 6 * MSS, 6 * MSS); // a later episode: undo restores it
+        assert!(c.undo_reduction(at_ms(20)));
+        assert_eq!(c.cwnd(), 6 * MSS);
+        // ssthresh as the timeout set it: 12·MSS·β (CUBIC) or 12·MSS / 2.
+        let want = match alg {
+            Algorithm::Cubic => (12.0 * MSS as f64 * BETA) as u32,
+            Algorithm::NewReno => 6 * MSS,
+        };
+        assert_eq!(c.ssthresh(), want);
+    }
+    // A window grown past the prior one is kept: cwnd = max(cwnd, cwnd_prior).
+    let mut c = ctl(Algorithm::NewReno);
+    c.on_rto(at_ms(0), 10 * MSS);
+    grow_to(&mut c, 12 * MSS);
+    assert!(c.undo_reduction(at_ms(100)));
+    assert_eq!((c.cwnd(), c.ssthresh()), (12 * MSS, u32::MAX));
+    // Nothing to undo on a fresh controller.
+    assert!(!ctl(Algorithm::Cubic).undo_reduction(at_ms(0)));
+}
