@@ -348,8 +348,22 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
             unsafe { wc.add(got as usize).write(fill_wc(&c)) };
             got += 1;
         }
+        if got == 0 && n > 0 && yield_on_empty_poll() {
+            // The engine thread that produces completions may share this core (2 engines
+            // and 2 busy-polling programs on 2 cores): give it the core rather than spin
+            // through the time slice, as `CompletionQueue::next_polling` does.
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
         got
     })
+}
+
+/// Whether an empty `ibv_poll_cq` yields the core (`XWARP_POLL_YIELD`, default 1; 0 turns
+/// it off for machines where every engine and program has a core of its own).
+fn yield_on_empty_poll() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("XWARP_POLL_YIELD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`): arm the CQ's
