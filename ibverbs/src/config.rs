@@ -91,3 +91,114 @@ mod tests {
             .contains("XWARP_MTU"));
     }
 }
+
+/// What the engine needs besides the device configuration (see `engine.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// `XWARP_IFACE`.
+    pub iface: String,
+    /// `XWARP_ADDR`'s address.
+    pub ipv4: std::net::Ipv4Addr,
+    /// `XWARP_ADDR`'s prefix length.
+    pub prefix: u8,
+    /// `XWARP_GATEWAY`.
+    pub gateway: Option<std::net::Ipv4Addr>,
+    /// `XWARP_MTU` (as [`DeviceConfig::mtu`]).
+    pub mtu: usize,
+    /// `XWARP_ENGINE_SPIN_US`.
+    pub engine_spin_us: Option<u64>,
+    /// `XWARP_YIELD=1`: the idle engine calls `sched_yield` while it spins instead of
+    /// busy-spinning (as the shim's engine).
+    pub yield_spin: bool,
+}
+
+impl EngineSettings {
+    /// Read the settings through `get`; the error names the bad variable.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<EngineSettings, String> {
+        let dev = DeviceConfig::from_vars(&get)?;
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let addr = get("XWARP_ADDR").ok_or("XWARP_ADDR is not set (A.B.C.D/PREFIX)")?;
+        let bad = || format!("XWARP_ADDR={addr:?}: expected A.B.C.D/PREFIX");
+        let (ip, prefix) = addr.trim().split_once('/').ok_or_else(bad)?;
+        let ipv4: std::net::Ipv4Addr = ip.parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32).ok_or_else(bad)?;
+        let gateway = get("XWARP_GATEWAY")
+            .map(|v| {
+                v.trim()
+                    .parse()
+                    .map_err(|_| format!("XWARP_GATEWAY={v:?}: not an IPv4 address"))
+            })
+            .transpose()?;
+        let engine_spin_us = get("XWARP_ENGINE_SPIN_US")
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("XWARP_ENGINE_SPIN_US={v:?}: not a number"))
+            })
+            .transpose()?;
+        let yield_spin = match get("XWARP_YIELD").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(format!("XWARP_YIELD={v:?}: expected 0 or 1")),
+        };
+        Ok(EngineSettings {
+            yield_spin,
+            iface: dev.iface,
+            ipv4,
+            prefix,
+            gateway,
+            mtu: dev.mtu,
+            engine_spin_us,
+        })
+    }
+}
+
+#[cfg(test)]
+mod engine_settings_tests {
+    use super::*;
+
+    fn s(vars: &[(&str, &str)]) -> Result<EngineSettings, String> {
+        EngineSettings::from_vars(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn addr_gateway_and_errors() {
+        let e = s(&[
+            ("XWARP_IFACE", "veth0"),
+            ("XWARP_ADDR", "10.1.0.10/24"),
+            ("XWARP_GATEWAY", "10.1.0.1"),
+        ])
+        .unwrap();
+        assert_eq!((e.ipv4, e.prefix), ("10.1.0.10".parse().unwrap(), 24));
+        assert_eq!(e.gateway, Some("10.1.0.1".parse().unwrap()));
+        assert!(s(&[("XWARP_IFACE", "v")])
+            .unwrap_err()
+            .contains("XWARP_ADDR"));
+        for bad in ["10.1.0.10", "10.1.0.10/33", "x/24"] {
+            assert!(s(&[("XWARP_IFACE", "v"), ("XWARP_ADDR", bad)])
+                .unwrap_err()
+                .contains("XWARP_ADDR"));
+        }
+        assert!(s(&[
+            ("XWARP_IFACE", "v"),
+            ("XWARP_ADDR", "1.2.3.4/8"),
+            ("XWARP_GATEWAY", "g")
+        ])
+        .unwrap_err()
+        .contains("XWARP_GATEWAY"));
+        let y = |v| {
+            s(&[
+                ("XWARP_IFACE", "v"),
+                ("XWARP_ADDR", "1.2.3.4/8"),
+                ("XWARP_YIELD", v),
+            ])
+        };
+        assert!(y("1").unwrap().yield_spin);
+        assert!(!y("0").unwrap().yield_spin);
+        assert!(y("yes").unwrap_err().contains("XWARP_YIELD"));
+    }
+}

@@ -4,9 +4,12 @@
 //! [`XwContext`] `ibv_open_device` hands out. Opening is cheap: no engine is started for
 //! discovery.
 
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use crate::abi::*;
 use crate::config::DeviceConfig;
@@ -160,6 +163,14 @@ pub fn by_sysfs_dir(dir: &[u8]) -> Option<&'static XwDevice> {
 
 /// An open device: a whole `verbs_context` (the program gets `&vctx.context`), then
 /// xwarp's fields.
+///
+/// Its `ibv_context_ops` table points at the library's `poll_cq`, `req_notify_cq`,
+/// `post_send`, `post_recv` and `post_srq_recv` (what the header-inline calls jump
+/// through); the memory-window slots stay NULL (the inline `ibv_alloc_mw` then fails with
+/// `EOPNOTSUPP`). For ibv-cm: [`XwContext::from_raw`] turns the program's `ibv_context`
+/// pointer into this object, [`XwContext::verbs`] gives the engine's device (starting the
+/// engine on first use), [`XwContext::post_async_event`] queues an async event
+/// (`ibv_get_async_event`).
 #[repr(C)]
 pub struct XwContext {
     /// `verbs_context`, whose last field is the `ibv_context` handed out.
@@ -169,7 +180,24 @@ pub struct XwContext {
     pub device: &'static XwDevice,
     /// The engine MTU the port reports as its active MTU's bound.
     pub engine_mtu: usize,
+    /// The engine's device, fixed on first need ([`XwContext::verbs`]).
+    verbs: OnceLock<xwarp_verbs::Device>,
+    /// Async events not yet taken by `ibv_get_async_event` (`async_fd`, a semaphore
+    /// eventfd, counts them); shared with the port watcher.
+    async_q: Arc<AsyncQueue>,
+    /// The port watcher: dropping the sender stops it.
+    port_watch: Mutex<Option<PortWatch>>,
+    /// Events handed out and not yet acknowledged.
+    pub(crate) async_unacked: AtomicUsize,
+    /// Live objects (PDs, CQs, channels, ...) made on this context.
+    pub(crate) objects: AtomicUsize,
 }
+
+// SAFETY: the raw pointers inside the C structs are only addresses handed to the program;
+// every Rust-side mutable field is behind a Mutex, an atomic or a OnceLock.
+unsafe impl Sync for XwContext {}
+// SAFETY: as above.
+unsafe impl Send for XwContext {}
 
 impl XwContext {
     /// Allocate a context for `device`; `query_port` fills the `verbs_context` slot the
@@ -179,8 +207,10 @@ impl XwContext {
         engine_mtu: usize,
         query_port: query_port_fn,
     ) -> std::io::Result<*mut ibv_context> {
+        // A semaphore eventfd, blocking as libibverbs' async fd is (a program may set
+        // O_NONBLOCK on it): one count per queued async event.
         // SAFETY: eventfd(2) with valid flags.
-        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
         if async_fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -188,6 +218,7 @@ impl XwContext {
         // pthread objects (initialised below): all-zero is a valid starting value.
         let mut vctx: verbs_context = unsafe { core::mem::zeroed() };
         vctx.query_port = Some(query_port);
+        vctx.context.ops = crate::ops::table();
         vctx.sz = core::mem::size_of::<verbs_context>();
         vctx.context.device = (&device.dev as *const ibv_device).cast_mut();
         vctx.context.cmd_fd = -1;
@@ -199,6 +230,14 @@ impl XwContext {
             magic: CONTEXT_MAGIC,
             device,
             engine_mtu,
+            verbs: OnceLock::new(),
+            async_q: Arc::new(AsyncQueue {
+                events: Mutex::new(VecDeque::new()),
+                fd: async_fd,
+            }),
+            port_watch: Mutex::new(None),
+            async_unacked: AtomicUsize::new(0),
+            objects: AtomicUsize::new(0),
         }));
         // SAFETY: `ctx` is a live allocation; the mutex is initialised in place, once.
         let handed_out = unsafe {
@@ -208,6 +247,10 @@ impl XwContext {
         OPEN.lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(handed_out as usize);
+        // SAFETY: `ctx` is live (just made, registered above).
+        let c = unsafe { &*ctx };
+        *c.port_watch.lock().unwrap_or_else(|e| e.into_inner()) =
+            watch_port(device, c.async_q.clone());
         Ok(handed_out)
     }
 
@@ -233,7 +276,67 @@ impl XwContext {
         (ctx.magic == CONTEXT_MAGIC).then_some(ctx)
     }
 
-    /// Free a context `open` made.
+    /// The context behind an `ibv_context` pointer, shared (the form the object modules
+    /// and ibv-cm use; every mutable part is synchronised). `None` for NULL, a closed
+    /// context or a pointer that is not ours.
+    pub fn from_raw(p: *mut ibv_context) -> Option<&'static XwContext> {
+        if p.is_null()
+            || !OPEN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(p as usize))
+        {
+            return None;
+        }
+        let base = p
+            .cast::<u8>()
+            .wrapping_sub(offset_of!(XwContext, vctx) + offset_of!(verbs_context, context))
+            .cast::<XwContext>();
+        // SAFETY: `p` is in OPEN, so it is the `context` field of a live XwContext, which
+        // lives until `close` (and is never freed while objects of it exist).
+        let ctx = unsafe { &*base };
+        (ctx.magic == CONTEXT_MAGIC).then_some(ctx)
+    }
+
+    /// The `ibv_context` pointer the program holds.
+    pub fn raw(&self) -> *mut ibv_context {
+        (&self.vctx.context as *const ibv_context).cast_mut()
+    }
+
+    /// The engine's verbs device, starting the process's engine on first need
+    /// ([`crate::engine::engine`]); the errno when it cannot start.
+    pub fn verbs(&self) -> Result<&xwarp_verbs::Device, c_int> {
+        if let Some(d) = self.verbs.get() {
+            return Ok(d);
+        }
+        let e = crate::engine::engine()?;
+        Ok(self.verbs.get_or_init(|| e.device().clone()))
+    }
+
+    /// Use `device` for this context's objects instead of the process's engine (tests:
+    /// two contexts on two engines of a virtual wire). `false` if it already had one.
+    pub fn set_verbs(&self, device: xwarp_verbs::Device) -> bool {
+        self.verbs.set(device).is_ok()
+    }
+
+    /// Queue an async event for `ibv_get_async_event` (the context's `async_fd` becomes
+    /// readable).
+    pub fn post_async_event(&self, ev: ibv_async_event) {
+        self.async_q.post(ev);
+    }
+
+    /// Take the oldest queued async event (after the fd said there is one).
+    pub(crate) fn take_async_event(&self) -> Option<ibv_async_event> {
+        self.async_q
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    /// Free a context `open` made. While objects made on it are still alive (a program
+    /// that closes the device first), the memory stays allocated (they point at it) and
+    /// only the context's registration ends.
     ///
     /// # Safety
     /// `ctx` came from [`XwContext::from_ptr`] and is not used afterwards.
@@ -242,6 +345,24 @@ impl XwContext {
         OPEN.lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|&q| q != p);
+        let watcher = ctx
+            .port_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(w) = watcher {
+            drop(w.stop);
+            // SAFETY: getpid has no preconditions.
+            if w.pid == unsafe { libc::getpid() } {
+                let _ = w.thread.join();
+            } else {
+                // A forked child: the thread exists only in the parent.
+                std::mem::forget(w.thread);
+            }
+        }
+        if ctx.objects.load(Ordering::SeqCst) > 0 {
+            return;
+        }
         ctx.magic = 0;
         // SAFETY: the fd and mutex were made by `open`; the Box is the one `open` leaked.
         unsafe {
@@ -250,4 +371,77 @@ impl XwContext {
             drop(Box::from_raw(ctx as *mut XwContext));
         }
     }
+}
+
+/// A context's async event queue and the eventfd counting it (`ibv_context.async_fd`,
+/// closed by `XwContext::close` after the port watcher stopped).
+struct AsyncQueue {
+    events: Mutex<VecDeque<ibv_async_event>>,
+    fd: c_int,
+}
+
+// SAFETY: the events hold addresses only (handed back to the program); the queue is
+// behind a Mutex and the fd is a plain integer.
+unsafe impl Send for AsyncQueue {}
+// SAFETY: as above.
+unsafe impl Sync for AsyncQueue {}
+
+impl AsyncQueue {
+    fn post(&self, ev: ibv_async_event) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(ev);
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a live u64 to our eventfd (open while the context
+        // is: the watcher is joined before it is closed).
+        unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// How often the port watcher reads the interface's link state.
+pub const PORT_POLL: Duration = Duration::from_millis(250);
+
+/// Start the port watcher of a context: every [`PORT_POLL`] it reads the link state of the
+/// device's interface (in the network namespace of the thread that opened the device,
+/// which the watcher inherits) and queues `IBV_EVENT_PORT_ERR` when port 1 goes down and
+/// `IBV_EVENT_PORT_ACTIVE` when it comes back, as the kernel does for an RNIC. `None` if
+/// the thread cannot be started (then there are no port events).
+fn watch_port(device: &'static XwDevice, q: Arc<AsyncQueue>) -> Option<PortWatch> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let mut up = device.facts().map(|f| f.link_up).unwrap_or(false);
+    let t = std::thread::Builder::new()
+        .name("xwarp-ibv-port".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PORT_POLL) {
+                let now = device.facts().map(|f| f.link_up).unwrap_or(false);
+                if now != up {
+                    up = now;
+                    q.post(ibv_async_event {
+                        element: ibv_async_event_element { port_num: 1 },
+                        event_type: if now {
+                            IBV_EVENT_PORT_ACTIVE
+                        } else {
+                            IBV_EVENT_PORT_ERR
+                        },
+                    });
+                }
+            }
+        })
+        .ok()?;
+    Some(PortWatch {
+        stop: tx,
+        thread: t,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    })
+}
+
+/// A running port watcher.
+struct PortWatch {
+    /// Dropping it stops the thread.
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+    /// The process that started it (a forked child must not join it).
+    pid: libc::pid_t,
 }

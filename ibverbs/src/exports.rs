@@ -16,10 +16,7 @@ use crate::attr;
 use crate::config::DeviceConfig;
 use crate::device::{self, XwContext, XwDevice};
 
-fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
+use crate::ffi::set_errno;
 
 /// The one line a program's stderr gets when no device can be listed.
 fn warn(reason: &str) {
@@ -33,29 +30,33 @@ fn warn(reason: &str) {
 ///
 /// # Safety
 /// `num` is NULL or writable.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
-    let devices = DeviceConfig::from_vars(|k| std::env::var(k).ok())
-        .and_then(|cfg| device::discover(&cfg))
-        .unwrap_or_else(|why| {
-            warn(&why);
-            Vec::new()
-        });
-    // SAFETY: calloc with a small count; the result is checked.
-    let list = unsafe { libc::calloc(devices.len() + 1, core::mem::size_of::<*mut ibv_device>()) }
-        .cast::<*mut ibv_device>();
-    if list.is_null() {
-        set_errno(libc::ENOMEM);
-        return core::ptr::null_mut();
-    }
-    for (i, d) in devices.iter().enumerate() {
-        // SAFETY: `list` has devices.len() + 1 slots (the last stays NULL).
-        unsafe { *list.add(i) = (&d.dev as *const ibv_device).cast_mut() };
-    }
-    if !num.is_null() {
-        // SAFETY: the caller's pointer, writable per the contract.
-        unsafe { *num = devices.len() as c_int };
-    }
-    list
+    crate::ffi::guard("ibv_get_device_list", core::ptr::null_mut(), || {
+        let devices = DeviceConfig::from_vars(|k| std::env::var(k).ok())
+            .and_then(|cfg| device::discover(&cfg))
+            .unwrap_or_else(|why| {
+                warn(&why);
+                Vec::new()
+            });
+        // SAFETY: calloc with a small count; the result is checked.
+        let list =
+            unsafe { libc::calloc(devices.len() + 1, core::mem::size_of::<*mut ibv_device>()) }
+                .cast::<*mut ibv_device>();
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return core::ptr::null_mut();
+        }
+        for (i, d) in devices.iter().enumerate() {
+            // SAFETY: `list` has devices.len() + 1 slots (the last stays NULL).
+            unsafe { *list.add(i) = (&d.dev as *const ibv_device).cast_mut() };
+        }
+        if !num.is_null() {
+            // SAFETY: the caller's pointer, writable per the contract.
+            unsafe { *num = devices.len() as c_int };
+        }
+        list
+    })
 }
 
 /// `ibv_free_device_list@IBVERBS_1.1`: free a list `ibv_get_device_list` returned (the
@@ -63,9 +64,12 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
 ///
 /// # Safety
 /// `list` is NULL or from `ibv_get_device_list`, freed once.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    // SAFETY: per the contract the pointer came from calloc.
-    unsafe { libc::free(list.cast()) };
+    crate::ffi::guard("ibv_free_device_list", (), || {
+        // SAFETY: per the contract the pointer came from calloc.
+        unsafe { libc::free(list.cast()) };
+    })
 }
 
 /// `ibv_get_device_name@IBVERBS_1.1`: the device's name (`xwarp_<iface>`); NULL with
@@ -73,15 +77,18 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 ///
 /// # Safety
 /// `dev` is NULL or a pointer the program got from `ibv_get_device_list`.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    // SAFETY: per the contract.
-    match unsafe { XwDevice::from_ptr(dev) } {
-        Some(d) => d.dev.name.as_ptr(),
-        None => {
-            set_errno(libc::EINVAL);
-            core::ptr::null()
+    crate::ffi::guard("ibv_get_device_name", core::ptr::null(), || {
+        // SAFETY: per the contract.
+        match unsafe { XwDevice::from_ptr(dev) } {
+            Some(d) => d.dev.name.as_ptr(),
+            None => {
+                set_errno(libc::EINVAL);
+                core::ptr::null()
+            }
         }
-    }
+    })
 }
 
 /// `ibv_get_device_guid@IBVERBS_1.1`: the node GUID (network byte order), the EUI-64 of
@@ -89,15 +96,18 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_c
 ///
 /// # Safety
 /// As [`ibv_get_device_name`].
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-    // SAFETY: per the contract.
-    match unsafe { XwDevice::from_ptr(dev) } {
-        Some(d) => attr::node_guid(d.mac),
-        None => {
-            set_errno(libc::EINVAL);
-            0
+    crate::ffi::guard("ibv_get_device_guid", 0, || {
+        // SAFETY: per the contract.
+        match unsafe { XwDevice::from_ptr(dev) } {
+            Some(d) => attr::node_guid(d.mac),
+            None => {
+                set_errno(libc::EINVAL);
+                0
+            }
         }
-    }
+    })
 }
 
 /// `ibv_open_device@IBVERBS_1.1`: a context on the device (no engine is started yet);
@@ -106,7 +116,20 @@ pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
 ///
 /// # Safety
 /// As [`ibv_get_device_name`].
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    crate::ffi::guard("ibv_open_device", core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        unsafe { open_device(dev) }
+    })
+}
+
+/// What `ibv_open_device` does (the crate calls this, never the exported symbol: a
+/// `.symver` needs its function defined in the same object file).
+///
+/// # Safety
+/// As [`ibv_get_device_name`].
+pub(crate) unsafe fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
     // SAFETY: per the contract.
     let Some(d) = (unsafe { XwDevice::from_ptr(dev) }) else {
         set_errno(libc::EINVAL);
@@ -130,16 +153,19 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
 /// # Safety
 /// `ctx` is not used after this call if it was an open context (any other pointer gives
 /// `EINVAL` without being dereferenced).
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
-    // SAFETY: per the contract.
-    match unsafe { XwContext::from_ptr(ctx) } {
-        Some(c) => {
-            // SAFETY: the program gives the context up with this call.
-            unsafe { XwContext::close(c) };
-            0
+    crate::ffi::guard("ibv_close_device", libc::EIO, || {
+        // SAFETY: per the contract.
+        match unsafe { XwContext::from_ptr(ctx) } {
+            Some(c) => {
+                // SAFETY: the program gives the context up with this call.
+                unsafe { XwContext::close(c) };
+                0
+            }
+            None => libc::EINVAL,
         }
-        None => libc::EINVAL,
-    }
+    })
 }
 
 /// `ibv_query_device@IBVERBS_1.1`: the device attributes ([`attr::device_attr`]); 0, or
@@ -147,20 +173,22 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
 ///
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `attr` NULL or writable for an `ibv_device_attr`.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_query_device(
     ctx: *mut ibv_context,
     out: *mut ibv_device_attr,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
-        return libc::EINVAL;
-    };
-    if out.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `out` is writable per the contract.
-    unsafe { out.write(attr::device_attr(c.device.mac)) };
-    0
+    crate::ffi::guard("ibv_query_device", libc::EIO, || {
+        let Some(c) = XwContext::from_raw(ctx) else {
+            return libc::EINVAL;
+        };
+        if out.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `out` is writable per the contract.
+        unsafe { out.write(attr::device_attr(c.device.mac)) };
+        0
+    })
 }
 
 /// Port 1's attributes, written as the first `len` bytes of `out`.
@@ -168,8 +196,7 @@ pub unsafe extern "C" fn ibv_query_device(
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `out` NULL or writable for `len` bytes.
 unsafe fn query_port_into(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
+    let Some(c) = XwContext::from_raw(ctx) else {
         return libc::EINVAL;
     };
     if port != 1 || out.is_null() {
@@ -195,8 +222,10 @@ unsafe extern "C" fn query_port_slot(
     out: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
-    // SAFETY: the inline wrapper passes the program's struct and its size.
-    unsafe { query_port_into(ctx, port, out.cast(), len) }
+    crate::ffi::guard("ibv_query_port", libc::EIO, || {
+        // SAFETY: the inline wrapper passes the program's struct and its size.
+        unsafe { query_port_into(ctx, port, out.cast(), len) }
+    })
 }
 
 /// `ibv_query_port@IBVERBS_1.1` (reached when a program bypasses the inline wrapper):
@@ -206,14 +235,17 @@ unsafe extern "C" fn query_port_slot(
 ///
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `out` NULL or writable for a `_compat_ibv_port_attr`.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_query_port(
     ctx: *mut ibv_context,
     port: u8,
     out: *mut _compat_ibv_port_attr,
 ) -> c_int {
-    let len = core::mem::offset_of!(ibv_port_attr, port_cap_flags2);
-    // SAFETY: per the contract.
-    unsafe { query_port_into(ctx, port, out.cast(), len) }
+    crate::ffi::guard("ibv_query_port", libc::EIO, || {
+        let len = core::mem::offset_of!(ibv_port_attr, port_cap_flags2);
+        // SAFETY: per the contract.
+        unsafe { query_port_into(ctx, port, out.cast(), len) }
+    })
 }
 
 /// `ibv_query_gid@IBVERBS_1.1`: GID 0 of port 1 (the MAC, then zeros, as siw); 0, or -1
@@ -221,24 +253,26 @@ pub unsafe extern "C" fn ibv_query_port(
 ///
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `gid` NULL or writable.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_query_gid(
     ctx: *mut ibv_context,
     port: u8,
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(c) = (unsafe { XwContext::from_ptr(ctx) }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    if port != 1 || index != 0 || gid.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: writable per the contract.
-    unsafe { gid.write(attr::gid0(c.device.mac)) };
-    0
+    crate::ffi::guard("ibv_query_gid", -1, || {
+        let Some(c) = XwContext::from_raw(ctx) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if port != 1 || index != 0 || gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: writable per the contract.
+        unsafe { gid.write(attr::gid0(c.device.mac)) };
+        0
+    })
 }
 
 /// `ibv_query_gid_type@IBVERBS_PRIVATE_34`: the type of GID 0 of port 1,
@@ -247,20 +281,22 @@ pub unsafe extern "C" fn ibv_query_gid(
 ///
 /// # Safety
 /// `ctx` as [`ibv_close_device`]; `ty` NULL or writable.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_query_gid_type(
     ctx: *mut ibv_context,
     port: u8,
     index: c_uint,
     ty: *mut ibv_gid_type_sysfs,
 ) -> c_int {
-    // SAFETY: per the contract.
-    if unsafe { XwContext::from_ptr(ctx) }.is_none() || port != 1 || index != 0 || ty.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: writable per the contract.
-    unsafe { ty.write(IBV_GID_TYPE_SYSFS_IB_ROCE_V1) };
-    0
+    crate::ffi::guard("ibv_query_gid_type", -1, || {
+        if XwContext::from_raw(ctx).is_none() || port != 1 || index != 0 || ty.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: writable per the contract.
+        unsafe { ty.write(IBV_GID_TYPE_SYSFS_IB_ROCE_V1) };
+        0
+    })
 }
 
 /// What the xwarp device's sysfs directory would hold, for the files programs read.
@@ -309,64 +345,67 @@ unsafe fn fill(buf: *mut c_char, size: usize, text: &[u8]) -> c_int {
 ///
 /// # Safety
 /// `dir` and `file` NUL-terminated strings; `buf` writable for `size` bytes.
+#[inline(never)] // keeps a global definition for the .symver below
 pub unsafe extern "C" fn ibv_read_sysfs_file(
     dir: *const c_char,
     file: *const c_char,
     buf: *mut c_char,
     size: usize,
 ) -> c_int {
-    if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: NUL-terminated per the contract.
-    let (d, f) = unsafe {
-        (
-            CStr::from_ptr(dir).to_bytes(),
-            CStr::from_ptr(file).to_bytes(),
-        )
-    };
-    if let Some(dev) = device::by_sysfs_dir(d) {
-        return match device_file(dev, f) {
-            // SAFETY: per the contract.
-            Some(text) => unsafe { fill(buf, size, text.as_bytes()) },
-            None => {
-                set_errno(libc::ENOENT);
-                -1
-            }
-        };
-    }
-    let mut path = d.to_vec();
-    path.push(b'/');
-    path.extend_from_slice(f);
-    path.push(0);
-    // SAFETY: `path` is NUL-terminated.
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return -1;
-    }
-    // SAFETY: `buf` is writable for `size` bytes; fd is ours and closed once.
-    let len = unsafe {
-        let len = libc::read(fd, buf.cast(), size);
-        let e = *libc::__errno_location();
-        libc::close(fd);
-        set_errno(e);
-        len
-    };
-    if len < 0 {
-        return -1;
-    }
-    let mut len = len as usize;
-    // SAFETY: indices below `len <= size` are inside `buf`.
-    unsafe {
-        if len > 0 && *buf.add(len - 1) == b'\n' as c_char {
-            len -= 1;
-            *buf.add(len) = 0;
-        } else if len < size {
-            *buf.add(len) = 0;
+    crate::ffi::guard("ibv_read_sysfs_file", -1, || {
+        if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            set_errno(libc::EINVAL);
+            return -1;
         }
-    }
-    len as c_int
+        // SAFETY: NUL-terminated per the contract.
+        let (d, f) = unsafe {
+            (
+                CStr::from_ptr(dir).to_bytes(),
+                CStr::from_ptr(file).to_bytes(),
+            )
+        };
+        if let Some(dev) = device::by_sysfs_dir(d) {
+            return match device_file(dev, f) {
+                // SAFETY: per the contract.
+                Some(text) => unsafe { fill(buf, size, text.as_bytes()) },
+                None => {
+                    set_errno(libc::ENOENT);
+                    -1
+                }
+            };
+        }
+        let mut path = d.to_vec();
+        path.push(b'/');
+        path.extend_from_slice(f);
+        path.push(0);
+        // SAFETY: `path` is NUL-terminated.
+        let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return -1;
+        }
+        // SAFETY: `buf` is writable for `size` bytes; fd is ours and closed once.
+        let len = unsafe {
+            let len = libc::read(fd, buf.cast(), size);
+            let e = *libc::__errno_location();
+            libc::close(fd);
+            set_errno(e);
+            len
+        };
+        if len < 0 {
+            return -1;
+        }
+        let mut len = len as usize;
+        // SAFETY: indices below `len <= size` are inside `buf`.
+        unsafe {
+            if len > 0 && *buf.add(len - 1) == b'\n' as c_char {
+                len -= 1;
+                *buf.add(len) = 0;
+            } else if len < size {
+                *buf.add(len) = 0;
+            }
+        }
+        len as c_int
+    })
 }
 
 // The C names and symbol versions (see the module docs). Every node is defined in

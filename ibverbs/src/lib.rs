@@ -18,6 +18,16 @@
 pub mod abi;
 pub mod attr;
 pub mod config;
+pub mod cq;
 pub mod device;
+pub mod engine;
 pub mod exports;
+pub(crate) mod ffi;
+pub mod misc;
+pub mod mr;
 pub mod netdev;
+mod ops;
+pub mod pd;
+pub mod qp;
+pub mod srq;
+pub mod testing;
