@@ -7,7 +7,9 @@
 //! - [`sack`]: receiver reassembly map, SACK/DSACK blocks (RFC 2018, RFC 2883) and the
 //!   sender's scoreboard (RFC 6675).
 //! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
+//! - [`conn`]: the connection state machine (RFC 9293) on these parts, sans-IO.
 
+pub mod conn;
 pub mod rack;
 pub mod rtt;
 pub mod sack;
