@@ -1221,10 +1221,13 @@ impl Connection {
         }
     }
 
-    /// When the TSval `tsecr` echoes was sent (TSval counts milliseconds from
-    /// `ts_origin`).
+    /// The latest instant the TSval `tsecr` echoes can have been sent at (TSval counts
+    /// whole milliseconds from `ts_origin`): RACK's "delivered copy was the original" test
+    /// (RFC 8985 §6.2 step 2) must not mistake a retransmission sent later in the same
+    /// millisecond for the original.
     fn ts_instant(&self, tsecr: u32) -> Instant {
-        Instant::from_millis(self.ts_origin.total_millis() + tsecr as i64)
+        let ms = self.ts_origin.total_millis() + tsecr as i64;
+        Instant::from_micros(ms * 1000 + 999)
     }
 
     fn detect_loss(&mut self, now: Instant) {
@@ -1353,6 +1356,22 @@ impl Connection {
                     return;
                 }
                 self.info.rto_count += 1;
+                #[cfg(test)]
+                if std::env::var_os("CONN_DEBUG").is_some() {
+                    eprintln!(
+                        "RTO at {now}: state {:?} una {} nxt {} fin {:?} tlp {} recov {} pipe {} cwnd {} lost {:?} segs {:?}",
+                        self.state,
+                        self.snd_una.0,
+                        self.snd_nxt.0,
+                        self.fin_seq,
+                        self.tlp.in_flight(),
+                        self.board.in_recovery(),
+                        self.board.pipe(),
+                        self.cc.cwnd(),
+                        self.rack.lost().collect::<Vec<_>>(),
+                        self.rack.segments().take(5).collect::<Vec<_>>()
+                    );
+                }
                 // RFC 6298 §5.5–5.6: back off and restart; RFC 6675 §5.1 / RFC 8985 §6.3:
                 // every un-SACKed segment is lost.
                 self.rto_timer.on_expired(now, &mut self.rtt);
