@@ -239,9 +239,10 @@ pub(super) fn run(cfg: ConnConfig, wire: WireParams, total: u64, v6: bool) -> Ru
                 n += 1;
             }
         }
-        let done = sides.iter().all(|s| {
-            s.conn.as_ref().is_some_and(|c| c.state() == State::Closed)
-        }) && sides.iter().all(|s| s.sink.off == total);
+        let done = sides
+            .iter()
+            .all(|s| s.conn.as_ref().is_some_and(|c| c.state() == State::Closed))
+            && sides.iter().all(|s| s.sink.off == total);
         if done {
             break;
         }
@@ -338,7 +339,12 @@ fn own_own_clean_full_duplex_ipv6() {
 #[test]
 fn own_own_1pct_loss_full_duplex_no_rto() {
     for seed in 1..=3 {
-        let r = run(test_cfg(), WireParams::lossy(0.01, seed), 4 << 20, seed == 2);
+        let r = run(
+            test_cfg(),
+            WireParams::lossy(0.01, seed),
+            4 << 20,
+            seed == 2,
+        );
         assert!(r.dropped > 0);
         assert_eq!(rtos(&r), 0, "seed {seed}: {r:?}");
     }
@@ -347,7 +353,12 @@ fn own_own_1pct_loss_full_duplex_no_rto() {
 #[test]
 fn own_own_5pct_loss_full_duplex() {
     for seed in 1..=2 {
-        let r = run(test_cfg(), WireParams::lossy(0.05, seed), 4 << 20, seed == 2);
+        let r = run(
+            test_cfg(),
+            WireParams::lossy(0.05, seed),
+            4 << 20,
+            seed == 2,
+        );
         assert!(r.info[0].fast_recoveries > 0);
         // Loss is repaired mostly without the timer: at most 1 RTO per 100 drops.
         assert!(rtos(&r) * 100 <= r.dropped.max(100), "seed {seed}: {r:?}");

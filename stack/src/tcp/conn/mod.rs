@@ -28,10 +28,12 @@ pub use cc_fallback as cc;
 pub use io::{RingTx, RxSink, TxSource};
 
 use super::rack::{Probe, Rack, RackConfig, Tlp, TlpVerdict};
-use super::rtt::{elapsed, KarnSampler, RtoTimer, RttConfig, RttConfigError, RttEstimator, TsClock};
+use super::rtt::{
+    elapsed, KarnSampler, RtoTimer, RttConfig, RttConfigError, RttEstimator, TsClock,
+};
 use super::sack::{
-    receiver::MAX_WINDOW, Reassembly, ReassemblyConfig, Received, SackBlock, SackList,
-    Scoreboard, ScoreboardConfig,
+    receiver::MAX_WINDOW, Reassembly, ReassemblyConfig, Received, SackBlock, SackList, Scoreboard,
+    ScoreboardConfig,
 };
 use super::seq::Seq;
 use ooo::PieceStore;
@@ -305,13 +307,19 @@ impl Segment {
         let mut pkt = TcpPacket::new_unchecked(&mut buf[..total]);
         self.repr
             .emit(&mut pkt, src, dst, &ChecksumCapabilities::ignored());
-        if self.payload_len > 0 && tx.copy_at(self.payload_offset, pkt.payload_mut()) != self.payload_len {
+        if self.payload_len > 0
+            && tx.copy_at(self.payload_offset, pkt.payload_mut()) != self.payload_len
+        {
             return Err(EmitError::SourceShort);
         }
         pkt.fill_checksum(src, dst);
         Ok(total)
     }
 }
+
+/// The shortest probe timeout: a tiny SRTT (a LAN, or the SYN's RTT sample) must not fire a
+/// probe right behind the flight it probes (Linux keeps a floor of two ticks too).
+pub const MIN_PTO: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pending {
@@ -580,7 +588,10 @@ impl Connection {
         };
         let peer_mss = syn.max_seg_size.map_or(default, |m| m as u32).max(64);
         let opt = if self.ts_ok { 12 } else { 0 };
-        self.snd_mss = peer_mss.min(self.cfg.mss as u32).saturating_sub(opt).max(32);
+        self.snd_mss = peer_mss
+            .min(self.cfg.mss as u32)
+            .saturating_sub(opt)
+            .max(32);
         // The SYN's window is never scaled (RFC 7323 §2.2).
         self.snd_wnd = syn.window_len as u32;
         self.max_snd_wnd = self.snd_wnd;
@@ -639,8 +650,10 @@ impl Connection {
     }
     /// Whether the connection may still accept bytes to send (not closed for writing).
     pub fn may_send(&self) -> bool {
-        matches!(self.state, State::Established | State::CloseWait | State::SynSent | State::SynReceived)
-            && !self.fin_queued
+        matches!(
+            self.state,
+            State::Established | State::CloseWait | State::SynSent | State::SynReceived
+        ) && !self.fin_queued
     }
     /// RCV.NXT (the peer's FIN included once received).
     pub fn rcv_nxt(&self) -> Seq {
@@ -767,7 +780,9 @@ impl Connection {
         if self.store.bytes() == 0 || limit == self.delivered {
             return 0;
         }
-        let n = self.store.drain_from(self.delivered, limit, |d| sink.deliver(d));
+        let n = self
+            .store
+            .drain_from(self.delivered, limit, |d| sink.deliver(d));
         self.delivered += n;
         self.delivered_seq = self.delivered_seq.wrapping_add(n as u32);
         n
@@ -812,7 +827,10 @@ impl Connection {
             return out;
         }
         // TIME-WAIT: a retransmitted FIN is acknowledged and restarts 2·MSL (§3.10.7.4).
-        if self.state == State::TimeWait && fin && seq.wrapping_add(payload.len() as u32 + 1) == self.rcv_nxt() {
+        if self.state == State::TimeWait
+            && fin
+            && seq.wrapping_add(payload.len() as u32 + 1) == self.rcv_nxt()
+        {
             self.ack_now = true;
             self.time_wait_at = Some(now + self.cfg.time_wait);
             return out;
@@ -844,6 +862,12 @@ impl Connection {
         if !acceptable && !zero_window_ack {
             if !rst {
                 self.ack_now = true;
+                // RFC 2883 §4: a wholly old duplicate is reported as DSACK.
+                let end = seq.wrapping_add(payload.len() as u32);
+                if self.sack_ok && !syn && !payload.is_empty() && end.before_eq(self.rx.rcv_nxt()) {
+                    self.rx
+                        .insert(seq, payload.len().min(MAX_WINDOW as usize) as u32, 0);
+                }
             }
             out.dropped = true;
             return out;
@@ -857,7 +881,10 @@ impl Connection {
                 } else {
                     ConnError::Reset
                 };
-                let err = if matches!(self.state, State::Closing | State::LastAck | State::TimeWait) {
+                let err = if matches!(
+                    self.state,
+                    State::Closing | State::LastAck | State::TimeWait
+                ) {
                     None
                 } else {
                     Some(err)
@@ -887,9 +914,6 @@ impl Connection {
                 self.max_snd_wnd = self.snd_wnd;
                 self.snd_wl1 = seq;
                 self.snd_wl2 = ack;
-                if self.fin_queued {
-                    // close() before the handshake finished.
-                }
             } else {
                 self.pending = Some(Pending::Rst(ack, None));
                 out.dropped = true;
@@ -1120,9 +1144,6 @@ impl Connection {
             self.snd_una = ack;
             self.rto_retries = 0;
         }
-        if !self.sack_ok && !self.ts_ok && newly == 0 {
-            // Nothing more to learn for a sender without SACK from a duplicate.
-        }
         let blocks = if self.sack_ok {
             SackList::from_smoltcp(&repr.sack_ranges)
         } else {
@@ -1142,7 +1163,14 @@ impl Connection {
             } else {
                 None
             };
-            self.rack.on_ack(now, ack, &valid, info.dsack.is_some(), ts_echo, self.rtt.min_rtt());
+            self.rack.on_ack(
+                now,
+                ack,
+                &valid,
+                info.dsack.is_some(),
+                ts_echo,
+                self.rtt.min_rtt(),
+            );
             if info.dsack.is_some() {
                 self.info.dsacks += 1;
             }
@@ -1164,7 +1192,8 @@ impl Connection {
                 TlpVerdict::RepairedLoss => {
                     // RFC 8985 §7.4.2: the probe repaired a loss; respond as to one.
                     let fs = self.board.outstanding();
-                    self.cc.enter_recovery(now, self.board.pipe(), flight_before.max(fs));
+                    self.cc
+                        .enter_recovery(now, self.board.pipe(), flight_before.max(fs));
                     self.cc.exit_recovery(now);
                 }
                 TlpVerdict::NoLoss | TlpVerdict::Pending => {}
@@ -1188,15 +1217,19 @@ impl Connection {
             }
             if self.sack_ok {
                 self.detect_loss(now);
-            } else if info.acked == 0 && payload_len == 0 && self.board.outstanding() > 0
-                && ack == self.snd_una && !self.board.in_recovery()
+            } else if info.acked == 0
+                && payload_len == 0
+                && self.board.outstanding() > 0
+                && ack == self.snd_una
+                && !self.board.in_recovery()
             {
                 // Without SACK: RFC 5681 duplicate ACKs (payload-free, same window).
                 self.nosack_dups += 1;
                 if self.nosack_dups == 3 {
                     if let Some(b) = self.board.enter_recovery() {
                         self.info.fast_recoveries += 1;
-                        self.cc.enter_recovery(now, self.board.pipe(), self.board.outstanding());
+                        self.cc
+                            .enter_recovery(now, self.board.pipe(), self.board.outstanding());
                         self.fast_rexmit = Some(b);
                     }
                 }
@@ -1253,11 +1286,15 @@ impl Connection {
 
     fn arm_pto(&mut self, now: Instant) {
         let outstanding = self.snd_nxt != self.snd_una;
-        if self.tlp.may_arm(self.sack_ok, outstanding, self.board.in_recovery()) {
+        if self
+            .tlp
+            .may_arm(self.sack_ok, outstanding, self.board.in_recovery())
+        {
             let rto_left = self.rto_timer.deadline().map(|d| elapsed(now, d));
             let one = self.snd_nxt.since(self.snd_una) <= self.snd_mss;
             let ack_delay = self.cfg.ack_delay.map(|d| d.max(Duration::from_millis(1)));
-            self.pto_at = Some(now + Tlp::pto(self.rtt.srtt(), one, ack_delay, rto_left));
+            let pto = Tlp::pto(self.rtt.srtt(), one, ack_delay, rto_left).max(MIN_PTO);
+            self.pto_at = Some(now + pto);
         } else {
             self.pto_at = None;
         }
@@ -1422,7 +1459,10 @@ impl Connection {
         let passive = self.state == State::SynReceived;
         let ack = passive.then(|| self.rcv_nxt());
         let mut r = self.base_repr(self.iss, TcpControl::Syn, ack);
-        let free = self.rx_free.min(self.cfg.rx_window_max as usize).min(0xffff);
+        let free = self
+            .rx_free
+            .min(self.cfg.rx_window_max as usize)
+            .min(0xffff);
         r.window_len = free as u16;
         r.max_seg_size = Some(self.cfg.mss);
         let (ws, sack, ts) = if passive {
@@ -1432,16 +1472,17 @@ impl Connection {
         };
         r.window_scale = ws.then_some(self.rcv_wscale);
         r.sack_permitted = sack;
-        r.timestamp = ts.then(|| TcpTimestampRepr::new(self.ts_clock.tsval(now), if passive { self.ts_recent } else { 0 }));
+        r.timestamp = ts.then(|| {
+            TcpTimestampRepr::new(
+                self.ts_clock.tsval(now),
+                if passive { self.ts_recent } else { 0 },
+            )
+        });
         if passive {
             self.rcv_adv = self.rx.rcv_nxt().wrapping_add(free as u32);
         }
         self.snd_nxt = self.iss.wrapping_add(1);
-        if self.syn_retries == 0 || self.last_send.is_none() {
-            self.last_send = Some(now);
-        } else {
-            self.last_send = Some(now);
-        }
+        self.last_send = Some(now);
         self.rto_timer.on_send(now, &self.rtt);
         Segment {
             repr: r,
@@ -1495,7 +1536,7 @@ impl Connection {
         } else {
             0
         };
-        let step = (self.cfg.rx_window_max / 2).min(2 * self.cfg.mss as u32);
+        let step = (self.cfg.rx_window_max / 2).min(self.cfg.mss as u32).max(1);
         free > cur && free - cur >= step && cur < self.cfg.rx_window_max / 2
     }
 
@@ -1508,7 +1549,10 @@ impl Connection {
             r.sack_ranges = self.rx.sack_blocks(3).to_smoltcp();
         }
         if self.ts_ok {
-            r.timestamp = Some(TcpTimestampRepr::new(self.ts_clock.tsval(now), self.ts_recent));
+            r.timestamp = Some(TcpTimestampRepr::new(
+                self.ts_clock.tsval(now),
+                self.ts_recent,
+            ));
         }
         self.ack_now = false;
         self.delack_at = None;
@@ -1574,11 +1618,17 @@ impl Connection {
             0
         };
         let full = match tx.next_boundary(sent) {
-            Some(b) if b > sent => avail.min(self.snd_mss).min((b - sent).min(MAX_WINDOW as u64) as u32),
+            Some(b) if b > sent => avail
+                .min(self.snd_mss)
+                .min((b - sent).min(MAX_WINDOW as u64) as u32),
             _ => avail.min(self.snd_mss),
         };
         let pipe = self.board.pipe();
-        let quota = if ignore_cwnd { u32::MAX } else { self.cc.send_quota(pipe) };
+        let quota = if ignore_cwnd {
+            u32::MAX
+        } else {
+            self.cc.send_quota(pipe)
+        };
         let len = full.min(wnd_left).min(quota);
         let outstanding = self.snd_nxt != self.snd_una;
         let all = len == avail;
@@ -1652,7 +1702,10 @@ impl Connection {
         if self.tlp_due {
             self.tlp_due = false;
             let plan = self.new_data_plan(tx, true).filter(|p| p.0 > 0);
-            match self.tlp.on_pto(plan.is_some(), self.rack.last_undelivered()) {
+            match self
+                .tlp
+                .on_pto(plan.is_some(), self.rack.last_undelivered())
+            {
                 Probe::NewData => {
                     if let Some((len, fin, psh)) = plan {
                         if let Some(seg) = self.send_new(now, len, fin, psh) {

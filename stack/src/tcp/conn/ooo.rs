@@ -30,7 +30,11 @@ impl PieceStore {
             }
         }
         while cur < end {
-            let next = self.pieces.range(cur..end).next().map(|(&s, v)| (s, v.len()));
+            let next = self
+                .pieces
+                .range(cur..end)
+                .next()
+                .map(|(&s, v)| (s, v.len()));
             let gap_end = next.map_or(end, |(s, _)| s);
             if gap_end > cur {
                 let a = (cur - start) as usize;
