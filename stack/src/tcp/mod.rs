@@ -7,8 +7,11 @@
 //! - [`sack`]: receiver reassembly map, SACK/DSACK blocks (RFC 2018, RFC 2883) and the
 //!   sender's scoreboard (RFC 6675).
 //! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
+//! - [`cc`]: congestion control: slow start, NewReno/CUBIC, PRR (RFC 5681, 3465, 6928,
+//!   9438, 6937).
 //! - [`conn`]: the connection state machine (RFC 9293) on these parts, sans-IO.
 
+pub mod cc;
 pub mod conn;
 pub mod rack;
 pub mod rtt;
@@ -17,6 +20,9 @@ pub mod seq;
 
 #[cfg(test)]
 mod sim;
+
+#[cfg(test)]
+pub(crate) mod wire_sim;
 
 #[cfg(test)]
 mod proptests;
