@@ -15,7 +15,6 @@
 //! - timers: [`Connection::poll_at`] is the earliest deadline; `poll_transmit` runs the
 //!   timers that are due.
 
-pub mod cc_fallback;
 mod io;
 mod ooo;
 
@@ -24,9 +23,9 @@ mod lossy;
 #[cfg(test)]
 mod tests;
 
-pub use cc_fallback as cc;
 pub use io::{RingTx, RxSink, TxSource};
 
+use super::cc;
 use super::rack::{Probe, Rack, RackConfig, Tlp, TlpVerdict};
 use super::rtt::{
     elapsed, KarnSampler, RtoTimer, RttConfig, RttConfigError, RttEstimator, TsClock,
@@ -321,6 +320,9 @@ impl Segment {
 /// probe right behind the flight it probes (Linux keeps a floor of two ticks too).
 pub const MIN_PTO: Duration = Duration::from_millis(10);
 
+/// Probes in one fast recovery without SND.UNA moving (see `arm_recovery_probe`).
+const MAX_RECOVERY_PROBES: u32 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pending {
     /// A RST with this sequence number (and ACK number) to send.
@@ -369,6 +371,10 @@ pub struct Connection {
     /// Without SACK: RFC 5681 duplicate ACKs counted, and the fast retransmission due.
     nosack_dups: u32,
     fast_rexmit: Option<SackBlock>,
+    /// The recovery running was started by an RTO (no recovery probes then).
+    after_rto: bool,
+    /// Probes sent in this recovery since SND.UNA last advanced.
+    recovery_probes: u32,
 
     // Receive side.
     irs: Seq,
@@ -490,6 +496,8 @@ impl Connection {
             syn_retries: 0,
             nosack_dups: 0,
             fast_rexmit: None,
+            after_rto: false,
+            recovery_probes: 0,
             irs: Seq(0),
             rx: Reassembly::new(Seq(0), cfg.ooo),
             store: PieceStore::default(),
@@ -1143,6 +1151,7 @@ impl Connection {
             self.info.bytes_acked += data as u64;
             self.snd_una = ack;
             self.rto_retries = 0;
+            self.recovery_probes = 0;
         }
         let blocks = if self.sack_ok {
             SackList::from_smoltcp(&repr.sack_ranges)
@@ -1212,6 +1221,7 @@ impl Connection {
                 },
             );
             if info.recovery_ended {
+                self.after_rto = false;
                 self.rack.on_recovery_exit();
                 self.cc.exit_recovery(now);
             }
@@ -1284,6 +1294,19 @@ impl Connection {
         self.reo_at = scan.reorder_timeout.map(|t| now + t);
     }
 
+    /// In recovery RFC 8985 §7.2 arms no probe, and RACK finds a lost retransmission
+    /// only when something sent after it is delivered. A sender limited by the peer's
+    /// window (or with nothing more to send) sends nothing after it, so a lost
+    /// retransmission would wait for the RTO. Each retransmission in recovery therefore
+    /// (re)arms a probe at the PTO: it fires only when recovery sent nothing for that
+    /// long, and retransmits the highest undelivered segment (or sends new data).
+    fn arm_recovery_probe(&mut self, now: Instant) {
+        let rto_left = self.rto_timer.deadline().map(|d| elapsed(now, d));
+        let ack_delay = self.cfg.ack_delay.map(|d| d.max(Duration::from_millis(1)));
+        let pto = Tlp::pto(self.rtt.srtt(), false, ack_delay, rto_left).max(MIN_PTO);
+        self.pto_at = Some(now + pto);
+    }
+
     fn arm_pto(&mut self, now: Instant) {
         let outstanding = self.snd_nxt != self.snd_una;
         if self
@@ -1295,7 +1318,7 @@ impl Connection {
             let ack_delay = self.cfg.ack_delay.map(|d| d.max(Duration::from_millis(1)));
             let pto = Tlp::pto(self.rtt.srtt(), one, ack_delay, rto_left).max(MIN_PTO);
             self.pto_at = Some(now + pto);
-        } else {
+        } else if !self.board.in_recovery() {
             self.pto_at = None;
         }
     }
@@ -1425,6 +1448,7 @@ impl Connection {
                 self.pto_at = None;
                 self.karn.on_retransmit();
                 self.fast_rexmit = None;
+                self.after_rto = true;
             }
             _ => self.rto_timer.stop(),
         }
@@ -1601,6 +1625,10 @@ impl Connection {
         self.info.retransmits += 1;
         self.cc.on_sent(now, b.len());
         self.rto_timer.on_send(now, &self.rtt);
+        if self.board.in_recovery() && !self.after_rto && self.recovery_probes < MAX_RECOVERY_PROBES
+        {
+            self.arm_recovery_probe(now);
+        }
         self.range_segment(now, b, false)
     }
 
@@ -1718,9 +1746,15 @@ impl Connection {
                 }
                 Probe::Retransmit(b) => {
                     self.info.tlp_count += 1;
+                    let in_recovery = self.board.in_recovery();
+                    if in_recovery {
+                        self.recovery_probes += 1;
+                    }
                     let seg = self.retransmit(now, b);
                     self.tlp.on_probe_sent(self.snd_nxt, true);
-                    self.pto_at = None;
+                    if !in_recovery {
+                        self.pto_at = None;
+                    }
                     return Some(seg);
                 }
                 Probe::Nothing => {}
