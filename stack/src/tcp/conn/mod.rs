@@ -21,6 +21,8 @@ mod ooo;
 #[cfg(test)]
 mod lossy;
 #[cfg(test)]
+pub(crate) mod sim_endpoint;
+#[cfg(test)]
 mod tests;
 
 pub use io::{RingTx, RxSink, TxSource};
