@@ -388,3 +388,26 @@ fn measure() {
         }
     }
 }
+
+/// What duplication and reordering change at one loss rate (run by hand, as `measure`).
+#[test]
+#[ignore]
+fn measure_dup_reorder_effect() {
+    for (dup, reo) in [(0.0, 0.0), (0.01, 0.0), (0.0, 0.01), (0.01, 0.01)] {
+        let mut w = WireParams::lossy(0.01, 1);
+        w.dup = dup;
+        w.reorder = reo;
+        let r = run(test_cfg(), w, 16 << 20, false);
+        println!(
+            "1% loss, dup {dup}, reorder {reo}: {:.1} Mbit/s, RTOs {}, fast recoveries {}, DSACKs {}, reordering {}, retransmits {}, dropped {}, cwnd {}",
+            mbps(&r),
+            rtos(&r),
+            r.info[0].fast_recoveries + r.info[1].fast_recoveries,
+            r.info[0].dsacks_received + r.info[1].dsacks_received,
+            r.info[0].reordering_seen,
+            r.info[0].retransmits + r.info[1].retransmits,
+            r.dropped,
+            r.info[0].cwnd
+        );
+    }
+}

@@ -1185,15 +1185,16 @@ impl Connection {
             if info.dsack.is_some() {
                 self.info.dsacks += 1;
             }
-            // RTT: timestamps (RFC 7323 §4) or Karn's sampler (RFC 6298 §3).
+            // RTT: Karn's sampler (RFC 6298 §3: one timed segment, never a retransmitted
+            // one; microseconds), else the echoed timestamp (RFC 7323 §4; whole
+            // milliseconds, so a sub-millisecond path would read 0 from it alone).
             let mut sample = None;
             if info.acked > 0 {
-                if self.ts_ok {
+                sample = self.karn.on_ack(ack, now);
+                if sample.is_none() && self.ts_ok {
                     if let Some(t) = repr.timestamp.filter(|t| t.tsecr != 0) {
                         sample = self.ts_clock.rtt_from_tsecr(now, t.tsecr);
                     }
-                } else {
-                    sample = self.karn.on_ack(ack, now);
                 }
                 if let Some(s) = sample {
                     self.rtt.on_sample(s, now);
@@ -1203,8 +1204,11 @@ impl Connection {
                 TlpVerdict::RepairedLoss => {
                     // RFC 8985 §7.4.2: the probe repaired a loss; respond as to one.
                     let fs = self.board.outstanding();
-                    self.cc
-                        .enter_recovery(now, self.board.pipe(), flight_before.max(fs));
+                    self.cc.enter_recovery(
+                        now,
+                        self.board.pipe(),
+                        self.flight_for_cc(flight_before.max(fs)),
+                    );
                     self.cc.exit_recovery(now);
                 }
                 TlpVerdict::NoLoss | TlpVerdict::Pending => {}
@@ -1240,8 +1244,11 @@ impl Connection {
                 if self.nosack_dups == 3 {
                     if let Some(b) = self.board.enter_recovery() {
                         self.info.fast_recoveries += 1;
-                        self.cc
-                            .enter_recovery(now, self.board.pipe(), self.board.outstanding());
+                        self.cc.enter_recovery(
+                            now,
+                            self.board.pipe(),
+                            self.flight_for_cc(self.board.outstanding()),
+                        );
                         self.fast_rexmit = Some(b);
                     }
                 }
@@ -1275,6 +1282,14 @@ impl Connection {
         Instant::from_micros(ms * 1000 + 999)
     }
 
+    /// FlightSize for the congestion response: SND.NXT − SND.UNA (RFC 5681 (4)), but no
+    /// more than cwnd. With SACK the sender keeps sending while pipe is below cwnd, so the
+    /// outstanding span (SACKed octets included) can reach the peer's whole window; halving
+    /// that would leave cwnd far above what the path holds (Linux takes cwnd).
+    fn flight_for_cc(&self, outstanding: u32) -> u32 {
+        outstanding.min(self.cc.cwnd().max(self.snd_mss))
+    }
+
     fn detect_loss(&mut self, now: Instant) {
         let srtt = self.rtt.srtt().unwrap_or(self.cfg.rtt.initial_rto);
         let min = self.rtt.min_rtt().unwrap_or(srtt);
@@ -1289,8 +1304,11 @@ impl Connection {
                 self.info.fast_recoveries += 1;
                 self.tlp.reset();
                 self.pto_at = None;
-                self.cc
-                    .enter_recovery(now, self.board.pipe(), self.board.outstanding());
+                self.cc.enter_recovery(
+                    now,
+                    self.board.pipe(),
+                    self.flight_for_cc(self.board.outstanding()),
+                );
             }
         }
         self.reo_at = scan.reorder_timeout.map(|t| now + t);
@@ -1437,7 +1455,7 @@ impl Connection {
                 // RFC 6298 §5.5–5.6: back off and restart; RFC 6675 §5.1 / RFC 8985 §6.3:
                 // every un-SACKed segment is lost.
                 self.rto_timer.on_expired(now, &mut self.rtt);
-                let flight = self.board.outstanding();
+                let flight = self.flight_for_cc(self.board.outstanding());
                 self.board.on_rto();
                 self.rack.on_rto();
                 let lost: Vec<SackBlock> = self.rack.lost().collect();

@@ -421,3 +421,25 @@ fn measure_own_goodput_table() {
         (a, b)
     });
 }
+
+/// One cell of the table with the connections' counters (run by hand, as above).
+#[test]
+#[ignore]
+fn measure_shallow_queue_cell() {
+    for (bits, one_way) in [(1_000_000_000u64, 100u64), (80_000_000, 5000)] {
+        for duplex in [true, false] {
+            let n = 16 << 20;
+            let (mut a, mut b) = own_pair(n, if duplex { n } else { 0 }, false);
+            let mut w = Wire::new(wire_sim::table_wire(bits, one_way, false, 0.0, 11));
+            let r = wire_sim::run(&mut a, &mut b, &mut w, limit());
+            println!(
+                "{bits} bit/s, {one_way} µs, duplex {duplex}: {:.1} / {:.1} Mbit/s, tail drops {}, {:?}\n  {:?}",
+                r.goodput_ab() / 1e6,
+                r.goodput_ba() / 1e6,
+                r.wire[0].queue_drops + r.wire[1].queue_drops,
+                a.conn().map(|c| c.info()),
+                b.conn().map(|c| c.info())
+            );
+        }
+    }
+}
