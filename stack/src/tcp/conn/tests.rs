@@ -889,6 +889,26 @@ fn rfc9293_3_10_7_4_fin_after_a_hole_waits_for_the_hole() {
 }
 
 #[test]
+fn rfc9293_3_10_7_4_rst_keeps_bytes_the_sink_has_not_taken() {
+    let mut t = T::open(cfg());
+    t.sink.cap = 100;
+    t.data_at(0, &[4; 600]);
+    assert_eq!(t.sink.data.len(), 100);
+    let r = t.repr(t.pseq.wrapping_add(600), TcpControl::Rst);
+    t.feed(r, &[]);
+    assert_eq!(
+        (t.c.state(), t.c.error()),
+        (State::Closed, Some(ConnError::Reset))
+    );
+    assert!(!t.c.rx_eof());
+    // The application reads on: what was acknowledged before the RST still arrives.
+    t.sink.cap = 1000;
+    assert!(t.out().is_empty());
+    assert_eq!(t.sink.data, vec![4; 600]);
+    assert_eq!(t.c.info().ooo_bytes, 0);
+}
+
+#[test]
 fn rfc9293_3_10_5_abort_sends_rst() {
     let mut t = T::open(cfg());
     t.c.abort();
@@ -978,8 +998,61 @@ mod hostile {
             })
     }
 
+    fn to_repr<'a>(s: &Seg, payload: &'a [u8]) -> TcpRepr<'a> {
+        let ctl = [
+            TcpControl::None,
+            TcpControl::Psh,
+            TcpControl::Syn,
+            TcpControl::Fin,
+            TcpControl::Rst,
+        ][s.ctl as usize];
+        let base = Seq(PEER_ISS + 1);
+        let una = Seq(ISS + 1);
+        TcpRepr {
+            src_port: 80,
+            dst_port: 4000,
+            control: ctl,
+            seq_number: base.wrapping_add(s.off as u32).into(),
+            ack_number: (s.ack_off % 3 != 0).then(|| una.wrapping_add(s.ack_off as u32).into()),
+            window_len: s.win,
+            window_scale: s.mss.map(|m| m as u8),
+            max_seg_size: s.mss,
+            sack_permitted: s.win % 2 == 0,
+            sack_ranges: s.sack.map(|b| {
+                b.map(|(l, r)| (una.wrapping_add(l as u32).0, una.wrapping_add(r as u32).0))
+            }),
+            timestamp: s.ts.map(|v| TcpTimestampRepr::new(v, v)),
+            payload: &payload[..s.len],
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn hostile_segments_during_the_handshake_never_panic(
+            segs in proptest::collection::vec(seg(), 1..60),
+            passive in any::<bool>(),
+        ) {
+            let now = Instant::from_secs(1);
+            let mut c = if passive {
+                Connection::accept_syn(cfg(), ep(1, 4000), ep(2, 80), &T::syn(true), Seq(ISS), now).unwrap()
+            } else {
+                Connection::connect(cfg(), ep(1, 4000), ep(2, 80), Seq(ISS), now).unwrap()
+            };
+            let tx = RingTx::new(1024);
+            let mut sink = VecSink { data: vec![], cap: 4096 };
+            let payload = vec![0x55; 3000];
+            let mut t = now;
+            for s in &segs {
+                while c.poll_transmit(t, &tx, &mut sink).is_some() {}
+                let r = to_repr(s, &payload);
+                let o = c.on_segment(t, &r, r.payload, &mut sink);
+                prop_assert_eq!(o.acked, 0);
+                prop_assert!(sink.data.len() <= 4096);
+                t += Duration::from_millis(7);
+            }
+        }
+
         #[test]
         fn hostile_segments_never_panic_and_stay_bounded(segs in proptest::collection::vec(seg(), 1..200)) {
             let cfg = ConnConfig {
