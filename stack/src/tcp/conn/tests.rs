@@ -1017,7 +1017,7 @@ mod hostile {
             window_len: s.win,
             window_scale: s.mss.map(|m| m as u8),
             max_seg_size: s.mss,
-            sack_permitted: s.win % 2 == 0,
+            sack_permitted: s.win.is_multiple_of(2),
             sack_ranges: s.sack.map(|b| {
                 b.map(|(l, r)| (una.wrapping_add(l as u32).0, una.wrapping_add(r as u32).0))
             }),
