@@ -8,7 +8,10 @@
 //!   sender's scoreboard (RFC 6675).
 //! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
 //! - [`cc`]: congestion control: slow start, NewReno/CUBIC, PRR (RFC 5681, 3465, 6928,
-//!   9438, 6937).
+//!   9438, 6937, 9406).
+//! - `wire_sim` (tests only): an in-memory IP wire with a virtual clock, a driver for two
+//!   endpoints, and smoltcp's socket as one (the baseline the own connection is measured
+//!   against).
 //! - [`conn`]: the connection state machine (RFC 9293) on these parts, sans-IO.
 
 pub mod cc;

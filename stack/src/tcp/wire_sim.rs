@@ -1103,6 +1103,79 @@ mod tests {
         assert!(w.next_arrival().is_none());
     }
 
+    /// Sends one packet every `every` µs forever, or nothing; never done.
+    struct Ticker {
+        every: Option<i64>,
+        next: i64,
+        got: u64,
+    }
+
+    impl SimEndpoint for Ticker {
+        fn receive(&mut self, _now: Instant, _packet: &[u8]) {
+            self.got += 1;
+        }
+        fn transmit(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
+            if let Some(e) = self.every {
+                if now.total_micros() >= self.next {
+                    out.push(ip_packet(100));
+                    self.next = now.total_micros() + e;
+                }
+            }
+        }
+        fn poll_at(&self, _now: Instant) -> Option<Instant> {
+            self.every.map(|_| Instant::from_micros(self.next))
+        }
+        fn done(&self) -> bool {
+            false
+        }
+        fn report(&self) -> EndpointReport {
+            EndpointReport {
+                delivered: self.got,
+                ..EndpointReport::default()
+            }
+        }
+    }
+
+    #[test]
+    fn run_stops_on_idle_time_and_step_limits() {
+        let quiet = || Ticker {
+            every: None,
+            next: 0,
+            got: 0,
+        };
+        let ticking = || Ticker {
+            every: Some(1000),
+            next: 0,
+            got: 0,
+        };
+        let limit = Limit {
+            time: Duration::from_secs(1),
+            steps: 1_000_000,
+        };
+        let r = run(
+            &mut quiet(),
+            &mut quiet(),
+            &mut Wire::new(lossless(0, 10)),
+            limit,
+        );
+        assert_eq!(r.stop, Stop::Idle);
+        let (mut a, mut b) = (ticking(), quiet());
+        let r = run(&mut a, &mut b, &mut Wire::new(lossless(0, 10)), limit);
+        assert_eq!(r.stop, Stop::TimeLimit);
+        assert!(r.elapsed >= Duration::from_secs(1) && r.elapsed < Duration::from_millis(1002));
+        assert!((999..=1002).contains(&b.got), "{}", b.got);
+        let r = run(
+            &mut ticking(),
+            &mut ticking(),
+            &mut Wire::new(lossless(0, 10)),
+            Limit {
+                time: Duration::from_secs(1),
+                steps: 50,
+            },
+        );
+        assert_eq!((r.stop, r.steps), (Stop::StepLimit, 50));
+    }
+
     #[test]
     fn pattern_detects_shift() {
         let a: Vec<u8> = (0..4096).map(|i| pattern_byte(1, i)).collect();

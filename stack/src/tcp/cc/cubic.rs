@@ -76,6 +76,7 @@ impl Cubic {
             cwnd
         };
         self.cwnd_prior = cwnd;
+        self.after_timeout = false;
         self.epoch = None;
         self.carry = 0.0;
     }
@@ -99,7 +100,10 @@ impl Cubic {
     /// §4.3: W_est = cwnd_epoch; §4.8: after a timeout W_max = cwnd_epoch).
     pub(super) fn begin_epoch(&mut self, now: Instant, cwnd: u32, mss: u32) {
         let cwnd = f64::from(cwnd);
-        if self.after_timeout {
+        // §4.8: after a timeout W_max = cwnd_epoch. Likewise when congestion avoidance starts
+        // without any congestion event (HyStart++ ended slow start): K = 0, so the window
+        // grows from cwnd along the convex curve instead of W_max = 0's steep one.
+        if self.after_timeout || self.w_max <= 0.0 {
             self.after_timeout = false;
             self.w_max = cwnd;
         }

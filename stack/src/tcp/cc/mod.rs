@@ -11,14 +11,18 @@
 //! overflows (sums saturate, the window is capped at [`MAX_CWND`]).
 
 mod cubic;
+mod hystart;
 mod prr;
 
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;
 
 use smoltcp::time::{Duration, Instant};
 
 use cubic::Cubic;
+use hystart::{HyStart, Verdict};
 use prr::Prr;
 pub use prr::PrrMode;
 
@@ -65,6 +69,23 @@ pub fn rfc6928_initial_window(mss: u32) -> u32 {
         .min(MAX_CWND)
 }
 
+/// `newly_acked` for an [`AckEvent`]: the SND.UNA advance `acked` less the octets in it that
+/// earlier ACKs had SACKed, from the scoreboard's SACKed octets before and after the ACK and
+/// its newly SACKed octets (`delivered = acked + sacked_after − sacked_before`, `newly_acked =
+/// delivered − newly_sacked`). Saturates at 0 on inconsistent input.
+pub fn newly_acked_not_sacked(
+    acked: u32,
+    newly_sacked: u32,
+    sacked_before: u32,
+    sacked_after: u32,
+) -> u32 {
+    let delivered =
+        (u64::from(acked) + u64::from(sacked_after)).saturating_sub(u64::from(sacked_before));
+    delivered
+        .saturating_sub(u64::from(newly_sacked))
+        .min(u64::from(acked)) as u32
+}
+
 /// A configuration the controller cannot run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CcError {
@@ -84,9 +105,14 @@ impl std::error::Error for CcError {}
 
 /// What one ACK told the sender.
 ///
-/// `newly_acked + newly_sacked` is RFC 6937's DeliveredData: octets this ACK newly reports
-/// delivered, each counted once (cumulatively acknowledged octets that were not SACKed
-/// before, plus octets newly SACKed).
+/// Each octet should be counted once, when it is first reported delivered: `newly_acked +
+/// newly_sacked` is then RFC 6937's DeliveredData (Δ SND.UNA + Δ SACKed), which PRR needs
+/// exactly. [`newly_acked_not_sacked`] computes `newly_acked` from a `tcp::sack::Scoreboard`'s
+/// numbers. Passing the plain SND.UNA advance instead counts SACKed-then-acknowledged octets
+/// twice, so PRR sends more than it should during recovery. Window growth outside recovery
+/// counts `newly_acked` only (RFC 5681: ACKs of new data; SACK-only ACKs grow nothing), so it
+/// is the same under either way of counting, up to the octets SACKed before their
+/// cumulative ACK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AckEvent {
     /// Octets newly acknowledged cumulatively (SND.UNA advance).
@@ -125,6 +151,19 @@ pub struct Controller {
     rto_pending: bool,
     last_sent: Option<Instant>,
     srtt: Option<Duration>,
+    /// HyStart++ during the initial slow start; `None` when disabled or over.
+    hystart: Option<HyStart>,
+    /// The state before the last reduction, for [`Controller::undo_reduction`].
+    prior: Option<Prior>,
+}
+
+/// What a reduction changed (RFC 9438 §4.9: cwnd, ssthresh and CUBIC's W_max, K, epoch,
+/// W_est).
+#[derive(Debug, Clone)]
+struct Prior {
+    cwnd: u32,
+    ssthresh: u32,
+    cubic: Cubic,
 }
 
 impl Controller {
@@ -167,7 +206,26 @@ impl Controller {
             rto_pending: false,
             last_sent: None,
             srtt: None,
+            hystart: Some(HyStart::new()),
+            prior: None,
         }
+    }
+
+    /// Use HyStart++ (RFC 9406) in the initial slow start (the default) or plain RFC 5681
+    /// slow start. Has no effect once the initial slow start is over.
+    pub fn set_hystart(&mut self, on: bool) {
+        if !on {
+            self.hystart = None;
+        } else if self.hystart.is_none() && self.ssthresh == u32::MAX && self.prr.is_none() {
+            self.hystart = Some(HyStart::new());
+        }
+    }
+
+    /// HyStart++ is in Conservative Slow Start (RFC 9406 §4.2).
+    pub fn in_css(&self) -> bool {
+        self.hystart
+            .as_ref()
+            .is_some_and(|h| h.phase() == hystart::Phase::Css)
     }
 
     /// Use `mode` for PRR's reduction bound (PRR-SSRB unless told otherwise).
@@ -217,10 +275,12 @@ impl Controller {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// An ACK arrived. Grows the window outside recovery (slow start, then NewReno or CUBIC
-    /// congestion avoidance), never while app-limited; in recovery it only feeds PRR.
+    /// An ACK arrived. Outside recovery it grows the window by the octets it newly
+    /// acknowledged (slow start, then NewReno or CUBIC congestion avoidance), never while
+    /// app-limited; in recovery it only feeds PRR (with `newly_acked + newly_sacked`).
     pub fn on_ack(&mut self, now: Instant, ev: &AckEvent) {
-        if ev.newly_acked > 0 {
+        let delivered = ev.newly_acked.saturating_add(ev.newly_sacked);
+        if delivered > 0 {
             self.rto_pending = false;
         }
         if let Some(rtt) = ev.rtt {
@@ -232,7 +292,6 @@ impl Controller {
                 ),
             });
         }
-        let delivered = ev.newly_acked.saturating_add(ev.newly_sacked);
         if let Some(prr) = self.prr.as_mut() {
             // RFC 6937 §3: prr_delivered += DeliveredData; cwnd = pipe + sndcnt. No growth.
             prr.on_ack(delivered);
@@ -252,7 +311,19 @@ impl Controller {
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 (3.2) with RFC 3465 §2.2: cwnd += min(N, L·SMSS), L = 2; stop at
             // ssthresh and count the rest in congestion avoidance.
-            let inc = acked.min(self.mss.saturating_mul(2));
+            let mut inc = acked.min(self.mss.saturating_mul(2));
+            if let Some(h) = self.hystart.as_mut() {
+                match h.on_ack(delivered, ev.flight_size, ev.rtt) {
+                    Verdict::SlowStart => {}
+                    // RFC 9406 §4.2: CSS grows by a quarter of slow start.
+                    Verdict::Css => inc /= hystart::CSS_GROWTH_DIVISOR,
+                    Verdict::EnterCongestionAvoidance => {
+                        self.hystart = None;
+                        self.ssthresh = self.cwnd.max(self.mss.saturating_mul(2));
+                        return;
+                    }
+                }
+            }
             let room = self.ssthresh - self.cwnd;
             if inc < room {
                 self.cwnd = self.cwnd.saturating_add(inc).min(MAX_CWND);
@@ -290,7 +361,9 @@ impl Controller {
         if self.prr.is_some() {
             return;
         }
+        self.save_prior();
         self.ssthresh = self.reduced_ssthresh(flight_size);
+        self.hystart = None;
         if self.algorithm == Algorithm::Cubic {
             self.cubic.on_congestion(self.cwnd);
         }
@@ -319,21 +392,60 @@ impl Controller {
     }
 
     /// The retransmission timer expired: cwnd = 1 SMSS (the loss window, RFC 5681 §3.1),
-    /// ssthresh = max(FlightSize/2, 2·SMSS) (equation 4; CUBIC uses β = 0.7, RFC 9438 §4.8),
-    /// held as it is when the timer expires again before new data is acknowledged. Ends
+    /// ssthresh = max(FlightSize/2, 2·SMSS) (equation 4; CUBIC uses β = 0.7, RFC 9438 §4.8).
+    /// ssthresh is held when the timer expires again before new data is delivered (the note
+    /// to equation 4), and never raised by a timeout during fast recovery (the recovery
+    /// already reduced it for this loss episode; FlightSize may since have grown). Ends
     /// recovery.
     pub fn on_rto(&mut self, now: Instant, flight_size: u32) {
         let _ = now;
         if !self.rto_pending {
-            self.ssthresh = self.reduced_ssthresh(flight_size);
+            if self.prr.is_none() {
+                self.save_prior();
+            }
+            let reduced = self.reduced_ssthresh(flight_size);
+            self.ssthresh = if self.prr.is_some() {
+                self.ssthresh.min(reduced)
+            } else {
+                reduced
+            };
             if self.algorithm == Algorithm::Cubic {
                 self.cubic.on_timeout(self.cwnd);
             }
         }
         self.rto_pending = true;
+        self.hystart = None;
         self.prr = None;
         self.bytes_acked = 0;
         self.cwnd = self.mss;
+    }
+
+    fn save_prior(&mut self) {
+        self.prior = Some(Prior {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            cubic: self.cubic.clone(),
+        });
+    }
+
+    /// The last congestion event (fast recovery or timeout) was spurious, e.g. DSACKs showed
+    /// every retransmission of the episode arrived twice (RFC 2883), or F-RTO/Eifel said so:
+    /// restore the state from before the reduction (RFC 9438 §4.9: cwnd = max(cwnd,
+    /// cwnd_prior), ssthresh, W_max, K, epoch start and W_est as they were) and end recovery.
+    /// Returns `false` (and changes nothing) when there is no reduction to undo; each
+    /// reduction can be undone once.
+    pub fn undo_reduction(&mut self, now: Instant) -> bool {
+        let _ = now;
+        let Some(p) = self.prior.take() else {
+            return false;
+        };
+        self.prr = None;
+        self.rto_pending = false;
+        self.bytes_acked = 0;
+        self.cwnd = self.cwnd.max(p.cwnd).min(MAX_CWND);
+        self.ssthresh = p.ssthresh;
+        self.cubic = p.cubic;
+        true
     }
 
     /// `bytes` of data (new or retransmitted) left at `now` (RFC 6937's prr_out).

@@ -189,6 +189,24 @@ fn rfc5681_3_1_ssthresh_held_on_repeated_timeout() {
 }
 
 #[test]
+fn rfc5681_3_1_timeout_in_recovery_never_raises_ssthresh() {
+    let mut c = ctl(Algorithm::NewReno);
+    grow_to(&mut c, 40 * MSS);
+    c.enter_recovery(at_ms(0), 40 * MSS, 40 * MSS);
+    assert_eq!(c.ssthresh(), 20 * MSS);
+    // PRR sent new data, FlightSize grew to 60 segments, then the timer fired.
+    c.on_rto(at_ms(500), 60 * MSS);
+    assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 20 * MSS));
+    assert!(!c.in_recovery());
+    // A smaller FlightSize still lowers it.
+    let mut c = ctl(Algorithm::NewReno);
+    grow_to(&mut c, 40 * MSS);
+    c.enter_recovery(at_ms(0), 40 * MSS, 40 * MSS);
+    c.on_rto(at_ms(500), 10 * MSS);
+    assert_eq!(c.ssthresh(), 5 * MSS);
+}
+
+#[test]
 fn rfc9438_4_8_timeout_uses_beta_and_restarts_with_w_max_at_epoch_start() {
     let mut c = ctl(Algorithm::Cubic);
     grow_to(&mut c, 100 * MSS);
@@ -659,4 +677,206 @@ proptest! {
             }
         }
     }
+}
+
+/// One slow-start round of `n` ACKs of one MSS each with RTT `rtt_ms`, flight = cwnd.
+fn hystart_round(c: &mut Controller, t: &mut i64, n: u32, rtt_ms: u64) {
+    for _ in 0..n {
+        *t += 1;
+        let flight = c.cwnd();
+        c.on_ack(
+            at_ms(*t),
+            &AckEvent {
+                newly_acked: MSS,
+                rtt: Some(Duration::from_millis(rtt_ms)),
+                flight_size: flight,
+                ..AckEvent::default()
+            },
+        );
+    }
+}
+
+#[test]
+fn rfc9406_4_2_delay_increase_enters_css() {
+    let mut c = ctl(Algorithm::Cubic);
+    let mut t = 0;
+    // Rounds at 20 ms: RttThresh = max(4 ms, min(20/8 = 2.5 ms, 16 ms)) = 4 ms.
+    hystart_round(&mut c, &mut t, 10, 20);
+    hystart_round(&mut c, &mut t, 20, 20);
+    assert!(!c.in_css());
+    // 23 ms < 20 + 4: still slow start (growth 1 MSS per ACK).
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 8, 23);
+    assert!(!c.in_css());
+    assert_eq!(c.cwnd(), w + 8 * MSS);
+    // The next round's minimum is 25 ms ≥ 23 + 4 after N_RTT_SAMPLE = 8 samples: CSS.
+    let w = c.cwnd();
+    let mut t2 = t;
+    // Finish the round first (flight was large): ACK until a round boundary passes.
+    hystart_round(&mut c, &mut t2, w / MSS, 30);
+    assert!(c.in_css(), "cwnd {} ", c.cwnd() / MSS);
+    assert_eq!(c.ssthresh(), u32::MAX);
+}
+
+#[test]
+fn rfc9406_4_2_css_grows_a_quarter_and_ends_after_five_rounds() {
+    let mut c = ctl(Algorithm::Cubic);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 20);
+    assert!(c.in_css());
+    // In CSS an ACK of one MSS adds MSS / CSS_GROWTH_DIVISOR.
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 1, 20);
+    assert_eq!(c.cwnd(), w + MSS / 4);
+    // CSS_ROUNDS rounds later: ssthresh = cwnd, congestion avoidance.
+    for _ in 0..6 {
+        if !c.in_css() {
+            break;
+        }
+        let n = c.cwnd() / MSS + 1;
+        hystart_round(&mut c, &mut t, n, 20);
+    }
+    assert!(!c.in_css());
+    assert!(!c.in_slow_start());
+    assert_ne!(c.ssthresh(), u32::MAX);
+    // CUBIC's first epoch without a congestion event starts at W_max = cwnd_epoch (K = 0).
+    c.on_ack(at_ms(t + 1), &ack(MSS));
+    let e = c.cubic.epoch().expect("epoch");
+    assert_eq!(e.k, 0.0);
+    assert_eq!(c.w_max(), e.cwnd_epoch as u32);
+}
+
+#[test]
+fn rfc9406_4_2_spurious_css_exit_returns_to_slow_start() {
+    let mut c = ctl(Algorithm::NewReno);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 20);
+    assert!(c.in_css());
+    // The RTT drops below the CSS baseline (20 ms) within the next round: slow start again.
+    hystart_round(&mut c, &mut t, 80, 12);
+    assert!(!c.in_css());
+    let w = c.cwnd();
+    hystart_round(&mut c, &mut t, 1, 12);
+    assert_eq!(c.cwnd(), w + MSS);
+}
+
+#[test]
+fn rfc9406_4_3_only_the_initial_slow_start() {
+    let mut c = ctl(Algorithm::Cubic);
+    c.on_rto(at_ms(0), 20 * MSS);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 3, 10);
+    hystart_round(&mut c, &mut t, 5, 10);
+    // A rising RTT after the timeout does not trigger CSS: standard slow start.
+    hystart_round(&mut c, &mut t, 5, 50);
+    assert!(!c.in_css());
+    // And it can be turned off.
+    let mut c = ctl(Algorithm::Cubic);
+    c.set_hystart(false);
+    let mut t = 0;
+    hystart_round(&mut c, &mut t, 10, 10);
+    hystart_round(&mut c, &mut t, 20, 10);
+    hystart_round(&mut c, &mut t, 40, 40);
+    assert!(!c.in_css());
+    assert!(c.in_slow_start());
+}
+
+#[test]
+fn rfc6937_delivered_data_counts_each_octet_once() {
+    // 3 segments SACKed earlier; a cumulative ACK covers them plus 1 new segment and SACKs
+    // 1 more: DeliveredData = Δ SND.UNA + Δ SACKed = 4 + (1 − 3) = 2 segments.
+    let acked = 4 * MSS;
+    let newly_acked = newly_acked_not_sacked(acked, MSS, 3 * MSS, MSS);
+    assert_eq!(newly_acked + MSS, 2 * MSS);
+    assert_eq!(newly_acked, MSS);
+    // No SACK at all: the SND.UNA advance.
+    assert_eq!(newly_acked_not_sacked(acked, 0, 0, 0), acked);
+    // Inconsistent numbers saturate.
+    assert_eq!(newly_acked_not_sacked(0, MSS, 5 * MSS, 0), 0);
+    assert_eq!(newly_acked_not_sacked(u32::MAX, 0, 0, u32::MAX), u32::MAX);
+    // PRR counts newly_acked + newly_sacked; growth outside recovery only newly_acked.
+    let mut c = ctl(Algorithm::NewReno);
+    c.on_ack(
+        at_ms(1),
+        &AckEvent {
+            newly_sacked: 5 * MSS,
+            ..AckEvent::default()
+        },
+    );
+    assert_eq!(c.cwnd(), 10 * MSS);
+    grow_to(&mut c, 20 * MSS);
+    c.enter_recovery(at_ms(2), 20 * MSS, 20 * MSS);
+    c.on_ack(
+        at_ms(3),
+        &AckEvent {
+            newly_acked: MSS,
+            newly_sacked: MSS,
+            pipe: 19 * MSS,
+            flight_size: 20 * MSS,
+            ..AckEvent::default()
+        },
+    );
+    // ⌈2·MSS · 10·MSS / 20·MSS⌉ − 0 = 1 MSS.
+    assert_eq!(c.send_quota(19 * MSS), MSS);
+}
+
+#[test]
+fn rfc9438_4_9_spurious_fast_retransmit_restores_state() {
+    let mut c = after_loss(Algorithm::Cubic, 100 * MSS, at_ms(0));
+    rounds(&mut c, 0, 100, 10);
+    let (cwnd, ss, w_max) = (c.cwnd(), c.ssthresh(), c.w_max());
+    let epoch = c.cubic.epoch().expect("epoch");
+    c.enter_recovery(at_ms(1100), cwnd, cwnd);
+    assert!(c.ssthresh() < ss);
+    assert!(c.undo_reduction(at_ms(1150)));
+    assert!(!c.in_recovery());
+    assert_eq!((c.cwnd(), c.ssthresh(), c.w_max()), (cwnd, ss, w_max));
+    let e = c.cubic.epoch().expect("epoch restored");
+    assert_eq!(
+        (e.start, e.k, e.cwnd_epoch, e.w_est),
+        (epoch.start, epoch.k, epoch.cwnd_epoch, epoch.w_est)
+    );
+    // Once only.
+    assert!(!c.undo_reduction(at_ms(1200)));
+    assert_eq!(c.cwnd(), cwnd);
+}
+
+#[test]
+fn rfc9438_4_9_spurious_timeout_restores_state() {
+    for alg in [Algorithm::NewReno, Algorithm::Cubic] {
+        let mut c = ctl(alg);
+        grow_to(&mut c, 40 * MSS);
+        c.on_rto(at_ms(0), 40 * MSS);
+        c.on_rto(at_ms(400), 40 * MSS); // backed-off repeat: nothing new saved
+        assert_eq!(c.cwnd(), MSS);
+        c.on_ack(at_ms(500), &ack(MSS));
+        assert!(c.undo_reduction(at_ms(500)));
+        assert_eq!((c.cwnd(), c.ssthresh()), (40 * MSS, u32::MAX), "{alg:?}");
+        // Undo restores the episode just before: the recovery's, not the timeout's.
+        let mut c = ctl(alg);
+        grow_to(&mut c, 12 * MSS);
+        c.on_rto(at_ms(0), 12 * MSS);
+        grow_to(&mut c, 6 * MSS);
+        c.enter_recovery(at_ms(10), 6 * MSS, 6 * MSS); // a later episode: undo restores it
+        assert!(c.undo_reduction(at_ms(20)));
+        assert_eq!(c.cwnd(), 6 * MSS);
+        // ssthresh as the timeout set it: 12·MSS·β (CUBIC) or 12·MSS / 2.
+        let want = match alg {
+            Algorithm::Cubic => (12.0 * MSS as f64 * BETA) as u32,
+            Algorithm::NewReno => 6 * MSS,
+        };
+        assert_eq!(c.ssthresh(), want);
+    }
+    // A window grown past the prior one is kept: cwnd = max(cwnd, cwnd_prior).
+    let mut c = ctl(Algorithm::NewReno);
+    c.on_rto(at_ms(0), 10 * MSS);
+    grow_to(&mut c, 12 * MSS);
+    assert!(c.undo_reduction(at_ms(100)));
+    assert_eq!((c.cwnd(), c.ssthresh()), (12 * MSS, u32::MAX));
+    // Nothing to undo on a fresh controller.
+    assert!(!ctl(Algorithm::Cubic).undo_reduction(at_ms(0)));
 }

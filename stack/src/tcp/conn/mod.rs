@@ -1161,6 +1161,7 @@ impl Connection {
             SackList::new()
         };
         let flight_before = self.board.outstanding();
+        let sacked_before = self.board.sacked_bytes();
         let info = self.board.on_ack(ack, &blocks);
         if !info.ignored {
             let valid: Vec<SackBlock> = blocks
@@ -1217,7 +1218,14 @@ impl Connection {
             self.cc.on_ack(
                 now,
                 &cc::AckEvent {
-                    newly_acked: info.acked,
+                    // Each octet counted once (octets SACKed earlier are not counted again
+                    // when the cumulative ACK passes them).
+                    newly_acked: cc::newly_acked_not_sacked(
+                        info.acked,
+                        info.newly_sacked,
+                        sacked_before,
+                        self.board.sacked_bytes(),
+                    ),
                     newly_sacked: info.newly_sacked,
                     rtt: sample,
                     min_rtt: self.rtt.min_rtt(),
