@@ -1444,22 +1444,6 @@ impl Connection {
                     return;
                 }
                 self.info.rto_count += 1;
-                #[cfg(test)]
-                if std::env::var_os("CONN_DEBUG").is_some() {
-                    eprintln!(
-                        "RTO at {now}: state {:?} una {} nxt {} fin {:?} tlp {} recov {} pipe {} cwnd {} lost {:?} segs {:?}",
-                        self.state,
-                        self.snd_una.0,
-                        self.snd_nxt.0,
-                        self.fin_seq,
-                        self.tlp.in_flight(),
-                        self.board.in_recovery(),
-                        self.board.pipe(),
-                        self.cc.cwnd(),
-                        self.rack.lost().collect::<Vec<_>>(),
-                        self.rack.segments().take(5).collect::<Vec<_>>()
-                    );
-                }
                 // RFC 6298 §5.5–5.6: back off and restart; RFC 6675 §5.1 / RFC 8985 §6.3:
                 // every un-SACKed segment is lost.
                 self.rto_timer.on_expired(now, &mut self.rtt);
