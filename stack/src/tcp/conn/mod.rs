@@ -252,6 +252,10 @@ pub struct TcpInfo {
     pub ooo_bytes: u64,
     /// Segments dropped by the out-of-order bounds.
     pub ooo_dropped: u64,
+    /// Window reductions undone because DSACKs showed them spurious.
+    pub undos: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
     /// Sender MSS in use.
     pub snd_mss: u32,
     /// Peer's window (octets).
@@ -322,6 +326,9 @@ impl Segment {
 /// probe right behind the flight it probes (Linux keeps a floor of two ticks too).
 pub const MIN_PTO: Duration = Duration::from_millis(10);
 
+/// Retransmissions of one fast recovery followed for a DSACK undo.
+const MAX_UNDO_RANGES: usize = 64;
+
 /// Probes in one fast recovery without SND.UNA moving (see `arm_recovery_probe`).
 const MAX_RECOVERY_PROBES: u32 = 2;
 
@@ -375,6 +382,10 @@ pub struct Connection {
     fast_rexmit: Option<SackBlock>,
     /// The recovery running was started by an RTO (no recovery probes then).
     after_rto: bool,
+    /// The retransmissions of the last fast recovery not yet reported back as DSACK; when
+    /// every one was (RFC 2883: each arrived twice), the reduction was spurious and is
+    /// undone. `None`: nothing to undo (RTO, too many, or done).
+    undo: Option<Vec<SackBlock>>,
     /// Probes sent in this recovery since SND.UNA last advanced.
     recovery_probes: u32,
 
@@ -431,6 +442,7 @@ struct Counters {
     bytes_received: u64,
     ooo_dropped: u64,
     challenge_acks: u64,
+    undos: u64,
 }
 
 fn wscale_for(window: u32) -> u8 {
@@ -499,6 +511,7 @@ impl Connection {
             nosack_dups: 0,
             fast_rexmit: None,
             after_rto: false,
+            undo: None,
             recovery_probes: 0,
             irs: Seq(0),
             rx: Reassembly::new(Seq(0), cfg.ooo),
@@ -691,6 +704,8 @@ impl Connection {
             reordering_seen: self.rack.reordering_seen(),
             ooo_bytes: self.store.bytes() as u64,
             ooo_dropped: self.info.ooo_dropped,
+            undos: self.info.undos,
+            challenge_acks: self.info.challenge_acks,
             snd_mss: self.snd_mss,
             snd_wnd: self.snd_wnd,
         }
@@ -1183,8 +1198,9 @@ impl Connection {
                 ts_echo,
                 self.rtt.min_rtt(),
             );
-            if info.dsack.is_some() {
+            if let Some(d) = info.dsack {
                 self.info.dsacks += 1;
+                self.on_dsack_for_undo(now, d);
             }
             // RTT: Karn's sampler (RFC 6298 §3: one timed segment, never a retransmitted
             // one; microseconds), else the echoed timestamp (RFC 7323 §4; whole
@@ -1252,6 +1268,7 @@ impl Connection {
                 if self.nosack_dups == 3 {
                     if let Some(b) = self.board.enter_recovery() {
                         self.info.fast_recoveries += 1;
+                        self.undo = Some(Vec::new());
                         self.cc.enter_recovery(
                             now,
                             self.board.pipe(),
@@ -1298,6 +1315,27 @@ impl Connection {
         outstanding.min(self.cc.cwnd().max(self.snd_mss))
     }
 
+    /// A DSACK block `d` arrived: if it reports one of the last fast recovery's
+    /// retransmissions (not a copy the network duplicated), strike it; when none is left,
+    /// every retransmission was spurious: undo the window reduction (RFC 9438 §4.9).
+    fn on_dsack_for_undo(&mut self, now: Instant, d: SackBlock) {
+        let Some(list) = self.undo.as_mut() else {
+            return;
+        };
+        if let Some(i) = list
+            .iter()
+            .position(|r| d.contains_block(r) || r.contains_block(&d))
+        {
+            list.swap_remove(i);
+            if list.is_empty() {
+                self.undo = None;
+                if self.cc.undo_reduction(now) {
+                    self.info.undos += 1;
+                }
+            }
+        }
+    }
+
     fn detect_loss(&mut self, now: Instant) {
         let srtt = self.rtt.srtt().unwrap_or(self.cfg.rtt.initial_rto);
         let min = self.rtt.min_rtt().unwrap_or(srtt);
@@ -1310,6 +1348,7 @@ impl Connection {
             }
             if !self.board.in_recovery() && self.board.begin_recovery() {
                 self.info.fast_recoveries += 1;
+                self.undo = Some(Vec::new());
                 self.tlp.reset();
                 self.pto_at = None;
                 self.cc.enter_recovery(
@@ -1461,6 +1500,7 @@ impl Connection {
                 self.karn.on_retransmit();
                 self.fast_rexmit = None;
                 self.after_rto = true;
+                self.undo = None;
             }
             _ => self.rto_timer.stop(),
         }
@@ -1635,6 +1675,14 @@ impl Connection {
         self.board.on_retransmit(b);
         self.karn.on_retransmit();
         self.info.retransmits += 1;
+        if let Some(list) = self.undo.as_mut() {
+            if list.len() < MAX_UNDO_RANGES {
+                list.push(b);
+            } else {
+                // Too many to follow: this reduction will not be undone.
+                self.undo = None;
+            }
+        }
         self.cc.on_sent(now, b.len());
         self.rto_timer.on_send(now, &self.rtt);
         if self.board.in_recovery() && !self.after_rto && self.recovery_probes < MAX_RECOVERY_PROBES

@@ -736,6 +736,54 @@ fn rfc6675_duplicate_acks_carrying_data_trigger_fast_retransmit() {
 }
 
 #[test]
+fn rfc2883_spurious_fast_recovery_undone_by_dsack() {
+    let mut t = T::open(cfg());
+    t.tx.write(&[1; 1448 * 6]);
+    t.out();
+    let cwnd_before = t.c.info().cwnd;
+    t.wait(Duration::from_millis(10));
+    let una = ISS + 1;
+    // The first segment is only late: the peer SACKs the others first.
+    for k in 1..=5u32 {
+        t.sack = [Some((una + 1448, una + 1448 * (k + 1))), None, None];
+        t.ack(Seq(una));
+    }
+    t.wait(Duration::from_millis(5));
+    let out = t.out();
+    assert!(out.iter().any(|s| s.payload_len > 0 && seq_of(s) == una));
+    assert_eq!(t.c.info().fast_recoveries, 1);
+    assert!(t.c.info().cwnd < cwnd_before);
+    // The original arrives (everything acknowledged), then the retransmission: DSACK.
+    t.sack = [None; 3];
+    t.ack(Seq(una + 1448 * 6));
+    t.sack = [Some((una, una + 1448)), None, None];
+    t.ack(Seq(una + 1448 * 6));
+    assert_eq!(t.c.info().dsacks_received, 1);
+    assert_eq!(t.c.info().undos, 1);
+    assert!(t.c.info().cwnd >= cwnd_before, "{:?}", t.c.info());
+}
+
+#[test]
+fn rfc2883_dsack_of_a_network_duplicate_undoes_nothing() {
+    let mut t = T::open(cfg());
+    t.tx.write(&[1; 1448 * 6]);
+    t.out();
+    t.wait(Duration::from_millis(10));
+    let una = ISS + 1;
+    for k in 1..=5u32 {
+        t.sack = [Some((una + 1448, una + 1448 * (k + 1))), None, None];
+        t.ack(Seq(una));
+    }
+    t.wait(Duration::from_millis(5));
+    t.out();
+    // A DSACK for a segment that was never retransmitted (the network duplicated it).
+    t.sack = [Some((una + 1448 * 3, una + 1448 * 4)), None, None];
+    t.ack(Seq(una + 1448 * 6));
+    assert_eq!(t.c.info().dsacks_received, 1);
+    assert_eq!(t.c.info().undos, 0);
+}
+
+#[test]
 fn rfc5681_3_2_without_sack_third_duplicate_ack_fast_retransmits() {
     let mut t = T::open(ConnConfig {
         sack: false,
