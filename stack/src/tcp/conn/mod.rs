@@ -840,8 +840,18 @@ impl Connection {
         if self.state.synchronized() {
             self.arm_keepalive(now);
         }
-        let seq = Seq::from(repr.seq_number);
-        let syn = repr.control == TcpControl::Syn;
+        let mut seq = Seq::from(repr.seq_number);
+        let mut syn = repr.control == TcpControl::Syn;
+        let mut payload = payload;
+        // Simultaneous open (§3.5, figure 8): the peer's SYN-ACK reaches SYN-RECEIVED. Its
+        // SYN is old (already counted in RCV.NXT): trim it (§3.10.7.4, only the new part is
+        // processed) so the segment's ACK completes the handshake. Data on it is dropped
+        // (not acknowledged, the peer sends it again).
+        if self.state == State::SynReceived && syn && seq == self.irs && repr.ack_number.is_some() {
+            syn = false;
+            seq = self.irs.wrapping_add(1);
+            payload = &[];
+        }
         let fin = repr.control == TcpControl::Fin;
         let rst = repr.control == TcpControl::Rst;
         let seg_len = payload.len() as u32 + syn as u32 + fin as u32;

@@ -265,12 +265,12 @@ fn rfc9293_3_5_simultaneous_open() {
     assert_eq!(sa.repr.control, TcpControl::Syn);
     assert_eq!(Seq::from(sa.repr.seq_number), Seq(ISS));
     assert_eq!(sa.repr.ack_number, Some(Seq(PEER_ISS + 1).into()));
+    // The peer's SYN-ACK (its SYN again, now with our SYN acknowledged) completes it.
     let mut their_sa = T::syn(true);
     their_sa.ack_number = Some(Seq(ISS + 1).into());
-    their_sa.control = TcpControl::None;
-    their_sa.seq_number = Seq(PEER_ISS + 1).into();
     c.on_segment(now, &their_sa, &[], &mut sink);
     assert_eq!(c.state(), State::Established);
+    assert_eq!(c.rcv_nxt(), Seq(PEER_ISS + 1));
 }
 
 #[test]
@@ -1148,4 +1148,83 @@ mod hostile {
             }
         }
     }
+}
+
+/// Two connections wired back to back (every segment emitted, checksummed and parsed).
+fn exchange(
+    now: Instant,
+    c: &mut [Connection; 2],
+    tx: &mut [RingTx; 2],
+    sink: &mut [VecSink; 2],
+) -> usize {
+    // Both sides transmit first, then both receive: their segments cross.
+    let mut moved = 0;
+    let mut frames = [Vec::new(), Vec::new()];
+    for i in 0..2 {
+        let (src, dst) = (c[i].local().addr, c[i].remote().addr);
+        while let Some(seg) = c[i].poll_transmit(now, &tx[i], &mut sink[i]) {
+            let mut buf = vec![0u8; seg.buffer_len()];
+            seg.emit(&mut buf, &src, &dst, &tx[i]).unwrap();
+            frames[i].push(buf);
+        }
+    }
+    for (i, frames) in frames.into_iter().enumerate() {
+        let (src, dst) = (c[i].local().addr, c[i].remote().addr);
+        for f in frames {
+            moved += 1;
+            let pkt = TcpPacket::new_checked(&f[..]).unwrap();
+            let r = TcpRepr::parse(&pkt, &src, &dst, &ChecksumCapabilities::default()).unwrap();
+            let o = c[1 - i].on_segment(now, &r, r.payload, &mut sink[1 - i]);
+            tx[1 - i].release(o.acked);
+        }
+    }
+    moved
+}
+
+#[test]
+fn rfc9293_3_5_simultaneous_open_and_close_between_two_connections() {
+    let mut now = Instant::from_secs(5);
+    let mut c = [
+        Connection::connect(cfg(), ep(1, 7000), ep(2, 7001), Seq(111), now).unwrap(),
+        Connection::connect(cfg(), ep(2, 7001), ep(1, 7000), Seq(u32::MAX - 5), now).unwrap(),
+    ];
+    let mut tx = [RingTx::new(1 << 16), RingTx::new(1 << 16)];
+    let mut sink = [
+        VecSink {
+            data: vec![],
+            cap: 1 << 20,
+        },
+        VecSink {
+            data: vec![],
+            cap: 1 << 20,
+        },
+    ];
+    // Both SYNs cross: each side sees a SYN in SYN-SENT.
+    for _ in 0..10 {
+        exchange(now, &mut c, &mut tx, &mut sink);
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(c.each_ref().map(|c| c.state()), [State::Established; 2]);
+    let a: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let b: Vec<u8> = (0..30_000u32).map(|i| (i % 241) as u8).collect();
+    tx[0].write(&a);
+    tx[1].write(&b);
+    for _ in 0..200 {
+        exchange(now, &mut c, &mut tx, &mut sink);
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(sink[1].data, a);
+    assert_eq!(sink[0].data, b);
+    // Both close at once: the FINs cross (CLOSING on both sides, then TIME-WAIT).
+    c[0].close();
+    c[1].close();
+    exchange(now, &mut c, &mut tx, &mut sink);
+    assert_eq!(c.each_ref().map(|c| c.state()), [State::Closing; 2]);
+    exchange(now, &mut c, &mut tx, &mut sink);
+    assert_eq!(c.each_ref().map(|c| c.state()), [State::TimeWait; 2]);
+    assert!(c.iter().all(|c| c.rx_eof()));
+    now += Duration::from_secs(2);
+    exchange(now, &mut c, &mut tx, &mut sink);
+    assert_eq!(c.each_ref().map(|c| c.state()), [State::Closed; 2]);
+    assert_eq!(c.each_ref().map(|c| c.error()), [None; 2]);
 }
