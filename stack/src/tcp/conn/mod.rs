@@ -402,6 +402,7 @@ pub struct Connection {
     /// RCV.NXT + the window last advertised (never moves left).
     rcv_adv: Seq,
     rx_free: usize,
+    rx_room_max: usize,
     ack_now: bool,
     delack_at: Option<Instant>,
     unacked_bytes: u32,
@@ -527,6 +528,7 @@ impl Connection {
             },
             rcv_adv: Seq(0),
             rx_free: 0,
+            rx_room_max: 0,
             ack_now: false,
             delack_at: None,
             unacked_bytes: 0,
@@ -824,7 +826,7 @@ impl Connection {
     ) -> SegmentOutcome {
         let mut out = SegmentOutcome::default();
         out.delivered += self.deliver_pending(sink);
-        self.rx_free = sink.free();
+        self.note_room(sink.free());
         match self.state {
             State::Closed => {
                 out.dropped = true;
@@ -999,7 +1001,7 @@ impl Connection {
         }
         self.check_fin(now);
         out.delivered += self.deliver_pending(sink);
-        self.rx_free = sink.free();
+        self.note_room(sink.free());
         out
     }
 
@@ -1414,7 +1416,7 @@ impl Connection {
         sink: &mut impl RxSink,
     ) -> Option<Segment> {
         self.deliver_pending(sink);
-        self.rx_free = sink.free();
+        self.note_room(sink.free());
         if let Some(Pending::Rst(seq, ack)) = self.pending.take() {
             return Some(self.rst_segment(seq, ack));
         }
@@ -1595,7 +1597,7 @@ impl Connection {
             0
         };
         let new = free & !((1u32 << s) - 1);
-        let step = (self.cfg.rx_window_max / 2).min(self.cfg.mss as u32);
+        let step = self.sws_step();
         let wnd = if new > cur && new - cur >= step.max(1) {
             new
         } else {
@@ -1607,6 +1609,25 @@ impl Connection {
             self.rcv_adv = edge;
         }
         field as u16
+    }
+
+    /// The sink's room now, and the largest seen (the receive buffer's size as far as the
+    /// connection can tell).
+    fn note_room(&mut self, free: usize) {
+        self.rx_free = free;
+        self.rx_room_max = self.rx_room_max.max(free);
+    }
+
+    /// RCV.BUFF of RFC 9293 §3.8.6.2.2: the largest room the sink offered, at most
+    /// `rx_window_max`.
+    fn rx_buffer(&self) -> u32 {
+        (self.rx_room_max.min(self.cfg.rx_window_max as usize) as u32).max(1)
+    }
+
+    /// Receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only by at least
+    /// min(RCV.BUFF / 2, MSS).
+    fn sws_step(&self) -> u32 {
+        (self.rx_buffer() / 2).min(self.cfg.mss as u32).max(1)
     }
 
     /// Whether freed room makes a window update worth an ACK of its own.
@@ -1622,8 +1643,7 @@ impl Connection {
         } else {
             0
         };
-        let step = (self.cfg.rx_window_max / 2).min(self.cfg.mss as u32).max(1);
-        free > cur && free - cur >= step && cur < self.cfg.rx_window_max / 2
+        free > cur && free - cur >= self.sws_step() && cur < self.rx_buffer() / 2
     }
 
     /// A segment of the synchronized states carrying ACK, window, SACK and timestamps.

@@ -1228,3 +1228,46 @@ fn rfc9293_3_5_simultaneous_open_and_close_between_two_connections() {
     assert_eq!(c.each_ref().map(|c| c.state()), [State::Closed; 2]);
     assert_eq!(c.each_ref().map(|c| c.error()), [None; 2]);
 }
+
+#[test]
+fn rfc6298_3_karn_no_rtt_sample_from_a_retransmitted_segment() {
+    let mut t = T::open(ConnConfig {
+        timestamps: false,
+        ..cfg()
+    });
+    t.ts = None;
+    let srtt0 = t.c.info().srtt;
+    t.tx.write(&[1; 100]);
+    t.out();
+    // The RTO (no probe without an RTT... the PTO fires first and retransmits).
+    t.now = t.c.poll_at().unwrap();
+    assert_eq!(t.out()[0].payload_len, 100);
+    t.wait(Duration::from_millis(700));
+    t.ack(Seq(ISS + 101));
+    // An ACK for a retransmitted segment is ambiguous: no sample taken.
+    assert_eq!(t.c.info().srtt, srtt0);
+    // A fresh segment is timed again.
+    t.tx.write(&[2; 100]);
+    t.out();
+    t.wait(Duration::from_millis(30));
+    t.ack(Seq(ISS + 201));
+    assert_ne!(t.c.info().srtt, srtt0);
+}
+
+#[test]
+fn rfc9293_3_10_7_4_zero_window_still_takes_acks() {
+    let mut t = T::open_with_room(cfg(), 1000);
+    t.tx.write(&[1; 500]);
+    t.out();
+    t.data_at(0, &[9; 1000]);
+    t.wait(Duration::from_millis(50));
+    let out = t.out();
+    assert_eq!(out.last().unwrap().repr.window_len, 0);
+    t.pseq = t.pseq.wrapping_add(1000);
+    // A data segment into the closed window: not taken, but its ACK is processed.
+    t.pack = Seq(ISS + 501);
+    let o = t.data_at(0, &[8; 10]);
+    assert_eq!(o.acked, 500);
+    assert_eq!(t.sink.data.len(), 1000);
+    assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1001]);
+}
