@@ -21,6 +21,13 @@ pub(super) struct CheckSink {
     pub held: usize,
     pub drain_per_step: usize,
     pub bad: u64,
+    /// Offers of which the sink took less than all.
+    pub short_takes: u64,
+    /// Room alternating between `cap` and this every 64 steps (another user of the
+    /// application's memory), when set.
+    pub shrink_to: Option<usize>,
+    pub steps: u64,
+    pub full_cap: usize,
 }
 
 impl CheckSink {
@@ -32,19 +39,32 @@ impl CheckSink {
             held: 0,
             drain_per_step: usize::MAX,
             bad: 0,
+            short_takes: 0,
+            shrink_to: None,
+            steps: 0,
+            full_cap: cap,
         }
     }
     pub fn drain(&mut self) {
         self.held = self.held.saturating_sub(self.drain_per_step);
+        if let Some(small) = self.shrink_to {
+            self.steps += 1;
+            self.cap = if (self.steps / 64) % 2 == 1 {
+                small
+            } else {
+                self.full_cap
+            };
+        }
     }
 }
 
 impl RxSink for CheckSink {
     fn free(&self) -> usize {
-        self.cap - self.held
+        self.cap.saturating_sub(self.held)
     }
     fn deliver(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.free());
+        self.short_takes += u64::from(n < data.len());
         for (i, &b) in data[..n].iter().enumerate() {
             if b != pattern(self.dir, self.off + i as u64) {
                 self.bad += 1;
@@ -124,6 +144,7 @@ pub(super) struct RunResult {
     pub delivered: [u64; 2],
     pub frames: u64,
     pub dropped: u64,
+    pub short_takes: u64,
 }
 
 struct Rng(u64);
@@ -161,12 +182,24 @@ pub(super) fn test_cfg() -> ConnConfig {
 
 /// Run a full-duplex transfer of `total` bytes each way; panics on a stall or bad byte.
 pub(super) fn run(cfg: ConnConfig, wire: WireParams, total: u64, v6: bool) -> RunResult {
+    run_with_reader(cfg, wire, total, v6, None)
+}
+
+/// As [`run`]; `reader`: (room, bytes read per step) of a slow application instead of one
+/// that reads at once.
+pub(super) fn run_with_reader(
+    cfg: ConnConfig,
+    wire: WireParams,
+    total: u64,
+    v6: bool,
+    reader: Option<(usize, usize)>,
+) -> RunResult {
     let (a_addr, b_addr) = addrs(v6);
     let mut sides = [
         Side {
             conn: None,
             tx: RingTx::new(1 << 20),
-            sink: CheckSink::new(1, cfg.rx_window_max as usize),
+            sink: CheckSink::new(1, reader.map_or(cfg.rx_window_max as usize, |r| r.0)),
             written: 0,
             total,
             addr: a_addr,
@@ -175,13 +208,19 @@ pub(super) fn run(cfg: ConnConfig, wire: WireParams, total: u64, v6: bool) -> Ru
         Side {
             conn: None,
             tx: RingTx::new(1 << 20),
-            sink: CheckSink::new(0, cfg.rx_window_max as usize),
+            sink: CheckSink::new(0, reader.map_or(cfg.rx_window_max as usize, |r| r.0)),
             written: 0,
             total,
             addr: b_addr,
             port: 5001,
         },
     ];
+    if let Some((room, per_step)) = reader {
+        for s in sides.iter_mut() {
+            s.sink.drain_per_step = per_step;
+            s.sink.shrink_to = Some(room / 8);
+        }
+    }
     let mut now = Instant::from_millis(1000);
     sides[0].conn = Some(
         Connection::connect(
@@ -310,6 +349,7 @@ pub(super) fn run(cfg: ConnConfig, wire: WireParams, total: u64, v6: bool) -> Ru
         delivered: sides.each_ref().map(|s| s.sink.off),
         frames,
         dropped,
+        short_takes: sides[0].sink.short_takes + sides[1].sink.short_takes,
     }
 }
 
@@ -348,6 +388,23 @@ fn own_own_1pct_loss_full_duplex_no_rto() {
         assert!(r.dropped > 0);
         assert_eq!(rtos(&r), 0, "seed {seed}: {r:?}");
     }
+}
+
+#[test]
+fn own_own_1pct_loss_slow_reader_window_closes_and_reopens() {
+    // 32 KiB of room, shrinking to 4 KiB now and then (below the window already
+    // advertised), the application reading 700 bytes per event: the sink takes less than
+    // offered, windows close and reopen, nothing is lost.
+    let r = run_with_reader(
+        test_cfg(),
+        WireParams::lossy(0.01, 4),
+        1 << 20,
+        false,
+        Some((32 * 1024, 700)),
+    );
+    assert!(r.dropped > 0);
+    assert!(r.short_takes > 0, "{r:?}");
+    assert_eq!(r.delivered, [1 << 20, 1 << 20]);
 }
 
 #[test]
