@@ -1191,10 +1191,14 @@ impl Connection {
         let sacked_before = self.board.sacked_bytes();
         let info = self.board.on_ack(ack, &blocks);
         if !info.ignored {
-            let valid: Vec<SackBlock> = blocks
-                .iter()
-                .skip(usize::from(info.dsack.is_some()))
-                .collect();
+            // The SACK blocks without the DSACK one (at most 4, no allocation).
+            let mut valid = [SackBlock::new(Seq(0), Seq(0)); 4];
+            let mut nvalid = 0;
+            for b in blocks.iter().skip(usize::from(info.dsack.is_some())) {
+                valid[nvalid] = b;
+                nvalid += 1;
+            }
+            let valid = &valid[..nvalid];
             let ts_echo = if self.ts_ok {
                 repr.timestamp
                     .filter(|t| t.tsecr != 0)
@@ -1205,7 +1209,7 @@ impl Connection {
             self.rack.on_ack(
                 now,
                 ack,
-                &valid,
+                valid,
                 info.dsack.is_some(),
                 ts_echo,
                 self.rtt.min_rtt(),
@@ -1354,8 +1358,7 @@ impl Connection {
         let wnd = self.rack.reo_wnd(min, srtt, self.board.in_recovery());
         let scan = self.rack.detect_loss(now, wnd);
         if scan.newly_lost > 0 {
-            let lost: Vec<SackBlock> = self.rack.lost().collect();
-            for b in lost {
+            for b in self.rack.lost() {
                 self.board.mark_lost(b);
             }
             if !self.board.in_recovery() && self.board.begin_recovery() {
@@ -1501,8 +1504,7 @@ impl Connection {
                 let flight = self.flight_for_cc(self.board.outstanding());
                 self.board.on_rto();
                 self.rack.on_rto();
-                let lost: Vec<SackBlock> = self.rack.lost().collect();
-                for b in lost {
+                for b in self.rack.lost() {
                     self.board.mark_lost(b);
                 }
                 self.cc.on_rto(now, flight);
