@@ -12,8 +12,10 @@
 //! - `wire_sim` (tests only): an in-memory IP wire with a virtual clock, a driver for two
 //!   endpoints, and smoltcp's socket as one (the baseline the own connection is measured
 //!   against).
+//! - [`conn`]: the connection state machine (RFC 9293) on these parts, sans-IO.
 
 pub mod cc;
+pub mod conn;
 pub mod rack;
 pub mod rtt;
 pub mod sack;
