@@ -28,7 +28,7 @@ use xwarp_verbs::{CompletionQueue, CompletionStatus, WcOpcode, WorkCompletion};
 
 use crate::abi::*;
 use crate::device::XwContext;
-use crate::ffi::{errno, guard, set_errno, Registry};
+use crate::ffi::{errno, guard, set_errno, wait_readable_cancellable, Attempt, Registry};
 use crate::pd::NEXT_HANDLE;
 
 /// A completion channel.
@@ -379,15 +379,14 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
     })
 }
 
-/// Wait for (or with `O_NONBLOCK`, look for) the next CQ event of `ch`.
-fn get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
+/// Look for the next CQ event of `ch` without blocking: the CQ, or `Err(EAGAIN)` when no
+/// armed CQ of the channel fired (the caller waits on the fd unless the program set
+/// `O_NONBLOCK`), or another errno.
+fn try_get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
     loop {
-        // SAFETY: fcntl on our own fd.
-        let fl = unsafe { libc::fcntl(ch.fd, libc::F_GETFL) };
-        let nonblock = fl >= 0 && fl & libc::O_NONBLOCK != 0;
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: one event slot.
-        let n = unsafe { libc::epoll_wait(ch.fd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
+        // SAFETY: one event slot; timeout 0 never blocks.
+        let n = unsafe { libc::epoll_wait(ch.fd, &mut ev, 1, 0) };
         if n < 0 {
             let e = errno();
             if e == libc::EINTR {
@@ -401,13 +400,58 @@ fn get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
         let Some(cq) = from_raw(ev.u64 as usize as *mut ibv_cq) else {
             continue;
         };
-        // Take the notification; another thread may have taken it first.
+        // Take the notification; another thread may have taken it first (then the
+        // eventfd is empty and epoll stops reporting it: look again).
         let mut buf = 0u64;
         // SAFETY: 8 bytes into a live u64 from the CQ's non-blocking eventfd.
         let r = unsafe { libc::read(cq.cq.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) };
         if r == 8 {
             cq.events.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
             return Ok(cq);
+        }
+    }
+}
+
+/// Whether the program set `O_NONBLOCK` on `fd`.
+pub(crate) fn is_nonblocking(fd: c_int) -> bool {
+    // SAFETY: fcntl(F_GETFL) on an fd of ours.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// One non-blocking attempt of `ibv_get_cq_event` (under the panic guard): its return
+/// value, or the channel's fd to wait on.
+///
+/// # Safety
+/// As [`ibv_get_cq_event`].
+unsafe fn get_cq_event_attempt(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> Attempt<c_int> {
+    let Some(x) = channel_from_raw(ch) else {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    };
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    }
+    match try_get_event(x) {
+        Ok(c) => {
+            // SAFETY: writable per the contract; `cq_context` is read from the public
+            // field the program may have changed since creation (as rdma-core returns
+            // `(*cq)->cq_context`).
+            unsafe {
+                *cq = c.raw();
+                *cq_context = core::ptr::read_volatile(&(*c.raw()).cq_context);
+            }
+            Attempt::Done(0)
+        }
+        Err(libc::EAGAIN) if !is_nonblocking(x.fd) => Attempt::Wait(x.fd),
+        Err(e) => {
+            set_errno(e);
+            Attempt::Done(-1)
         }
     }
 }
@@ -488,38 +532,30 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `cq_context`; 0, or -1 with `errno` (`EAGAIN` with `O_NONBLOCK` on the fd and no event,
 /// `EINVAL` for a channel that is not ours or NULL out-pointers).
 ///
+/// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
+/// a thread waiting here unwinds it (see [`crate::ffi::wait_readable_cancellable`]).
+///
 /// # Safety
 /// `cq`, `cq_context` writable.
 #[inline(never)] // keeps a global definition for the .symver below
-pub unsafe extern "C" fn ibv_get_cq_event(
+pub unsafe extern "C-unwind" fn ibv_get_cq_event(
     ch: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    guard("ibv_get_cq_event", -1, || {
-        let Some(x) = channel_from_raw(ch) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if cq.is_null() || cq_context.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        match get_event(x) {
-            Ok(c) => {
-                // SAFETY: writable per the contract.
-                unsafe {
-                    *cq = c.raw();
-                    *cq_context = (*c.raw()).cq_context;
-                }
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
+    loop {
+        // SAFETY: per the contract.
+        let step = guard("ibv_get_cq_event", Attempt::Done(-1), || unsafe {
+            get_cq_event_attempt(ch, cq, cq_context)
+        });
+        match step {
+            Attempt::Done(r) => return r,
+            // Only integers are alive in this frame: a cancellation unwinds through it.
+            Attempt::Wait(fd) => {
+                wait_readable_cancellable(fd, -1);
             }
         }
-    })
+    }
 }
 
 /// `ibv_ack_cq_events@IBVERBS_1.1`: acknowledge `n` events of `cq` (what

@@ -325,13 +325,40 @@ impl XwContext {
         self.async_q.post(ev);
     }
 
-    /// Take the oldest queued async event (after the fd said there is one).
-    pub(crate) fn take_async_event(&self) -> Option<ibv_async_event> {
-        self.async_q
+    /// Take the oldest queued async event and its count on `async_fd` without blocking;
+    /// `seen` runs on it while the queue is locked (so an object's destroy, which drops
+    /// the queued events naming it under the same lock, sees it either still queued or
+    /// already counted as handed out).
+    pub(crate) fn take_async_event(
+        &self,
+        seen: impl FnOnce(&ibv_async_event),
+    ) -> Option<ibv_async_event> {
+        let mut q = self
+            .async_q
             .events
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+            .unwrap_or_else(|e| e.into_inner());
+        let ev = q.pop_front()?;
+        self.async_q.consume_one();
+        seen(&ev);
+        Some(ev)
+    }
+
+    /// Drop the queued (not yet handed out) async events for which `f` is true, as the
+    /// kernel drops the unread events of an object being destroyed; how many.
+    pub(crate) fn drop_async_events(&self, mut f: impl FnMut(&ibv_async_event) -> bool) -> usize {
+        let mut q = self
+            .async_q
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = q.len();
+        q.retain(|ev| !f(ev));
+        let n = before - q.len();
+        for _ in 0..n {
+            self.async_q.consume_one();
+        }
+        n
     }
 
     /// Free a context `open` made. While objects made on it are still alive (a program
@@ -387,15 +414,33 @@ unsafe impl Send for AsyncQueue {}
 unsafe impl Sync for AsyncQueue {}
 
 impl AsyncQueue {
+    /// Queue `ev` and count it on the eventfd, both under the queue's lock (so the count
+    /// never runs behind the queue: a taker that found an event never blocks on the fd).
     fn post(&self, ev: ibv_async_event) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev);
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(ev);
         let one = 1u64;
         // SAFETY: writing 8 bytes from a live u64 to our eventfd (open while the context
         // is: the watcher is joined before it is closed).
         unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Take one count off the eventfd for an event leaving the queue (called with the
+    /// queue locked). Never blocks: the fd is read only when `poll` says it has a count
+    /// (a program that read the fd itself took it already).
+    fn consume_one(&self) {
+        let mut p = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack, timeout 0.
+        if unsafe { libc::poll(&mut p, 1, 0) } == 1 && p.revents & libc::POLLIN != 0 {
+            let mut n = 0u64;
+            // SAFETY: 8 bytes into a live u64 from our semaphore eventfd, which holds a
+            // count (so the read takes one and does not block).
+            unsafe { libc::read(self.fd, (&mut n as *mut u64).cast(), 8) };
+        }
     }
 }
 

@@ -7,6 +7,9 @@
 //!   return (`EIO`/NULL), never unwinding into C or aborting the host program.
 //! * [`unsupported`]: `xwarp-ibverbs: <verb>: not supported by xwarp (<why>)`, once per
 //!   verb and process, on stderr; the caller returns `EOPNOTSUPP` (or NULL with it).
+//! * [`wait_readable_cancellable`]: the one blocking wait of a verb that may sleep
+//!   (`ibv_get_cq_event`, `ibv_get_async_event`, librdmacm's `rdma_get_cm_event`), done
+//!   so that `pthread_cancel` of the waiting thread works (see its docs).
 //! * [`Registry`]: the addresses of the live objects of one kind (PD, MR, CQ, ...): a
 //!   pointer is dereferenced only after it was found there, so a stale, foreign or NULL
 //!   pointer gets `EINVAL` instead of a crash.
@@ -43,6 +46,56 @@ pub(crate) fn guard<T>(verb: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
             on_panic
         }
     }
+}
+
+/// What one non-blocking attempt of a blocking verb found: done with this return value,
+/// or nothing yet and the fd to wait on (see [`wait_readable_cancellable`]).
+pub(crate) enum Attempt<T> {
+    /// The verb's return value.
+    Done(T),
+    /// Nothing yet: wait until this fd is readable, then try again.
+    Wait(c_int),
+}
+
+extern "C-unwind" {
+    /// glibc's `poll(2)`, declared `"C-unwind"`: it is a cancellation point, and a
+    /// `pthread_cancel` of the thread blocked in it unwinds out of it (a forced unwind).
+    #[link_name = "poll"]
+    fn poll_unwind(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
+}
+
+/// Block until `fd` is readable (or `timeout_ms` passed, -1: no limit), in a way
+/// `pthread_cancel` can interrupt. Returns `poll`'s result (`> 0` readable, 0 timeout,
+/// -1 with `errno`, e.g. `EINTR`).
+///
+/// Why it is built this way: glibc implements `pthread_cancel` of a thread blocked in a
+/// cancellation point (`poll`, `read`, `epoll_wait`) as a *forced unwind* through every
+/// frame of the thread (rping's server error path cancels its CQ thread while it sits in
+/// `ibv_get_cq_event`). A forced unwind that reaches a `catch_unwind` (our panic
+/// [`guard`]) or the abort-on-unwind edge of an `extern "C"` function aborts the process
+/// ("Rust cannot catch foreign exceptions"). RFC 2945 (the `"C-unwind"` ABI) defines a
+/// forced unwind through Rust frames as sound exactly when those frames are "plain old
+/// frames": no destructors pending and no `catch_unwind`, with `"C-unwind"` at every
+/// foreign boundary. So every verb that may block is an `extern "C-unwind"` export that
+/// loops over `guard(one non-blocking attempt)` (all Rust state dropped when it returns)
+/// and this call, made from the export's own frame with only integers and raw pointers
+/// alive; this function's frame has no destructors either. A cancelled thread therefore
+/// unwinds from `poll` straight through to the program's frames and
+/// `pthread_join` sees `PTHREAD_CANCELED`; nothing of ours is held (no lock, no
+/// allocation) at that point.
+///
+/// For ibv-cm: `rdma_get_cm_event` should do the same: make the export
+/// `extern "C-unwind"`, try under [`guard`] without blocking, and call this with the
+/// event channel's fd from the export's frame when there is nothing yet.
+#[inline(never)]
+pub extern "C-unwind" fn wait_readable_cancellable(fd: c_int, timeout_ms: c_int) -> c_int {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on this frame; `poll` only reads and writes it.
+    unsafe { poll_unwind(&mut p, 1, timeout_ms) }
 }
 
 static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);

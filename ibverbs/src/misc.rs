@@ -19,48 +19,67 @@ use std::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::device::XwContext;
-use crate::ffi::{errno, guard, set_errno, unsupported};
+use crate::ffi::{guard, set_errno, unsupported, wait_readable_cancellable, Attempt};
+
+/// One non-blocking attempt of `ibv_get_async_event` (under the panic guard).
+///
+/// # Safety
+/// As [`ibv_get_async_event`].
+unsafe fn get_async_event_attempt(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> Attempt<c_int> {
+    let Some(c) = XwContext::from_raw(ctx) else {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    }
+    // The QP an event names counts it as handed out while the queue is locked, so its
+    // destroy either dropped it from the queue or waits for its ack.
+    match c.take_async_event(crate::qp::note_async_event_handed_out) {
+        Some(ev) => {
+            c.async_unacked.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: writable per the contract.
+            unsafe { event.write(ev) };
+            Attempt::Done(0)
+        }
+        None if crate::cq::is_nonblocking(c.vctx.context.async_fd) => {
+            set_errno(libc::EAGAIN);
+            Attempt::Done(-1)
+        }
+        None => Attempt::Wait(c.vctx.context.async_fd),
+    }
+}
 
 /// `ibv_get_async_event@IBVERBS_1.1`: the next async event of `ctx` (waits unless the
 /// program set `O_NONBLOCK` on `async_fd`); 0, or -1 with `errno` (`EAGAIN`, `EINVAL`).
 ///
+/// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
+/// a thread waiting here unwinds it (see [`crate::ffi::wait_readable_cancellable`]).
+///
 /// # Safety
 /// `event` writable.
 #[inline(never)] // keeps a global definition for the .symver below
-pub unsafe extern "C" fn ibv_get_async_event(
+pub unsafe extern "C-unwind" fn ibv_get_async_event(
     ctx: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
-    guard("ibv_get_async_event", -1, || {
-        let Some(c) = XwContext::from_raw(ctx) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if event.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        let mut n = 0u64;
-        // SAFETY: 8 bytes into a live u64 from our eventfd (semaphore: takes one count).
-        let r = unsafe { libc::read(c.vctx.context.async_fd, (&mut n as *mut u64).cast(), 8) };
-        if r != 8 {
-            let e = errno();
-            set_errno(if r < 0 { e } else { libc::EIO });
-            return -1;
-        }
-        match c.take_async_event() {
-            Some(ev) => {
-                c.async_unacked.fetch_add(1, Ordering::SeqCst);
-                // SAFETY: writable per the contract.
-                unsafe { event.write(ev) };
-                0
-            }
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
+    loop {
+        // SAFETY: per the contract.
+        let step = guard("ibv_get_async_event", Attempt::Done(-1), || unsafe {
+            get_async_event_attempt(ctx, event)
+        });
+        match step {
+            Attempt::Done(r) => return r,
+            // Only integers are alive in this frame: a cancellation unwinds through it.
+            Attempt::Wait(fd) => {
+                wait_readable_cancellable(fd, -1);
             }
         }
-    })
+    }
 }
 
 /// `ibv_ack_async_event@IBVERBS_1.1`: acknowledge an event `ibv_get_async_event` gave.
@@ -92,6 +111,8 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                 _ => crate::qp::from_raw(el.qp).map(|q| q.context()),
             }
         };
+        // SAFETY: readable per the contract.
+        crate::qp::note_async_event_acked(unsafe { &*event });
         if let Some(c) = ctx {
             let _ = c
                 .async_unacked

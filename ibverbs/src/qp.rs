@@ -37,8 +37,8 @@
 use core::cell::UnsafeCell;
 use core::ffi::c_int;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use xwarp_verbs::{
     CompletionStatus, PostError, QpInitAttr, QpModify, QpState, QueuePair, SendOpcode, SendRequest,
@@ -70,12 +70,22 @@ pub struct XQp {
     state: AtomicU32,
     /// `qp_access_flags` last set by a modify.
     access: AtomicU32,
-    /// `IBV_EVENT_QP_FATAL` was queued already.
-    fatal_reported: AtomicBool,
+    /// (`IBV_EVENT_QP_FATAL` was queued already, the QP is being destroyed): held while
+    /// an event is queued, so destroy and a report cannot cross.
+    fatal: Mutex<(bool, bool)>,
+    /// Async events naming this QP that `ibv_get_async_event` handed out, and those
+    /// acknowledged (rdma-core's `async_events`/`events_completed`: destroy waits until
+    /// they match).
+    events_handed_out: AtomicU64,
+    events_acked: AtomicU64,
+    /// Signalled on every ack (with `acked_lock`), for destroy's wait.
+    acked_lock: Mutex<()>,
+    acked_cv: Condvar,
 }
 
-// SAFETY: the C part is in a cell written only through `set_state` (a u32 store the
-// program reads as it would rdma-core's); everything else is immutable or atomic.
+// SAFETY: the C part is in a cell whose only field written after creation is `state`,
+// stored atomically (`AtomicU32::from_ptr`) by `set_state`; everything else is immutable,
+// atomic or behind a Mutex.
 unsafe impl Sync for XQp {}
 // SAFETY: as above.
 unsafe impl Send for XQp {}
@@ -130,23 +140,84 @@ impl XQp {
         self.state.load(Ordering::SeqCst)
     }
 
-    /// Record the verbs state the program sees in `qp->state`.
+    /// Record the verbs state the program sees in `qp->state` (any thread may call it:
+    /// the C field is stored atomically).
     pub fn set_state(&self, s: u32) {
         self.state.store(s, Ordering::SeqCst);
-        // SAFETY: `state` is a plain u32 in our cell; programs read it like rdma-core's.
-        unsafe { (*self.c.get()).state = s };
+        // SAFETY: `state` is a u32 of our live allocation, aligned for AtomicU32; every
+        // write of it after creation goes through this atomic store (the program only
+        // reads it, as it reads rdma-core's).
+        unsafe {
+            let f = core::ptr::addr_of_mut!((*self.c.get()).state);
+            AtomicU32::from_ptr(f).store(s, Ordering::SeqCst);
+        }
     }
 
     /// Queue `IBV_EVENT_QP_FATAL` for this QP on its context's async fd (once per QP
-    /// until it is reset).
+    /// until it is reset; nothing once its destroy began).
+    ///
+    /// For ibv-cm: call it when the connection fails in a way the program must hear of
+    /// on the async fd (a Terminate received, an MPA error, the peer's abort): the engine
+    /// then flushes the outstanding work, and flush completions alone do not raise the
+    /// event (only error completions other than a flush do, [`note_error`]). Queue QP
+    /// events only through this function: `ibv_destroy_qp` drops the queued ones naming
+    /// the QP and waits for the acks of those handed out.
     pub fn report_fatal(&self) {
-        if !self.fatal_reported.swap(true, Ordering::SeqCst) {
-            self.ctx.post_async_event(ibv_async_event {
-                element: ibv_async_event_element { qp: self.raw() },
-                event_type: IBV_EVENT_QP_FATAL,
-            });
+        let mut f = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
+        if f.0 || f.1 {
+            return;
         }
+        f.0 = true;
+        self.ctx.post_async_event(ibv_async_event {
+            element: ibv_async_event_element { qp: self.raw() },
+            event_type: IBV_EVENT_QP_FATAL,
+        });
     }
+}
+
+/// `ibv_get_async_event` hands out `ev` (called with the context's event queue locked):
+/// the QP it names counts it, for `ibv_destroy_qp`'s wait.
+pub(crate) fn note_async_event_handed_out(ev: &ibv_async_event) {
+    if let Some(q) = qp_of_event(ev) {
+        q.events_handed_out.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `ibv_ack_async_event` of `ev`: the QP it names counts the ack and wakes its destroy.
+pub(crate) fn note_async_event_acked(ev: &ibv_async_event) {
+    if let Some(q) = qp_of_event(ev) {
+        let _ = q
+            .events_acked
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < q.events_handed_out.load(Ordering::SeqCst)).then_some(n + 1)
+            });
+        let _l = q.acked_lock.lock().unwrap_or_else(|e| e.into_inner());
+        q.acked_cv.notify_all();
+    }
+}
+
+/// Whether an async event type names a QP (`element.qp`), as libibverbs sorts them.
+pub(crate) fn is_qp_event(ty: u32) -> bool {
+    matches!(
+        ty,
+        IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+    )
+}
+
+/// The live QP an async event names, if any.
+fn qp_of_event(ev: &ibv_async_event) -> Option<&'static XQp> {
+    if !is_qp_event(ev.event_type) {
+        return None;
+    }
+    // SAFETY: a QP event's element is the `qp` pointer (plain read of the union).
+    from_raw(unsafe { ev.element.qp })
 }
 
 /// The QP behind `p`, if it is a live QP of ours.
@@ -261,7 +332,11 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
         sig_all: a.sq_sig_all != 0,
         state: AtomicU32::new(IBV_QPS_RESET),
         access: AtomicU32::new(0),
-        fatal_reported: AtomicBool::new(false),
+        fatal: Mutex::new((false, false)),
+        events_handed_out: AtomicU64::new(0),
+        events_acked: AtomicU64::new(0),
+        acked_lock: Mutex::new(()),
+        acked_cv: Condvar::new(),
     }));
     // SAFETY: `x` is live; the pthread objects are initialised once, in place.
     unsafe {
@@ -291,10 +366,27 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
 
 /// Free a QP (what `ibv_destroy_qp` does): its connection is reset, outstanding work is
 /// dropped; 0 or `EINVAL` (not ours).
+///
+/// Async events naming the QP: the queued ones are dropped (the kernel drops an object's
+/// unread events when it is destroyed), and destroy waits until every one
+/// `ibv_get_async_event` handed out was acknowledged (rdma-core's `ibv_cmd_destroy_qp`
+/// waits for `events_completed` the same way; a program that never acks blocks here, as
+/// there). No event naming it can be queued once destroy began ([`XQp::report_fatal`]).
 pub fn destroy(p: *mut ibv_qp) -> c_int {
     let Some(x) = from_raw(p) else {
         return libc::EINVAL;
     };
+    x.fatal.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+    x.ctx.drop_async_events(|ev| {
+        // SAFETY: a QP event's element is the `qp` pointer (plain read of the union).
+        is_qp_event(ev.event_type) && unsafe { ev.element.qp } == p
+    });
+    {
+        let mut l = x.acked_lock.lock().unwrap_or_else(|e| e.into_inner());
+        while x.events_acked.load(Ordering::SeqCst) < x.events_handed_out.load(Ordering::SeqCst) {
+            l = x.acked_cv.wait(l).unwrap_or_else(|e| e.into_inner());
+        }
+    }
     if !QPS.remove(p.cast()) {
         return libc::EINVAL;
     }
@@ -388,7 +480,7 @@ pub fn modify(x: &XQp, attr: &ibv_qp_attr, mask: c_int) -> c_int {
     };
     if r == 0 {
         if to == IBV_QPS_RESET {
-            x.fatal_reported.store(false, Ordering::SeqCst);
+            x.fatal.lock().unwrap_or_else(|e| e.into_inner()).0 = false;
         }
         x.set_state(to);
     }

@@ -827,3 +827,77 @@ fn errors_as_libibverbs() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// Async events do not outlive their QP: `ibv_destroy_qp` drops the queued events naming
+/// it (the kernel drops an object's unread events) and waits until the ones handed out
+/// were acked (rdma-core waits on `events_completed`), so no later `ibv_get_async_event`
+/// returns a freed QP pointer.
+#[test]
+fn async_events_do_not_outlive_their_qp() {
+    let (ea, _eb) = engines();
+    let ca = open(&ea);
+    // SAFETY: our objects; local attributes.
+    unsafe {
+        let a = side(ca, 0xa);
+        to_init(a.qp);
+        let afd = (*ca).async_fd;
+        let fl = libc::fcntl(afd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(afd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+
+        // 1. Queued, never read: destroy drops it.
+        testing::report_qp_fatal(a.qp);
+        let mut pfd = libc::pollfd {
+            fd: afd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        assert_eq!(libc::poll(&mut pfd, 1, 0), 1, "the event is queued");
+        assert_eq!(ibv_destroy_qp(a.qp), 0);
+        let mut ev: ibv_async_event = std::mem::zeroed();
+        assert_eq!(
+            ibv_get_async_event(ca, &mut ev),
+            -1,
+            "the destroyed QP's event"
+        );
+        assert_eq!(errno(), libc::EAGAIN);
+        pfd.revents = 0;
+        assert_eq!(libc::poll(&mut pfd, 1, 0), 0, "async_fd no longer readable");
+
+        // 2. Handed out, not yet acked: destroy waits for the ack.
+        let mut qa: ibv_qp_init_attr = std::mem::zeroed();
+        qa.send_cq = a.scq;
+        qa.recv_cq = a.rcq;
+        qa.qp_type = IBV_QPT_RC;
+        qa.cap.max_send_wr = 4;
+        qa.cap.max_recv_wr = 4;
+        qa.cap.max_send_sge = 1;
+        qa.cap.max_recv_sge = 1;
+        let qp2 = ibv_create_qp(a.pd, &mut qa);
+        assert!(!qp2.is_null(), "{}", errno());
+        testing::report_qp_fatal(qp2);
+        assert_eq!(ibv_get_async_event(ca, &mut ev), 0);
+        assert_eq!((ev.event_type, ev.element.qp), (IBV_EVENT_QP_FATAL, qp2));
+        let q = qp2 as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // SAFETY: our QP, destroyed once.
+            let r = ibv_destroy_qp(q as *mut ibv_qp);
+            tx.send(r).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "destroy returned before the event was acked"
+        );
+        ibv_ack_async_event(&mut ev);
+        assert_eq!(rx.recv_timeout(T).expect("destroy after the ack"), 0);
+        t.join().unwrap();
+        assert_eq!(ibv_get_async_event(ca, &mut ev), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+
+        assert_eq!(ibv_destroy_cq(a.scq), 0);
+        assert_eq!(ibv_destroy_cq(a.rcq), 0);
+        assert_eq!(ibv_destroy_comp_channel(a.ch), 0);
+        assert_eq!(ibv_dealloc_pd(a.pd), 0);
+        assert_eq!(ibv_close_device(ca), 0);
+    }
+}
