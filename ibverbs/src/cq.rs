@@ -79,9 +79,13 @@ impl XChannel {
     }
 
     fn add_refcnt(&self, d: c_int) {
-        // SAFETY: `refcnt` is a plain int in our cell; changed only under the registry's
-        // create/destroy paths of CQs (the program reads it at most).
-        unsafe { (*self.c.get()).refcnt += d };
+        // SAFETY: `refcnt` is an int of our live allocation, aligned for AtomicI32; CQs
+        // made and destroyed on several threads change it, always through this atomic
+        // add (the program only reads it).
+        unsafe {
+            let f = core::ptr::addr_of_mut!((*self.c.get()).refcnt);
+            core::sync::atomic::AtomicI32::from_ptr(f).fetch_add(d, Ordering::SeqCst);
+        }
     }
 }
 
@@ -513,8 +517,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         if from_raw(cq).is_none() || cqe < 1 {
             return libc::EINVAL;
         }
-        // SAFETY: a live CQ of ours; `cqe` is a plain field in its cell.
-        unsafe { (*cq).cqe = cqe };
+        // SAFETY: a live CQ of ours; `cqe` is an aligned int of its cell, written only
+        // here, atomically (resizes may race; the program only reads it).
+        unsafe {
+            core::sync::atomic::AtomicI32::from_ptr(core::ptr::addr_of_mut!((*cq).cqe))
+                .store(cqe, Ordering::SeqCst)
+        };
         0
     })
 }
