@@ -20,7 +20,7 @@ use crate::ffi::set_errno;
 
 /// The one line a program's stderr gets when no device can be listed.
 fn warn(reason: &str) {
-    eprintln!("xwarp-ibverbs: {reason}; no xwarp RDMA device listed");
+    crate::ffi::warn_line(&format!("{reason}; no xwarp RDMA device listed"));
 }
 
 /// `ibv_get_device_list@IBVERBS_1.1`: a NULL-terminated array (free it with

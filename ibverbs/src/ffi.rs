@@ -41,7 +41,7 @@ pub(crate) fn guard<T>(verb: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
                 .map(|s| s.to_string())
                 .or_else(|| e.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            eprintln!("xwarp-ibverbs: {verb}: internal error ({what}); the call fails");
+            warn_line(&format!("{verb}: internal error ({what}); the call fails"));
             set_errno(libc::EIO);
             on_panic
         }
@@ -98,13 +98,27 @@ pub extern "C-unwind" fn wait_readable_cancellable(fd: c_int, timeout_ms: c_int)
     unsafe { poll_unwind(&mut p, 1, timeout_ms) }
 }
 
+/// Write `xwarp-ibverbs: <line>` and a newline to stderr in one `write(2)`, ignoring any
+/// failure (`eprintln!` panics when stderr is closed or full, which inside an export
+/// would turn a warning into an internal error, and inside the panic guard into an
+/// abort).
+pub(crate) fn warn_line(line: &str) {
+    let mut b = Vec::with_capacity(line.len() + 16);
+    b.extend_from_slice(b"xwarp-ibverbs: ");
+    b.extend_from_slice(line.as_bytes());
+    b.push(b'\n');
+    // SAFETY: writing a live buffer of its length to fd 2 (whatever it is, or closed:
+    // the error is ignored).
+    let _ = unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+}
+
 static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 /// One line on stderr, once per `verb` and process: the verb is not supported (`why`).
 pub(crate) fn unsupported(verb: &str, why: &str) {
     let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
     if w.get_or_insert_with(HashSet::new).insert(verb.to_string()) {
-        eprintln!("xwarp-ibverbs: {verb}: not supported by xwarp ({why})");
+        warn_line(&format!("{verb}: not supported by xwarp ({why})"));
     }
 }
 
@@ -113,7 +127,7 @@ pub(crate) fn unsupported(verb: &str, why: &str) {
 pub(crate) fn warn_once(key: &str, line: &str) {
     let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
     if w.get_or_insert_with(HashSet::new).insert(key.to_string()) {
-        eprintln!("xwarp-ibverbs: {line}");
+        warn_line(line);
     }
 }
 

@@ -126,7 +126,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
 /// `fork` (the child's copy-on-write pages are the child's).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_fork_init() -> c_int {
-    0
+    guard("ibv_fork_init", libc::EIO, || 0)
 }
 
 /// `IBV_FORK_UNNEEDED` of `enum ibv_fork_status`.
@@ -135,7 +135,9 @@ pub const IBV_FORK_UNNEEDED: c_int = 2;
 /// `ibv_is_fork_initialized@IBVERBS_1.13`: `IBV_FORK_UNNEEDED` (see [`ibv_fork_init`]).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
-    IBV_FORK_UNNEEDED
+    guard("ibv_is_fork_initialized", IBV_FORK_UNNEEDED, || {
+        IBV_FORK_UNNEEDED
+    })
 }
 
 /// `ibv_query_pkey@IBVERBS_1.1`: P_Key 0 of port 1 is the default 0xffff (as siw
@@ -211,6 +213,13 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
 /// `ibv_wc_status_str@IBVERBS_1.1`: libibverbs' text of a completion status.
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_wc_status_str(status: c_uint) -> *const c_char {
+    guard("ibv_wc_status_str", c"unknown".as_ptr(), || {
+        wc_status_str(status)
+    })
+}
+
+/// The text of [`ibv_wc_status_str`].
+fn wc_status_str(status: c_uint) -> *const c_char {
     let s: &'static core::ffi::CStr = match status {
         IBV_WC_SUCCESS => c"success",
         IBV_WC_LOC_LEN_ERR => c"local length error",
@@ -246,9 +255,11 @@ const UD: &str = "no UD queue pairs, address handles or multicast on iWARP";
 /// `ibv_create_ah@IBVERBS_1.1`: NULL with `EOPNOTSUPP` (UD).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    unsupported("ibv_create_ah", UD);
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_create_ah", core::ptr::null_mut(), || {
+        unsupported("ibv_create_ah", UD);
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 /// `ibv_create_ah_from_wc@IBVERBS_1.1`: NULL with `EOPNOTSUPP` (UD).
@@ -259,30 +270,38 @@ pub extern "C" fn ibv_create_ah_from_wc(
     _grh: *mut c_void,
     _port: u8,
 ) -> *mut ibv_ah {
-    unsupported("ibv_create_ah_from_wc", UD);
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_create_ah_from_wc", core::ptr::null_mut(), || {
+        unsupported("ibv_create_ah_from_wc", UD);
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 /// `ibv_destroy_ah@IBVERBS_1.1`: `EOPNOTSUPP` (no AH can exist).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
-    unsupported("ibv_destroy_ah", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_destroy_ah", libc::EIO, || {
+        unsupported("ibv_destroy_ah", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_attach_mcast@IBVERBS_1.1`: `EOPNOTSUPP` (UD multicast).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    unsupported("ibv_attach_mcast", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_attach_mcast", libc::EIO, || {
+        unsupported("ibv_attach_mcast", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_detach_mcast@IBVERBS_1.1`: `EOPNOTSUPP` (UD multicast).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    unsupported("ibv_detach_mcast", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_detach_mcast", libc::EIO, || {
+        unsupported("ibv_detach_mcast", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_qp_to_qp_ex@IBVERBS_1.6`: NULL, as libibverbs answers for a QP not created by
@@ -290,12 +309,14 @@ pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid:
 /// `EOPNOTSUPP`.
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    unsupported(
-        "ibv_qp_to_qp_ex",
-        "the ibv_wr_* post-send API is not implemented",
-    );
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_qp_to_qp_ex", core::ptr::null_mut(), || {
+        unsupported(
+            "ibv_qp_to_qp_ex",
+            "the ibv_wr_* post-send API is not implemented",
+        );
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 core::arch::global_asm!(

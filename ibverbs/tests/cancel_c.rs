@@ -30,3 +30,22 @@ fn pthread_cancel_of_blocked_waiters() {
     assert!(out.contains("0 failures"), "{out}\n{err}");
     assert!(!err.contains("xwarp-ibverbs:"), "{err}");
 }
+
+/// `tests/c/stderr_closed.c`: the warning lines of unsupported verbs with stderr closed
+/// (before, `eprintln!` panicked there and the unguarded exports aborted the process).
+#[test]
+fn warnings_with_stderr_closed() {
+    if let Err(why) = common::headers() {
+        println!("SKIPPED: the closed-stderr C test: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("xwarp-ibv-stderr-{}", std::process::id()));
+    let exe = common::compile_c("stderr_closed", &dir);
+    let mut cmd = common::preloaded(Command::new("timeout"), &exe);
+    cmd.env("XWARP_IFACE", "lo");
+    let o = cmd.output().expect("run the C test");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "({:?}) {out}", o.status);
+    assert!(out.contains("stderr closed: 0 failures"), "{out}");
+}
