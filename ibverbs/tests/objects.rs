@@ -297,12 +297,17 @@ fn data_moves_through_the_ops_table() {
                 e => panic!("expected Established, got {e:?}"),
             }
         }
+        // The program may change the public context fields after creation (rdma-core
+        // returns the current `(*cq)->cq_context` and `qp->qp_context`).
+        (*a.qp).qp_context = 0xa11 as *mut _;
+        (*b.rcq).cq_context = 0xb0b as *mut _;
         let mut qa_attr: ibv_qp_attr = std::mem::zeroed();
         let mut qa_init: ibv_qp_init_attr = std::mem::zeroed();
         assert_eq!(
             ibv_query_qp(a.qp, &mut qa_attr, IBV_QP_STATE as i32, &mut qa_init),
             0
         );
+        assert_eq!(qa_init.qp_context as usize, 0xa11, "the current qp_context");
         assert_eq!(qa_attr.qp_state, IBV_QPS_RTS);
         assert_eq!(qa_init.send_cq, a.scq);
         assert_eq!(qa_init.cap.max_send_sge, 2);
@@ -331,7 +336,11 @@ fn data_moves_through_the_ops_table() {
         let mut ev_cq = null_mut();
         let mut ev_ctx = null_mut();
         assert_eq!(ibv_get_cq_event(b.ch, &mut ev_cq, &mut ev_ctx), 0);
-        assert_eq!((ev_cq, ev_ctx as usize), (b.rcq, 0xb));
+        assert_eq!(
+            (ev_cq, ev_ctx as usize),
+            (b.rcq, 0xb0b),
+            "the current cq_context"
+        );
         ibv_ack_cq_events(b.rcq, 1);
         let w = wc(b.rcq);
         assert_eq!(
