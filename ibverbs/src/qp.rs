@@ -420,10 +420,18 @@ pub fn destroy(p: *mut ibv_qp) -> c_int {
 
 /// The verbs state for the engine's state (`mirror`: what the program was told last,
 /// which tells RESET, INIT and RTR apart: the engine has one IDLE for all three).
+///
+/// A QP that was connected (RTS, SQD, SQE) or in ERR and whose engine QP is IDLE again
+/// (the connection closed or was torn down) is ERR, and stays ERR until the program
+/// modifies it to RESET: siw's `siw_qp_llp_close` moves an RTS/TERMINATE QP (and a
+/// CLOSING one with no send in progress) to ERROR when its connection closes, and it
+/// stays there until a reset (docs/siw.md §4.7 teardown, §4.10 the state mapping); it
+/// never falls back to INIT by itself.
 fn ibv_state_of(s: QpState, mirror: u32) -> u32 {
     match s {
+        _ if mirror == IBV_QPS_ERR => IBV_QPS_ERR,
         QpState::Idle if mirror <= IBV_QPS_RTR => mirror,
-        QpState::Idle => IBV_QPS_INIT,
+        QpState::Idle => IBV_QPS_ERR,
         QpState::Rts => IBV_QPS_RTS,
         QpState::Closing => IBV_QPS_SQD,
         QpState::Terminate => IBV_QPS_SQE,
@@ -462,6 +470,7 @@ pub fn modify(x: &XQp, attr: &ibv_qp_attr, mask: c_int) -> c_int {
     };
     let r = match to {
         IBV_QPS_RESET => engine(QpState::Idle),
+        IBV_QPS_INIT | IBV_QPS_RTR if x.ibv_state() == IBV_QPS_ERR => libc::EINVAL,
         IBV_QPS_INIT | IBV_QPS_RTR if cur == QpState::Idle => 0,
         IBV_QPS_INIT | IBV_QPS_RTR => libc::EINVAL,
         IBV_QPS_RTS if cur == QpState::Rts => 0,
@@ -817,3 +826,25 @@ core::arch::global_asm!(
     query = sym ibv_query_qp,
     destroy = sym ibv_destroy_qp,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// siw keeps a QP whose connection ended in ERR until a RESET (docs/siw.md §4.7,
+    /// §4.10):
+    /// the engine's IDLE after a disconnect is not INIT.
+    #[test]
+    fn siw_err_sticks_until_reset() {
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_ERR), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_RTS), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_SQD), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Rts, IBV_QPS_ERR), IBV_QPS_ERR);
+        // Before a connection the mirror tells RESET, INIT and RTR apart.
+        for m in [IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR] {
+            assert_eq!(ibv_state_of(QpState::Idle, m), m);
+        }
+        assert_eq!(ibv_state_of(QpState::Rts, IBV_QPS_INIT), IBV_QPS_RTS);
+        assert_eq!(ibv_state_of(QpState::Error, IBV_QPS_RTS), IBV_QPS_ERR);
+    }
+}
