@@ -529,14 +529,18 @@ pub fn query(x: &XQp, attr: &mut ibv_qp_attr, init: Option<&mut ibv_qp_init_attr
     0
 }
 
-fn post_errno(e: PostError) -> c_int {
+/// The errno of an engine post error (`QueueFull`: `ENOMEM`, as the providers answer a
+/// full queue).
+pub(crate) fn post_errno(e: PostError) -> c_int {
     match e {
         PostError::QueueFull => libc::ENOMEM,
         PostError::InvalidSgl | PostError::InvalidState | PostError::NoSuchSrq => libc::EINVAL,
     }
 }
 
-/// The SGEs of a work request, checked against `max` (the QP's capacity).
+/// The SGEs of a work request, checked against `max` (the QP's or SRQ's capacity: a
+/// queue created with 0 SGEs takes only requests without SGEs, as siw's `num_sge >
+/// max_sge` check refuses any other with `EINVAL`).
 ///
 /// # Safety
 /// `sg_list` readable for `num_sge` entries when `num_sge > 0`.
@@ -545,7 +549,7 @@ pub(crate) unsafe fn sges(
     num_sge: c_int,
     max: u32,
 ) -> Result<Vec<Sge>, c_int> {
-    if num_sge < 0 || num_sge as u32 > max.max(1).min(MAX_SGE as u32) {
+    if num_sge < 0 || num_sge as u32 > max.min(MAX_SGE as u32) {
         return Err(libc::EINVAL);
     }
     if num_sge > 0 && sg_list.is_null() {

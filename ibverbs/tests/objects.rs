@@ -788,6 +788,24 @@ fn errors_as_libibverbs() {
             "receives go to the SRQ"
         );
         assert_eq!(ibv_destroy_srq(srq), libc::EBUSY);
+
+        // A QP created with 0 send and 0 receive SGEs takes requests without SGEs only
+        // (siw: num_sge > max_sge is EINVAL).
+        let mut q0 = std::ptr::read(&qa);
+        q0.send_cq = cq2;
+        q0.recv_cq = cq2;
+        q0.cap.max_send_sge = 0;
+        q0.cap.max_recv_sge = 0;
+        let qp0 = ibv_create_qp(pd, &mut q0);
+        assert!(!qp0.is_null(), "{}", errno());
+        to_init(qp0);
+        let mut w1 = recv_wr(30, &mut sg);
+        assert_eq!(post_recv(qp0, &mut w1).0, libc::EINVAL, "1 SGE > 0");
+        let mut w0 = recv_wr(31, &mut []);
+        assert_eq!(post_recv(qp0, &mut w0).0, 0, "no SGE");
+        let mut s1 = send_wr(32, &mut sg, IBV_WR_SEND, 0);
+        assert_eq!(post_send(qp0, &mut s1).0, libc::EINVAL, "1 send SGE > 0");
+        assert_eq!(ibv_destroy_qp(qp0), 0);
         assert_eq!(ibv_destroy_qp(qp2), 0);
         assert_eq!(ibv_destroy_srq(srq), 0);
         assert_eq!(ibv_destroy_cq(cq2), 0);
