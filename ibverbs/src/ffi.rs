@@ -199,6 +199,54 @@ pub(crate) fn io_errno(e: &std::io::Error, fallback: c_int) -> c_int {
     }
 }
 
+/// A socket address a program passed (librdmacm's `rdma_bind_addr`, `rdma_resolve_addr`,
+/// `rdma_getaddrinfo` results): `Ok(None)` for NULL; an IPv4 `sockaddr_in` as a
+/// [`SocketAddrV4`](std::net::SocketAddrV4); an IPv4-mapped IPv6 address
+/// (`::ffff:a.b.c.d`, in a `sockaddr_in6`) as that IPv4 address and port; any other
+/// family or IPv6 address `EAFNOSUPPORT` (the engine is IPv4 only).
+///
+/// Why the mapped form: glibc's `getaddrinfo` in a network namespace without any IPv4
+/// address configured (AI_ADDRCONFIG sees none: the engine owns the address, not the
+/// kernel) answers `AF_INET6` with the v4-mapped form of a numeric IPv4 host, which
+/// rping and rdma_client then pass on unchanged.
+///
+/// For ibv-cm: the CM's address parsing should call this one.
+///
+/// # Safety
+/// `sa` is NULL or points at a `sockaddr` whose family's structure is readable.
+#[allow(dead_code)] // for librdmacm (src/cm/), which adopts it after this lands
+pub unsafe fn read_sockaddr(
+    sa: *const libc::sockaddr,
+) -> Result<Option<std::net::SocketAddrV4>, c_int> {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract, at least the family is readable (unaligned: programs
+    // cast byte buffers).
+    let fam = c_int::from(unsafe { core::ptr::addr_of!((*sa).sa_family).read_unaligned() });
+    match fam {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET address is a readable sockaddr_in.
+            let sin = unsafe { sa.cast::<libc::sockaddr_in>().read_unaligned() };
+            Ok(Some(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 address is a readable sockaddr_in6.
+            let sin6 = unsafe { sa.cast::<libc::sockaddr_in6>().read_unaligned() };
+            let ip6 = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            match ip6.to_ipv4_mapped() {
+                Some(ip) => Ok(Some(SocketAddrV4::new(ip, u16::from_be(sin6.sin6_port)))),
+                None => Err(libc::EAFNOSUPPORT),
+            }
+        }
+        _ => Err(libc::EAFNOSUPPORT),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +266,36 @@ mod tests {
         }
         // Uniform hashing fills about 1024 * (1 - e^-4) = 1005 of them.
         assert!(used.len() > 900, "{} of 1024 buckets", used.len());
+    }
+
+    #[test]
+    fn sockaddr_ipv4_and_v4_mapped_ipv6() {
+        use std::net::{Ipv4Addr, SocketAddrV4};
+        // SAFETY: plain data.
+        let mut sin: libc::sockaddr_in = unsafe { core::mem::zeroed() };
+        sin.sin_family = libc::AF_INET as u16;
+        sin.sin_port = 7174u16.to_be();
+        sin.sin_addr.s_addr = u32::from(Ipv4Addr::new(10, 1, 0, 10)).to_be();
+        let want = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 10), 7174);
+        // SAFETY: live sockaddrs of their family.
+        unsafe {
+            assert_eq!(
+                read_sockaddr((&sin as *const libc::sockaddr_in).cast()),
+                Ok(Some(want))
+            );
+            assert_eq!(read_sockaddr(core::ptr::null()), Ok(None));
+            let mut s6: libc::sockaddr_in6 = core::mem::zeroed();
+            s6.sin6_family = libc::AF_INET6 as u16;
+            s6.sin6_port = 7174u16.to_be();
+            s6.sin6_addr.s6_addr = Ipv4Addr::new(10, 1, 0, 10).to_ipv6_mapped().octets();
+            let p6 = |s: &libc::sockaddr_in6| (s as *const libc::sockaddr_in6).cast();
+            assert_eq!(read_sockaddr(p6(&s6)), Ok(Some(want)), "::ffff:10.1.0.10");
+            s6.sin6_addr.s6_addr = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+            assert_eq!(read_sockaddr(p6(&s6)), Err(libc::EAFNOSUPPORT));
+            let mut other: libc::sockaddr = core::mem::zeroed();
+            other.sa_family = libc::AF_UNIX as u16;
+            assert_eq!(read_sockaddr(&other), Err(libc::EAFNOSUPPORT));
+        }
     }
 
     #[test]
