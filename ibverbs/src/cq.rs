@@ -541,7 +541,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `EINVAL` for a channel that is not ours or NULL out-pointers).
 ///
 /// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
-/// a thread waiting here unwinds it (see [`crate::ffi::wait_readable_cancellable`]).
+/// a thread waiting here unwinds it (see `ffi::wait_readable_cancellable`).
 ///
 /// # Safety
 /// `cq`, `cq_context` writable.

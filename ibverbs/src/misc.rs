@@ -58,7 +58,7 @@ unsafe fn get_async_event_attempt(
 /// program set `O_NONBLOCK` on `async_fd`); 0, or -1 with `errno` (`EAGAIN`, `EINVAL`).
 ///
 /// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
-/// a thread waiting here unwinds it (see [`crate::ffi::wait_readable_cancellable`]).
+/// a thread waiting here unwinds it (see `ffi::wait_readable_cancellable`).
 ///
 /// # Safety
 /// `event` writable.

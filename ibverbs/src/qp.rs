@@ -159,7 +159,7 @@ impl XQp {
     /// For ibv-cm: call it when the connection fails in a way the program must hear of
     /// on the async fd (a Terminate received, an MPA error, the peer's abort): the engine
     /// then flushes the outstanding work, and flush completions alone do not raise the
-    /// event (only error completions other than a flush do, [`note_error`]). Queue QP
+    /// event (only error completions other than a flush do, `note_error`). Queue QP
     /// events only through this function: `ibv_destroy_qp` drops the queued ones naming
     /// the QP and waits for the acks of those handed out.
     pub fn report_fatal(&self) {
