@@ -21,7 +21,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use xwarp_verbs::{CompletionQueue, CompletionStatus, WcOpcode, WorkCompletion};
@@ -43,7 +43,8 @@ pub struct XChannel {
     cqs: AtomicUsize,
 }
 
-// SAFETY: the C part is written at creation only; the rest is atomics.
+// SAFETY: the C part is written at creation, then only `refcnt`, by atomic adds
+// (`add_refcnt`); the rest is atomics.
 unsafe impl Sync for XChannel {}
 // SAFETY: as above.
 unsafe impl Send for XChannel {}
@@ -63,8 +64,9 @@ pub struct XCq {
     pub(crate) users: AtomicUsize,
 }
 
-// SAFETY: the C part is written at creation (and `cqe` by resize, a plain store the
-// program synchronises as it must for rdma-core); the rest is synchronised.
+// SAFETY: the C part is written at creation; afterwards only `cqe` (resize) and
+// `comp_events_completed` (ack) change, each by an atomic store through
+// `AtomicI32`/`AtomicU32::from_ptr`; the rest is synchronised.
 unsafe impl Sync for XCq {}
 // SAFETY: as above.
 unsafe impl Send for XCq {}
@@ -579,9 +581,12 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: core::ffi::c_uint
         };
         let mut ev = x.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.1 = (ev.1 + u64::from(n)).min(ev.0);
-        // SAFETY: a live CQ; the counter the C struct shows (programs may read it), in
-        // its cell.
-        unsafe { (*x.raw()).comp_events_completed = ev.1 as u32 };
+        // SAFETY: a live CQ; the counter the C struct shows (programs may read it, from
+        // any thread), an aligned u32 of its cell, stored atomically.
+        unsafe {
+            AtomicU32::from_ptr(core::ptr::addr_of_mut!((*x.raw()).comp_events_completed))
+                .store(ev.1 as u32, Ordering::SeqCst)
+        };
         x.acked.notify_all();
     })
 }
