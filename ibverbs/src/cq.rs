@@ -335,7 +335,7 @@ pub(crate) fn fill_wc(wc: &WorkCompletion) -> ibv_wc {
 /// # Safety
 /// `wc` writable for `n` entries.
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    guard("ibv_poll_cq", -1, || {
+    crate::ffi::guard_data_path("ibv_poll_cq", -1, || {
         let Some(x) = from_raw(cq) else {
             return -1;
         };
@@ -376,7 +376,7 @@ fn yield_on_empty_poll() -> bool {
 /// notification (for any completion, or with `solicited_only` for the next solicited
 /// one or error); 0, or `EINVAL` for a CQ that is not ours.
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard("ibv_req_notify_cq", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_req_notify_cq", libc::EIO, || {
         let Some(x) = from_raw(cq) else {
             return libc::EINVAL;
         };

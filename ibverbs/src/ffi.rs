@@ -32,7 +32,29 @@ pub(crate) fn errno() -> c_int {
 }
 
 /// Run `f`; a panic becomes `on_panic` (and one line on stderr naming `verb`).
+///
+/// Thread cancellation is disabled while `f` runs (and restored after): `f` may reach a
+/// cancellation point (`write` of a warning line, `read`/`epoll_wait` of an attempt,
+/// `open` of `/proc/self/maps`), and a cancellation acted upon there would unwind into
+/// `catch_unwind` and abort the process. A cancel requested meanwhile stays pending until
+/// the thread's next cancellation point outside the library, or the verb's own
+/// cancellable wait ([`wait_readable_cancellable`]).
 pub(crate) fn guard<T>(verb: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+    let mut old: c_int = 0;
+    // SAFETY: pthread_setcancelstate on the calling thread with a valid state and a
+    // live out-pointer; it is not a cancellation point.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = guard_data_path(verb, on_panic, f);
+    let mut ignored: c_int = 0;
+    // SAFETY: as above, restoring the caller's state.
+    unsafe { pthread_setcancelstate(old, &mut ignored) };
+    r
+}
+
+/// [`guard`] without touching the cancellation state, for the data-path slots
+/// (`poll_cq`, `req_notify_cq`, `post_send`, `post_recv`, `post_srq_recv`), which reach
+/// no cancellation point (`sched_yield` is none) and are called millions of times.
+pub(crate) fn guard_data_path<T>(verb: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(e) => {
@@ -46,6 +68,14 @@ pub(crate) fn guard<T>(verb: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
             on_panic
         }
     }
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE` (`<pthread.h>`; `PTHREAD_CANCEL_ENABLE` is 0).
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+extern "C" {
+    /// `pthread_setcancelstate(3)` (not in the `libc` crate).
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
 }
 
 /// What one non-blocking attempt of a blocking verb found: done with this return value,

@@ -696,7 +696,7 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard("ibv_post_send", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_send", libc::EIO, || {
         let Some(x) = from_raw(qp) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.
@@ -725,7 +725,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_recv", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_recv", libc::EIO, || {
         let Some(x) = from_raw(qp) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.

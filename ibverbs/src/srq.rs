@@ -136,7 +136,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_srq_recv", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_srq_recv", libc::EIO, || {
         let Some(x) = from_raw(srq) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.

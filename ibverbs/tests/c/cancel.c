@@ -12,7 +12,7 @@
 
 static struct ibv_context *ctx;
 static struct ibv_comp_channel *ch;
-static volatile int entered[2], cleaned[2];
+static volatile int entered[2], cleaned[4], returned[4];
 
 static void cleanup(void *arg) { cleaned[(long)arg] = 1; }
 
@@ -33,6 +33,33 @@ static void *async_waiter(void *arg) {
 	pthread_cleanup_push(cleanup, (void *)1L);
 	entered[1] = 1;
 	ibv_get_async_event(ctx, &ev);
+	pthread_cleanup_pop(0);
+	return (void *)1L;
+}
+
+/* A cancel already pending when the thread enters the library: the library's own
+ * cancellation points (the warning line's write, the attempt's epoll_wait) must not act
+ * on it inside the panic guard; the thread is cancelled at its next cancellation point
+ * outside (pthread_testcancel), or in the verb's own wait. */
+static void *pending_then_warning(void *arg) {
+	(void)arg;
+	pthread_cleanup_push(cleanup, (void *)2L);
+	pthread_cancel(pthread_self());
+	struct ibv_ah *ah = ibv_create_ah(NULL, NULL); /* first call: writes a warning */
+	returned[2] = (ah == NULL);
+	pthread_testcancel();
+	pthread_cleanup_pop(0);
+	return (void *)1L;
+}
+
+static void *pending_then_get_cq_event(void *arg) {
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	(void)arg;
+	pthread_cleanup_push(cleanup, (void *)3L);
+	pthread_cancel(pthread_self());
+	ibv_get_cq_event(ch, &cq, &cq_ctx); /* cancelled in its wait */
+	returned[3] = 1;
 	pthread_cleanup_pop(0);
 	return (void *)1L;
 }
@@ -66,6 +93,17 @@ int main(void) {
 		CHECK(ret == PTHREAD_CANCELED);
 		CHECK(cleaned[i]);
 	}
+	pthread_t p[2];
+	CHECK(pthread_create(&p[0], NULL, pending_then_warning, NULL) == 0);
+	CHECK(pthread_create(&p[1], NULL, pending_then_get_cq_event, NULL) == 0);
+	for (int i = 0; i < 2; i++) {
+		void *ret = NULL;
+		CHECK(pthread_join(p[i], &ret) == 0);
+		CHECK(ret == PTHREAD_CANCELED);
+		CHECK(cleaned[2 + i]);
+	}
+	CHECK(returned[2] == 1);  /* ibv_create_ah returned (NULL) before the cancel acted */
+	CHECK(returned[3] == 0);  /* ibv_get_cq_event did not return */
 	/* The library still works after the cancellations. */
 	struct ibv_comp_channel *ch2 = ibv_create_comp_channel(ctx);
 	CHECK(ch2);
