@@ -10,6 +10,9 @@
 //! * [`wait_readable_cancellable`]: the one blocking wait of a verb that may sleep
 //!   (`ibv_get_cq_event`, `ibv_get_async_event`, librdmacm's `rdma_get_cm_event`), done
 //!   so that `pthread_cancel` of the waiting thread works (see its docs).
+//! * [`warn_line`]: one line on stderr by a single `write(2)` that cannot panic.
+//! * [`read_sockaddr`]: a program's socket address as IPv4 (v4-mapped IPv6 included), for
+//!   librdmacm.
 //! * [`Registry`]: the addresses of the live objects of one kind (PD, MR, CQ, ...): a
 //!   pointer is dereferenced only after it was found there, so a stale, foreign or NULL
 //!   pointer gets `EINVAL` instead of a crash.
