@@ -115,7 +115,7 @@ pub fn engine() -> Result<&'static Engine, c_int> {
     let settings = match EngineSettings::from_vars(|k| std::env::var(k).ok()) {
         Ok(s) => s,
         Err(why) => {
-            eprintln!("xwarp-ibverbs: cannot start the xwarp engine: {why}");
+            crate::ffi::warn_line(&format!("cannot start the xwarp engine: {why}"));
             *st = State::Failed(libc::ENODEV);
             return Err(libc::ENODEV);
         }
@@ -127,10 +127,10 @@ pub fn engine() -> Result<&'static Engine, c_int> {
             Ok(e)
         }
         Err(err) => {
-            eprintln!(
-                "xwarp-ibverbs: cannot start the xwarp engine on {} ({}/{}): {err}",
+            crate::ffi::warn_line(&format!(
+                "cannot start the xwarp engine on {} ({}/{}): {err}",
                 settings.iface, settings.ipv4, settings.prefix
-            );
+            ));
             *st = State::Failed(libc::ENODEV);
             Err(libc::ENODEV)
         }
