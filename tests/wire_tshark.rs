@@ -42,7 +42,7 @@ fn tshark() -> Option<PathBuf> {
         .unwrap_or(false);
     if root {
         let _ = Command::new("apt-get")
-            .args(["install", "-y", "tshark"])
+            .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "tshark"])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status();
     }

@@ -107,6 +107,9 @@ pub struct EngineSettings {
     pub mtu: usize,
     /// `XWARP_ENGINE_SPIN_US`.
     pub engine_spin_us: Option<u64>,
+    /// `XWARP_YIELD=1`: the idle engine calls `sched_yield` while it spins instead of
+    /// busy-spinning (as the shim's engine).
+    pub yield_spin: bool,
 }
 
 impl EngineSettings {
@@ -133,7 +136,13 @@ impl EngineSettings {
                     .map_err(|_| format!("XWARP_ENGINE_SPIN_US={v:?}: not a number"))
             })
             .transpose()?;
+        let yield_spin = match get("XWARP_YIELD").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(format!("XWARP_YIELD={v:?}: expected 0 or 1")),
+        };
         Ok(EngineSettings {
+            yield_spin,
             iface: dev.iface,
             ipv4,
             prefix,
@@ -181,5 +190,15 @@ mod engine_settings_tests {
         ])
         .unwrap_err()
         .contains("XWARP_GATEWAY"));
+        let y = |v| {
+            s(&[
+                ("XWARP_IFACE", "v"),
+                ("XWARP_ADDR", "1.2.3.4/8"),
+                ("XWARP_YIELD", v),
+            ])
+        };
+        assert!(y("1").unwrap().yield_spin);
+        assert!(!y("0").unwrap().yield_spin);
+        assert!(y("yes").unwrap_err().contains("XWARP_YIELD"));
     }
 }

@@ -21,14 +21,14 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use xwarp_verbs::{CompletionQueue, CompletionStatus, WcOpcode, WorkCompletion};
 
 use crate::abi::*;
 use crate::device::XwContext;
-use crate::ffi::{errno, guard, set_errno, Registry};
+use crate::ffi::{errno, guard, set_errno, wait_readable_cancellable, Attempt, Registry};
 use crate::pd::NEXT_HANDLE;
 
 /// A completion channel.
@@ -43,7 +43,8 @@ pub struct XChannel {
     cqs: AtomicUsize,
 }
 
-// SAFETY: the C part is written at creation only; the rest is atomics.
+// SAFETY: the C part is written at creation, then only `refcnt`, by atomic adds
+// (`add_refcnt`); the rest is atomics.
 unsafe impl Sync for XChannel {}
 // SAFETY: as above.
 unsafe impl Send for XChannel {}
@@ -63,8 +64,9 @@ pub struct XCq {
     pub(crate) users: AtomicUsize,
 }
 
-// SAFETY: the C part is written at creation (and `cqe` by resize, a plain store the
-// program synchronises as it must for rdma-core); the rest is synchronised.
+// SAFETY: the C part is written at creation; afterwards only `cqe` (resize) and
+// `comp_events_completed` (ack) change, each by an atomic store through
+// `AtomicI32`/`AtomicU32::from_ptr`; the rest is synchronised.
 unsafe impl Sync for XCq {}
 // SAFETY: as above.
 unsafe impl Send for XCq {}
@@ -79,9 +81,13 @@ impl XChannel {
     }
 
     fn add_refcnt(&self, d: c_int) {
-        // SAFETY: `refcnt` is a plain int in our cell; changed only under the registry's
-        // create/destroy paths of CQs (the program reads it at most).
-        unsafe { (*self.c.get()).refcnt += d };
+        // SAFETY: `refcnt` is an int of our live allocation, aligned for AtomicI32; CQs
+        // made and destroyed on several threads change it, always through this atomic
+        // add (the program only reads it).
+        unsafe {
+            let f = core::ptr::addr_of_mut!((*self.c.get()).refcnt);
+            core::sync::atomic::AtomicI32::from_ptr(f).fetch_add(d, Ordering::SeqCst);
+        }
     }
 }
 
@@ -329,7 +335,7 @@ pub(crate) fn fill_wc(wc: &WorkCompletion) -> ibv_wc {
 /// # Safety
 /// `wc` writable for `n` entries.
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    guard("ibv_poll_cq", -1, || {
+    crate::ffi::guard_data_path("ibv_poll_cq", -1, || {
         let Some(x) = from_raw(cq) else {
             return -1;
         };
@@ -348,15 +354,29 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
             unsafe { wc.add(got as usize).write(fill_wc(&c)) };
             got += 1;
         }
+        if got == 0 && n > 0 && yield_on_empty_poll() {
+            // The engine thread that produces completions may share this core (2 engines
+            // and 2 busy-polling programs on 2 cores): give it the core rather than spin
+            // through the time slice, as `CompletionQueue::next_polling` does.
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
         got
     })
+}
+
+/// Whether an empty `ibv_poll_cq` yields the core (`XWARP_POLL_YIELD`, default 1; 0 turns
+/// it off for machines where every engine and program has a core of its own).
+fn yield_on_empty_poll() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("XWARP_POLL_YIELD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`): arm the CQ's
 /// notification (for any completion, or with `solicited_only` for the next solicited
 /// one or error); 0, or `EINVAL` for a CQ that is not ours.
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard("ibv_req_notify_cq", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_req_notify_cq", libc::EIO, || {
         let Some(x) = from_raw(cq) else {
             return libc::EINVAL;
         };
@@ -365,15 +385,14 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
     })
 }
 
-/// Wait for (or with `O_NONBLOCK`, look for) the next CQ event of `ch`.
-fn get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
+/// Look for the next CQ event of `ch` without blocking: the CQ, or `Err(EAGAIN)` when no
+/// armed CQ of the channel fired (the caller waits on the fd unless the program set
+/// `O_NONBLOCK`), or another errno.
+fn try_get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
     loop {
-        // SAFETY: fcntl on our own fd.
-        let fl = unsafe { libc::fcntl(ch.fd, libc::F_GETFL) };
-        let nonblock = fl >= 0 && fl & libc::O_NONBLOCK != 0;
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: one event slot.
-        let n = unsafe { libc::epoll_wait(ch.fd, &mut ev, 1, if nonblock { 0 } else { -1 }) };
+        // SAFETY: one event slot; timeout 0 never blocks.
+        let n = unsafe { libc::epoll_wait(ch.fd, &mut ev, 1, 0) };
         if n < 0 {
             let e = errno();
             if e == libc::EINTR {
@@ -387,13 +406,58 @@ fn get_event(ch: &XChannel) -> Result<&'static XCq, c_int> {
         let Some(cq) = from_raw(ev.u64 as usize as *mut ibv_cq) else {
             continue;
         };
-        // Take the notification; another thread may have taken it first.
+        // Take the notification; another thread may have taken it first (then the
+        // eventfd is empty and epoll stops reporting it: look again).
         let mut buf = 0u64;
         // SAFETY: 8 bytes into a live u64 from the CQ's non-blocking eventfd.
         let r = unsafe { libc::read(cq.cq.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) };
         if r == 8 {
             cq.events.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
             return Ok(cq);
+        }
+    }
+}
+
+/// Whether the program set `O_NONBLOCK` on `fd`.
+pub(crate) fn is_nonblocking(fd: c_int) -> bool {
+    // SAFETY: fcntl(F_GETFL) on an fd of ours.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// One non-blocking attempt of `ibv_get_cq_event` (under the panic guard): its return
+/// value, or the channel's fd to wait on.
+///
+/// # Safety
+/// As [`ibv_get_cq_event`].
+unsafe fn get_cq_event_attempt(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> Attempt<c_int> {
+    let Some(x) = channel_from_raw(ch) else {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    };
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    }
+    match try_get_event(x) {
+        Ok(c) => {
+            // SAFETY: writable per the contract; `cq_context` is read from the public
+            // field the program may have changed since creation (as rdma-core returns
+            // `(*cq)->cq_context`).
+            unsafe {
+                *cq = c.raw();
+                *cq_context = core::ptr::read_volatile(&(*c.raw()).cq_context);
+            }
+            Attempt::Done(0)
+        }
+        Err(libc::EAGAIN) if !is_nonblocking(x.fd) => Attempt::Wait(x.fd),
+        Err(e) => {
+            set_errno(e);
+            Attempt::Done(-1)
         }
     }
 }
@@ -455,8 +519,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         if from_raw(cq).is_none() || cqe < 1 {
             return libc::EINVAL;
         }
-        // SAFETY: a live CQ of ours; `cqe` is a plain field in its cell.
-        unsafe { (*cq).cqe = cqe };
+        // SAFETY: a live CQ of ours; `cqe` is an aligned int of its cell, written only
+        // here, atomically (resizes may race; the program only reads it).
+        unsafe {
+            core::sync::atomic::AtomicI32::from_ptr(core::ptr::addr_of_mut!((*cq).cqe))
+                .store(cqe, Ordering::SeqCst)
+        };
         0
     })
 }
@@ -474,38 +542,30 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `cq_context`; 0, or -1 with `errno` (`EAGAIN` with `O_NONBLOCK` on the fd and no event,
 /// `EINVAL` for a channel that is not ours or NULL out-pointers).
 ///
+/// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
+/// a thread waiting here unwinds it (see `ffi::wait_readable_cancellable`).
+///
 /// # Safety
 /// `cq`, `cq_context` writable.
 #[inline(never)] // keeps a global definition for the .symver below
-pub unsafe extern "C" fn ibv_get_cq_event(
+pub unsafe extern "C-unwind" fn ibv_get_cq_event(
     ch: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    guard("ibv_get_cq_event", -1, || {
-        let Some(x) = channel_from_raw(ch) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if cq.is_null() || cq_context.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        match get_event(x) {
-            Ok(c) => {
-                // SAFETY: writable per the contract.
-                unsafe {
-                    *cq = c.raw();
-                    *cq_context = (*c.raw()).cq_context;
-                }
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
+    loop {
+        // SAFETY: per the contract.
+        let step = guard("ibv_get_cq_event", Attempt::Done(-1), || unsafe {
+            get_cq_event_attempt(ch, cq, cq_context)
+        });
+        match step {
+            Attempt::Done(r) => return r,
+            // Only integers are alive in this frame: a cancellation unwinds through it.
+            Attempt::Wait(fd) => {
+                wait_readable_cancellable(fd, -1);
             }
         }
-    })
+    }
 }
 
 /// `ibv_ack_cq_events@IBVERBS_1.1`: acknowledge `n` events of `cq` (what
@@ -521,9 +581,12 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: core::ffi::c_uint
         };
         let mut ev = x.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.1 = (ev.1 + u64::from(n)).min(ev.0);
-        // SAFETY: a live CQ; the counter the C struct shows (programs may read it), in
-        // its cell.
-        unsafe { (*x.raw()).comp_events_completed = ev.1 as u32 };
+        // SAFETY: a live CQ; the counter the C struct shows (programs may read it, from
+        // any thread), an aligned u32 of its cell, stored atomically.
+        unsafe {
+            AtomicU32::from_ptr(core::ptr::addr_of_mut!((*x.raw()).comp_events_completed))
+                .store(ev.1 as u32, Ordering::SeqCst)
+        };
         x.acked.notify_all();
     })
 }

@@ -8,7 +8,7 @@ use core::ffi::{c_char, c_int, c_void};
 use core::mem::offset_of;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::abi::*;
@@ -185,8 +185,6 @@ pub struct XwContext {
     /// Async events not yet taken by `ibv_get_async_event` (`async_fd`, a semaphore
     /// eventfd, counts them); shared with the port watcher.
     async_q: Arc<AsyncQueue>,
-    /// The port watcher: dropping the sender stops it.
-    port_watch: Mutex<Option<PortWatch>>,
     /// Events handed out and not yet acknowledged.
     pub(crate) async_unacked: AtomicUsize,
     /// Live objects (PDs, CQs, channels, ...) made on this context.
@@ -235,7 +233,6 @@ impl XwContext {
                 events: Mutex::new(VecDeque::new()),
                 fd: async_fd,
             }),
-            port_watch: Mutex::new(None),
             async_unacked: AtomicUsize::new(0),
             objects: AtomicUsize::new(0),
         }));
@@ -249,31 +246,8 @@ impl XwContext {
             .push(handed_out as usize);
         // SAFETY: `ctx` is live (just made, registered above).
         let c = unsafe { &*ctx };
-        *c.port_watch.lock().unwrap_or_else(|e| e.into_inner()) =
-            watch_port(device, c.async_q.clone());
+        port_watch_register(c);
         Ok(handed_out)
-    }
-
-    /// The context behind an `ibv_context` pointer a program passed, if it is ours.
-    ///
-    /// # Safety
-    /// No other reference to the same context is alive while the result is used (each
-    /// exported call uses it for its own duration only).
-    pub unsafe fn from_ptr<'a>(p: *mut ibv_context) -> Option<&'a mut XwContext> {
-        if !OPEN
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&(p as usize))
-        {
-            return None;
-        }
-        let base = p
-            .cast::<u8>()
-            .wrapping_sub(offset_of!(XwContext, vctx) + offset_of!(verbs_context, context))
-            .cast::<XwContext>();
-        // SAFETY: `p` is in OPEN, so it is the `context` field of a live XwContext.
-        let ctx = unsafe { &mut *base };
-        (ctx.magic == CONTEXT_MAGIC).then_some(ctx)
     }
 
     /// The context behind an `ibv_context` pointer, shared (the form the object modules
@@ -325,51 +299,81 @@ impl XwContext {
         self.async_q.post(ev);
     }
 
-    /// Take the oldest queued async event (after the fd said there is one).
-    pub(crate) fn take_async_event(&self) -> Option<ibv_async_event> {
-        self.async_q
+    /// Take the oldest queued async event and its count on `async_fd` without blocking;
+    /// `seen` runs on it while the queue is locked (so an object's destroy, which drops
+    /// the queued events naming it under the same lock, sees it either still queued or
+    /// already counted as handed out).
+    pub(crate) fn take_async_event(
+        &self,
+        seen: impl FnOnce(&ibv_async_event),
+    ) -> Option<ibv_async_event> {
+        let mut q = self
+            .async_q
             .events
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+            .unwrap_or_else(|e| e.into_inner());
+        let ev = q.pop_front()?;
+        self.async_q.consume_one();
+        seen(&ev);
+        Some(ev)
     }
 
-    /// Free a context `open` made. While objects made on it are still alive (a program
-    /// that closes the device first), the memory stays allocated (they point at it) and
-    /// only the context's registration ends.
+    /// Drop the queued (not yet handed out) async events for which `f` is true, as the
+    /// kernel drops the unread events of an object being destroyed; how many.
+    pub(crate) fn drop_async_events(&self, mut f: impl FnMut(&ibv_async_event) -> bool) -> usize {
+        let mut q = self
+            .async_q
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = q.len();
+        q.retain(|ev| !f(ev));
+        let n = before - q.len();
+        for _ in 0..n {
+            self.async_q.consume_one();
+        }
+        n
+    }
+
+    /// Close the context behind `p` (`ibv_close_device`): `false` if `p` is not an open
+    /// context of ours. While objects made on it are still alive (a program that closes
+    /// the device first), the memory stays allocated (they hold `&'static` references to
+    /// it) and only the context's registration ends. Never makes a `&mut XwContext`:
+    /// objects and other threads may hold shared references, so the allocation is only
+    /// ever freed through the raw pointer.
     ///
     /// # Safety
-    /// `ctx` came from [`XwContext::from_ptr`] and is not used afterwards.
-    pub unsafe fn close(ctx: &mut XwContext) {
-        let p = &mut ctx.vctx.context as *mut ibv_context as usize;
-        OPEN.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|&q| q != p);
-        let watcher = ctx
-            .port_watch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(w) = watcher {
-            drop(w.stop);
-            // SAFETY: getpid has no preconditions.
-            if w.pid == unsafe { libc::getpid() } {
-                let _ = w.thread.join();
-            } else {
-                // A forked child: the thread exists only in the parent.
-                std::mem::forget(w.thread);
+    /// The program gives `p` up with this call (it is not used afterwards).
+    pub unsafe fn close(p: *mut ibv_context) -> bool {
+        {
+            let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+            let before = open.len();
+            open.retain(|&q| q != p as usize);
+            if open.len() == before {
+                return false;
             }
         }
+        let base = p
+            .cast::<u8>()
+            .wrapping_sub(offset_of!(XwContext, vctx) + offset_of!(verbs_context, context))
+            .cast::<XwContext>();
+        // SAFETY: `p` was in OPEN, so `base` is a live XwContext; shared access only.
+        let ctx = unsafe { &*base };
+        if ctx.magic != CONTEXT_MAGIC {
+            return false;
+        }
+        port_watch_release(ctx);
         if ctx.objects.load(Ordering::SeqCst) > 0 {
-            return;
+            return true;
         }
-        ctx.magic = 0;
-        // SAFETY: the fd and mutex were made by `open`; the Box is the one `open` leaked.
+        // SAFETY: the fd and mutex were made by `open`; the Box is the one `open` leaked,
+        // out of OPEN (no new reference can be made) and with no object left on it.
         unsafe {
-            libc::close(ctx.vctx.context.async_fd);
-            libc::pthread_mutex_destroy(&mut ctx.vctx.context.mutex);
-            drop(Box::from_raw(ctx as *mut XwContext));
+            libc::close((*base).vctx.context.async_fd);
+            libc::pthread_mutex_destroy(core::ptr::addr_of_mut!((*base).vctx.context.mutex));
+            drop(Box::from_raw(base));
         }
+        true
     }
 }
 
@@ -387,61 +391,240 @@ unsafe impl Send for AsyncQueue {}
 unsafe impl Sync for AsyncQueue {}
 
 impl AsyncQueue {
+    /// Queue `ev` and count it on the eventfd, both under the queue's lock (so the count
+    /// never runs behind the queue: a taker that found an event never blocks on the fd).
     fn post(&self, ev: ibv_async_event) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev);
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(ev);
         let one = 1u64;
         // SAFETY: writing 8 bytes from a live u64 to our eventfd (open while the context
         // is: the watcher is joined before it is closed).
         unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
     }
+
+    /// Take one count off the eventfd for an event leaving the queue (called with the
+    /// queue locked). Never blocks: the fd is read only when `poll` says it has a count
+    /// (a program that read the fd itself took it already).
+    fn consume_one(&self) {
+        let mut p = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack, timeout 0.
+        if unsafe { libc::poll(&mut p, 1, 0) } == 1 && p.revents & libc::POLLIN != 0 {
+            let mut n = 0u64;
+            // SAFETY: 8 bytes into a live u64 from our semaphore eventfd, which holds a
+            // count (so the read takes one and does not block).
+            unsafe { libc::read(self.fd, (&mut n as *mut u64).cast(), 8) };
+        }
+    }
 }
 
-/// How often the port watcher reads the interface's link state.
+/// How often the port watcher reads the link state when it cannot subscribe to the
+/// kernel's link notifications (no rtnetlink socket): a fallback only.
 pub const PORT_POLL: Duration = Duration::from_millis(250);
 
-/// Start the port watcher of a context: every [`PORT_POLL`] it reads the link state of the
-/// device's interface (in the network namespace of the thread that opened the device,
-/// which the watcher inherits) and queues `IBV_EVENT_PORT_ERR` when port 1 goes down and
-/// `IBV_EVENT_PORT_ACTIVE` when it comes back, as the kernel does for an RNIC. `None` if
-/// the thread cannot be started (then there are no port events).
-fn watch_port(device: &'static XwDevice, q: Arc<AsyncQueue>) -> Option<PortWatch> {
-    let (tx, rx) = mpsc::channel::<()>();
-    let mut up = device.facts().map(|f| f.link_up).unwrap_or(false);
-    let t = std::thread::Builder::new()
-        .name("xwarp-ibv-port".into())
-        .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PORT_POLL) {
-                let now = device.facts().map(|f| f.link_up).unwrap_or(false);
-                if now != up {
-                    up = now;
-                    q.post(ibv_async_event {
-                        element: ibv_async_event_element { port_num: 1 },
-                        event_type: if now {
-                            IBV_EVENT_PORT_ACTIVE
-                        } else {
-                            IBV_EVENT_PORT_ERR
-                        },
-                    });
-                }
-            }
-        })
-        .ok()?;
-    Some(PortWatch {
-        stop: tx,
-        thread: t,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
-    })
+/// The process's one port watcher: every open context's async queue and its device, and
+/// the thread serving them all.
+///
+/// The thread sleeps in `poll` on an rtnetlink socket subscribed to `RTMGRP_LINK` (the
+/// kernel's link notifications, in the network namespace of the thread that opened the
+/// first context) and on a stop eventfd; on any link notification it reads the link
+/// state of each context's interface afresh and queues `IBV_EVENT_PORT_ERR` when port 1
+/// went down and `IBV_EVENT_PORT_ACTIVE` when it came back, as the kernel does for an
+/// RNIC. It is started by the first `ibv_open_device` and stopped (and joined) when the
+/// last context closes, so a process with no open context has no thread of ours.
+struct PortWatcher {
+    /// (context address, its queue, its device, link up as last seen).
+    contexts: Vec<(usize, Arc<AsyncQueue>, &'static XwDevice, bool)>,
+    thread: Option<WatchThread>,
 }
 
-/// A running port watcher.
-struct PortWatch {
-    /// Dropping it stops the thread.
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-    /// The process that started it (a forked child must not join it).
+/// The running watcher thread.
+struct WatchThread {
+    handle: std::thread::JoinHandle<()>,
+    /// Written to stop the thread.
+    stop_fd: c_int,
+    /// The process that started it (a forked child has no such thread).
     pid: libc::pid_t,
+}
+
+static WATCHER: Mutex<PortWatcher> = Mutex::new(PortWatcher {
+    contexts: Vec::new(),
+    thread: None,
+});
+
+/// Add a newly opened context to the port watcher, starting its thread if none runs in
+/// this process.
+fn port_watch_register(c: &XwContext) {
+    let up = c.device.facts().map(|f| f.link_up).unwrap_or(false);
+    let mut w = WATCHER.lock().unwrap_or_else(|e| e.into_inner());
+    w.contexts.push((
+        c as *const XwContext as usize,
+        c.async_q.clone(),
+        c.device,
+        up,
+    ));
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if w.thread.as_ref().is_some_and(|t| t.pid != pid) {
+        // Inherited through fork: the thread exists only in the parent.
+        if let Some(t) = w.thread.take() {
+            std::mem::forget(t.handle);
+        }
+    }
+    if w.thread.is_none() {
+        w.thread = start_watch_thread(pid);
+    }
+}
+
+/// Remove a closing context from the port watcher (no event is queued for it after this
+/// returns); the last one stops and joins the thread.
+fn port_watch_release(c: &XwContext) {
+    let t = {
+        let mut w = WATCHER.lock().unwrap_or_else(|e| e.into_inner());
+        w.contexts.retain(|e| e.0 != c as *const XwContext as usize);
+        if w.contexts.is_empty() {
+            w.thread.take()
+        } else {
+            None
+        }
+    };
+    if let Some(t) = t {
+        let one = 1u64;
+        // SAFETY: 8 bytes from a live u64 to the thread's stop eventfd.
+        unsafe { libc::write(t.stop_fd, (&one as *const u64).cast(), 8) };
+        // SAFETY: getpid has no preconditions.
+        if t.pid == unsafe { libc::getpid() } {
+            let _ = t.handle.join();
+        } else {
+            std::mem::forget(t.handle);
+        }
+        // SAFETY: the stop fd is ours; the thread that polled it has ended.
+        unsafe { libc::close(t.stop_fd) };
+    }
+}
+
+/// An rtnetlink socket subscribed to link notifications, or -1.
+fn link_notifications() -> c_int {
+    // SAFETY: socket(2) with valid arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return -1;
+    }
+    // SAFETY: sockaddr_nl is integers: zero is valid.
+    let mut sa: libc::sockaddr_nl = unsafe { core::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as u16;
+    sa.nl_groups = libc::RTMGRP_LINK as u32;
+    // SAFETY: a live sockaddr_nl of the given size.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (&sa as *const libc::sockaddr_nl).cast(),
+            core::mem::size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    if r != 0 {
+        // SAFETY: our socket.
+        unsafe { libc::close(fd) };
+        return -1;
+    }
+    fd
+}
+
+/// Start the watcher thread (see [`PortWatcher`]); `None` if it cannot start (then
+/// there are no port events).
+fn start_watch_thread(pid: libc::pid_t) -> Option<WatchThread> {
+    // SAFETY: eventfd(2) with valid flags.
+    let stop_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if stop_fd < 0 {
+        return None;
+    }
+    // Made here, so it listens in the namespace of the thread opening the device.
+    let nl = link_notifications();
+    let handle = std::thread::Builder::new()
+        .name("xwarp-ibv-port".into())
+        .spawn(move || watch_loop(nl, stop_fd));
+    match handle {
+        Ok(handle) => Some(WatchThread {
+            handle,
+            stop_fd,
+            pid,
+        }),
+        Err(_) => {
+            // SAFETY: our fds, never handed to a thread.
+            unsafe {
+                libc::close(stop_fd);
+                if nl >= 0 {
+                    libc::close(nl);
+                }
+            }
+            None
+        }
+    }
+}
+
+/// The watcher thread: wait for a link notification (or, without netlink, [`PORT_POLL`]),
+/// then compare every context's link state with the last one seen.
+fn watch_loop(nl: c_int, stop_fd: c_int) {
+    let timeout = if nl >= 0 {
+        -1
+    } else {
+        PORT_POLL.as_millis() as c_int
+    };
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd: stop_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: nl,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let n = if nl >= 0 { 2 } else { 1 };
+        // SAFETY: `n` pollfds on the stack.
+        let r = unsafe { libc::poll(p.as_mut_ptr(), n, timeout) };
+        if r < 0 && crate::ffi::errno() != libc::EINTR {
+            break;
+        }
+        if p[0].revents != 0 {
+            break;
+        }
+        if nl >= 0 && p[1].revents != 0 {
+            // Drain: the content does not matter, every context is re-read below.
+            let mut buf = [0u8; 8192];
+            // SAFETY: recv into a live buffer of its length, non-blocking socket.
+            while unsafe { libc::recv(nl, buf.as_mut_ptr().cast(), buf.len(), 0) } > 0 {}
+        }
+        let mut w = WATCHER.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, q, dev, up) in w.contexts.iter_mut() {
+            let now = dev.facts().map(|f| f.link_up).unwrap_or(false);
+            if now != *up {
+                *up = now;
+                q.post(ibv_async_event {
+                    element: ibv_async_event_element { port_num: 1 },
+                    event_type: if now {
+                        IBV_EVENT_PORT_ACTIVE
+                    } else {
+                        IBV_EVENT_PORT_ERR
+                    },
+                });
+            }
+        }
+    }
+    if nl >= 0 {
+        // SAFETY: the thread's own socket.
+        unsafe { libc::close(nl) };
+    }
 }

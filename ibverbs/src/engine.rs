@@ -15,7 +15,8 @@
 //! `preload/src/config.rs`): `XWARP_IFACE` (the interface, AF_XDP queue 0), `XWARP_ADDR`
 //! (`A.B.C.D/P`, the address the engine owns), `XWARP_GATEWAY` (optional IPv4 gateway),
 //! `XWARP_MTU` (576..=9000, default 1500; capped by what the NIC's frames carry),
-//! `XWARP_ENGINE_SPIN_US` (the engine loop's spin budget before it sleeps).
+//! `XWARP_ENGINE_SPIN_US` (the engine loop's spin budget before it sleeps, default 50),
+//! `XWARP_YIELD=1` (`sched_yield` while spinning instead of busy-spinning).
 //!
 //! One engine per process: when the socket shim runs in the same process it has its own
 //! engine for sockets today (both bind AF_XDP queue 0 of the interface, so the second one
@@ -26,11 +27,15 @@ use std::net::Ipv4Addr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use xwarp_poll_driver::engine::SpinBudget;
 use xwarp_stack::builder::EngineBuilder;
 use xwarp_stack::xdp::{open_xdp_nic, XdpEngineConfig};
 use xwarp_verbs::{Device, XdpContext};
 
 use crate::config::EngineSettings;
+
+/// Default of `XWARP_ENGINE_SPIN_US` (the shim's and the engine loop's default).
+pub const ENGINE_SPIN_US_DEFAULT: u64 = 50;
 
 /// The running engine (see the module docs).
 pub struct Engine {
@@ -80,10 +85,12 @@ fn start(s: &EngineSettings) -> std::io::Result<Engine> {
     let mut cfg = XdpEngineConfig::new(&s.iface, s.ipv4, s.prefix);
     cfg.stack.ipv4_gateway = s.gateway;
     cfg.engine.name = "xwarp-ibverbs".into();
-    if let Some(us) = s.engine_spin_us {
-        cfg.engine.spin =
-            xwarp_poll_driver::engine::SpinBudget::Duration(Duration::from_micros(us));
-    }
+    let spin = Duration::from_micros(s.engine_spin_us.unwrap_or(ENGINE_SPIN_US_DEFAULT));
+    cfg.engine.spin = if s.yield_spin {
+        SpinBudget::Yield(spin)
+    } else {
+        SpinBudget::Duration(spin)
+    };
     let iface = cfg.ifname.clone();
     let (nic, mut stack, engine) = open_xdp_nic(None, cfg)?;
     stack.mtu = stack.mtu.min(s.mtu);
@@ -108,7 +115,7 @@ pub fn engine() -> Result<&'static Engine, c_int> {
     let settings = match EngineSettings::from_vars(|k| std::env::var(k).ok()) {
         Ok(s) => s,
         Err(why) => {
-            eprintln!("xwarp-ibverbs: cannot start the xwarp engine: {why}");
+            crate::ffi::warn_line(&format!("cannot start the xwarp engine: {why}"));
             *st = State::Failed(libc::ENODEV);
             return Err(libc::ENODEV);
         }
@@ -120,10 +127,10 @@ pub fn engine() -> Result<&'static Engine, c_int> {
             Ok(e)
         }
         Err(err) => {
-            eprintln!(
-                "xwarp-ibverbs: cannot start the xwarp engine on {} ({}/{}): {err}",
+            crate::ffi::warn_line(&format!(
+                "cannot start the xwarp engine on {} ({}/{}): {err}",
                 settings.iface, settings.ipv4, settings.prefix
-            );
+            ));
             *st = State::Failed(libc::ENODEV);
             Err(libc::ENODEV)
         }

@@ -14,23 +14,7 @@ use crate::abi::*;
 use crate::cm::id::{self, ConnParam};
 use crate::cm::info;
 use crate::cm::link;
-
-fn set_errno(e: c_int) {
-    // SAFETY: this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Run `f`; a panic is `fail` with `EIO`.
-fn guard<T>(name: &str, fail: T, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(_) => {
-            eprintln!("xwarp-ibverbs: internal error in {name} (returned EIO)");
-            set_errno(libc::EIO);
-            fail
-        }
-    }
-}
+use crate::ffi::{guard, set_errno, wait_readable_cancellable, Attempt};
 
 fn rc(r: Result<(), c_int>) -> c_int {
     match r {
@@ -215,21 +199,47 @@ pub extern "C" fn rdma_disconnect(cm_id: *mut rdma_cm_id) -> c_int {
 /// `rdma_get_cm_event@RDMACM_1.0`: waits unless the channel's fd is non-blocking
 /// (`EAGAIN`).
 ///
+/// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of a
+/// thread waiting here (a program's CM thread) unwinds it instead of aborting the process
+/// (see `ffi::wait_readable_cancellable`).
+///
 /// # Safety
 /// `out` writable.
-pub unsafe extern "C" fn rdma_get_cm_event(
+#[inline(never)]
+pub unsafe extern "C-unwind" fn rdma_get_cm_event(
     ch: *mut rdma_event_channel,
     out: *mut *mut rdma_cm_event,
 ) -> c_int {
-    guard("rdma_get_cm_event", -1, || {
-        if out.is_null() {
-            return rc(Err(libc::EINVAL));
+    let mut waited = false;
+    loop {
+        let step = guard("rdma_get_cm_event", Attempt::Done(-1), || {
+            if out.is_null() {
+                return Attempt::Done(rc(Err(libc::EINVAL)));
+            }
+            match id::try_get_event(ch, waited) {
+                Ok(Some(e)) => {
+                    // SAFETY: writable per the contract.
+                    unsafe { *out = e };
+                    Attempt::Done(0)
+                }
+                Ok(None) => Attempt::Wait(ch_fd(ch)),
+                Err(e) => Attempt::Done(rc(Err(e))),
+            }
+        });
+        match step {
+            Attempt::Done(r) => return r,
+            // Only integers are alive in this frame: a cancellation unwinds through it.
+            Attempt::Wait(fd) => {
+                waited = true;
+                wait_readable_cancellable(fd, -1);
+            }
         }
-        rc(id::get_event(ch).map(|e| {
-            // SAFETY: writable per the contract.
-            unsafe { *out = e }
-        }))
-    })
+    }
+}
+
+/// The fd of a channel [`id::try_get_event`] just accepted.
+fn ch_fd(ch: *mut rdma_event_channel) -> c_int {
+    id::channel_of(ch).map(|c| c.c.fd).unwrap_or(-1)
 }
 
 /// `rdma_ack_cm_event@RDMACM_1.0`.

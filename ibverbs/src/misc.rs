@@ -19,48 +19,67 @@ use std::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::device::XwContext;
-use crate::ffi::{errno, guard, set_errno, unsupported};
+use crate::ffi::{guard, set_errno, unsupported, wait_readable_cancellable, Attempt};
+
+/// One non-blocking attempt of `ibv_get_async_event` (under the panic guard).
+///
+/// # Safety
+/// As [`ibv_get_async_event`].
+unsafe fn get_async_event_attempt(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> Attempt<c_int> {
+    let Some(c) = XwContext::from_raw(ctx) else {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return Attempt::Done(-1);
+    }
+    // The QP an event names counts it as handed out while the queue is locked, so its
+    // destroy either dropped it from the queue or waits for its ack.
+    match c.take_async_event(crate::qp::note_async_event_handed_out) {
+        Some(ev) => {
+            c.async_unacked.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: writable per the contract.
+            unsafe { event.write(ev) };
+            Attempt::Done(0)
+        }
+        None if crate::cq::is_nonblocking(c.vctx.context.async_fd) => {
+            set_errno(libc::EAGAIN);
+            Attempt::Done(-1)
+        }
+        None => Attempt::Wait(c.vctx.context.async_fd),
+    }
+}
 
 /// `ibv_get_async_event@IBVERBS_1.1`: the next async event of `ctx` (waits unless the
 /// program set `O_NONBLOCK` on `async_fd`); 0, or -1 with `errno` (`EAGAIN`, `EINVAL`).
 ///
+/// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of
+/// a thread waiting here unwinds it (see `ffi::wait_readable_cancellable`).
+///
 /// # Safety
 /// `event` writable.
 #[inline(never)] // keeps a global definition for the .symver below
-pub unsafe extern "C" fn ibv_get_async_event(
+pub unsafe extern "C-unwind" fn ibv_get_async_event(
     ctx: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
-    guard("ibv_get_async_event", -1, || {
-        let Some(c) = XwContext::from_raw(ctx) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if event.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        let mut n = 0u64;
-        // SAFETY: 8 bytes into a live u64 from our eventfd (semaphore: takes one count).
-        let r = unsafe { libc::read(c.vctx.context.async_fd, (&mut n as *mut u64).cast(), 8) };
-        if r != 8 {
-            let e = errno();
-            set_errno(if r < 0 { e } else { libc::EIO });
-            return -1;
-        }
-        match c.take_async_event() {
-            Some(ev) => {
-                c.async_unacked.fetch_add(1, Ordering::SeqCst);
-                // SAFETY: writable per the contract.
-                unsafe { event.write(ev) };
-                0
-            }
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
+    loop {
+        // SAFETY: per the contract.
+        let step = guard("ibv_get_async_event", Attempt::Done(-1), || unsafe {
+            get_async_event_attempt(ctx, event)
+        });
+        match step {
+            Attempt::Done(r) => return r,
+            // Only integers are alive in this frame: a cancellation unwinds through it.
+            Attempt::Wait(fd) => {
+                wait_readable_cancellable(fd, -1);
             }
         }
-    })
+    }
 }
 
 /// `ibv_ack_async_event@IBVERBS_1.1`: acknowledge an event `ibv_get_async_event` gave.
@@ -92,6 +111,8 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                 _ => crate::qp::from_raw(el.qp).map(|q| q.context()),
             }
         };
+        // SAFETY: readable per the contract.
+        crate::qp::note_async_event_acked(unsafe { &*event });
         if let Some(c) = ctx {
             let _ = c
                 .async_unacked
@@ -105,7 +126,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
 /// `fork` (the child's copy-on-write pages are the child's).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_fork_init() -> c_int {
-    0
+    guard("ibv_fork_init", libc::EIO, || 0)
 }
 
 /// `IBV_FORK_UNNEEDED` of `enum ibv_fork_status`.
@@ -114,7 +135,9 @@ pub const IBV_FORK_UNNEEDED: c_int = 2;
 /// `ibv_is_fork_initialized@IBVERBS_1.13`: `IBV_FORK_UNNEEDED` (see [`ibv_fork_init`]).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
-    IBV_FORK_UNNEEDED
+    guard("ibv_is_fork_initialized", IBV_FORK_UNNEEDED, || {
+        IBV_FORK_UNNEEDED
+    })
 }
 
 /// `ibv_query_pkey@IBVERBS_1.1`: P_Key 0 of port 1 is the default 0xffff (as siw
@@ -190,6 +213,13 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
 /// `ibv_wc_status_str@IBVERBS_1.1`: libibverbs' text of a completion status.
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_wc_status_str(status: c_uint) -> *const c_char {
+    guard("ibv_wc_status_str", c"unknown".as_ptr(), || {
+        wc_status_str(status)
+    })
+}
+
+/// The text of [`ibv_wc_status_str`].
+fn wc_status_str(status: c_uint) -> *const c_char {
     let s: &'static core::ffi::CStr = match status {
         IBV_WC_SUCCESS => c"success",
         IBV_WC_LOC_LEN_ERR => c"local length error",
@@ -225,9 +255,11 @@ const UD: &str = "no UD queue pairs, address handles or multicast on iWARP";
 /// `ibv_create_ah@IBVERBS_1.1`: NULL with `EOPNOTSUPP` (UD).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    unsupported("ibv_create_ah", UD);
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_create_ah", core::ptr::null_mut(), || {
+        unsupported("ibv_create_ah", UD);
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 /// `ibv_create_ah_from_wc@IBVERBS_1.1`: NULL with `EOPNOTSUPP` (UD).
@@ -238,30 +270,38 @@ pub extern "C" fn ibv_create_ah_from_wc(
     _grh: *mut c_void,
     _port: u8,
 ) -> *mut ibv_ah {
-    unsupported("ibv_create_ah_from_wc", UD);
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_create_ah_from_wc", core::ptr::null_mut(), || {
+        unsupported("ibv_create_ah_from_wc", UD);
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 /// `ibv_destroy_ah@IBVERBS_1.1`: `EOPNOTSUPP` (no AH can exist).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
-    unsupported("ibv_destroy_ah", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_destroy_ah", libc::EIO, || {
+        unsupported("ibv_destroy_ah", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_attach_mcast@IBVERBS_1.1`: `EOPNOTSUPP` (UD multicast).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    unsupported("ibv_attach_mcast", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_attach_mcast", libc::EIO, || {
+        unsupported("ibv_attach_mcast", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_detach_mcast@IBVERBS_1.1`: `EOPNOTSUPP` (UD multicast).
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    unsupported("ibv_detach_mcast", UD);
-    libc::EOPNOTSUPP
+    guard("ibv_detach_mcast", libc::EIO, || {
+        unsupported("ibv_detach_mcast", UD);
+        libc::EOPNOTSUPP
+    })
 }
 
 /// `ibv_qp_to_qp_ex@IBVERBS_1.6`: NULL, as libibverbs answers for a QP not created by
@@ -269,12 +309,14 @@ pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid:
 /// `EOPNOTSUPP`.
 #[inline(never)] // keeps a global definition for the .symver below
 pub extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    unsupported(
-        "ibv_qp_to_qp_ex",
-        "the ibv_wr_* post-send API is not implemented",
-    );
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+    guard("ibv_qp_to_qp_ex", core::ptr::null_mut(), || {
+        unsupported(
+            "ibv_qp_to_qp_ex",
+            "the ibv_wr_* post-send API is not implemented",
+        );
+        set_errno(libc::EOPNOTSUPP);
+        core::ptr::null_mut()
+    })
 }
 
 core::arch::global_asm!(

@@ -7,8 +7,9 @@
 //! Mapping: one `ibv_mr` = one `xwarp_verbs::MemoryRegion` made by
 //! `ProtectionDomain::register_raw` (the program's heap, stack or mmap memory in place;
 //! iova = the address, lkey = rkey = the STag). `ibv_dereg_mr` returns once the engine let
-//! go of the memory (placement in flight finished; `EBUSY` and the region stays registered
-//! if the engine does not answer within `xwarp_verbs::ENGINE_WAIT`).
+//! go of the memory (the STag revoked first, placement in flight finished); it never
+//! fails with `EBUSY`: a stuck engine makes it wait, with a warning line per
+//! `xwarp_verbs::ENGINE_WAIT` ([`destroy`]).
 //!
 //! Checks, as the kernel's `ib_check_mr_access` and `ib_uverbs_reg_mr` make them for
 //! siw (docs/siw.md §4.10): remote write (or remote atomic) needs local write (`EINVAL`); unknown flag bits
@@ -181,18 +182,36 @@ pub fn create(
     Ok(p.cast())
 }
 
-/// Deregister (what `ibv_dereg_mr` does): 0 once the engine let go of the memory,
-/// `EINVAL` (not ours), `EBUSY` (the engine did not answer in time; still registered).
+/// Deregister (what `ibv_dereg_mr` does): 0 once the engine let go of the memory, or
+/// `EINVAL` (not ours). Never `EBUSY`.
+///
+/// The first `MemoryRegion::dereg` sends the deregistration: the engine takes the STag
+/// out of its table (a peer's Write or Read to it from then on gets the invalid-STag
+/// Terminate, RFC 5040) and its placement references die with the registration; the
+/// call returns once the last one is gone. Placement happens only on the engine thread,
+/// through those references, so after that no byte of the region is touched again. If
+/// the engine does not answer within `xwarp_verbs::ENGINE_WAIT` (its thread stuck), this
+/// keeps waiting (one warning line per period) rather than return an error: rping and
+/// perftest ignore `ibv_dereg_mr`'s result and `free()` the buffer at once, so an early
+/// return would let a late placement corrupt their heap.
 pub fn destroy(p: *mut ibv_mr) -> c_int {
     let Some(m) = from_raw(p) else {
         return libc::EINVAL;
     };
-    let Some(region) = m.region.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+    let Some(mut region) = m.region.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return libc::EINVAL;
     };
-    if let Err(e) = region.dereg() {
-        *m.region.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.into_region());
-        return libc::EBUSY;
+    // The deregistration is sent once (by the first dereg); each further round only
+    // waits again.
+    while let Err(e) = region.dereg() {
+        crate::ffi::warn_line(&format!(
+            "ibv_dereg_mr: the engine has not released the region at {:#x} (+{}) after \
+             {:?}; still waiting (the memory must stay valid until it does)",
+            m.c.addr as usize,
+            m.c.length,
+            xwarp_verbs::ENGINE_WAIT
+        ));
+        region = e.into_region();
     }
     if !MRS.remove(p.cast()) {
         return libc::EINVAL;
@@ -249,7 +268,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 }
 
 /// `ibv_dereg_mr@IBVERBS_1.1`: 0 once the engine no longer touches the memory; `EINVAL`
-/// (not a live MR of ours), `EBUSY` (the engine did not answer in time).
+/// (not a live MR of ours); see [`destroy`].
 ///
 /// # Safety
 /// `mr` any pointer; a MR of ours must not be used after a 0 return.

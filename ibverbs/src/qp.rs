@@ -37,8 +37,8 @@
 use core::cell::UnsafeCell;
 use core::ffi::c_int;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use xwarp_verbs::{
     CompletionStatus, PostError, QpInitAttr, QpModify, QpState, QueuePair, SendOpcode, SendRequest,
@@ -70,12 +70,22 @@ pub struct XQp {
     state: AtomicU32,
     /// `qp_access_flags` last set by a modify.
     access: AtomicU32,
-    /// `IBV_EVENT_QP_FATAL` was queued already.
-    fatal_reported: AtomicBool,
+    /// (`IBV_EVENT_QP_FATAL` was queued already, the QP is being destroyed): held while
+    /// an event is queued, so destroy and a report cannot cross.
+    fatal: Mutex<(bool, bool)>,
+    /// Async events naming this QP that `ibv_get_async_event` handed out, and those
+    /// acknowledged (rdma-core's `async_events`/`events_completed`: destroy waits until
+    /// they match).
+    events_handed_out: AtomicU64,
+    events_acked: AtomicU64,
+    /// Signalled on every ack (with `acked_lock`), for destroy's wait.
+    acked_lock: Mutex<()>,
+    acked_cv: Condvar,
 }
 
-// SAFETY: the C part is in a cell written only through `set_state` (a u32 store the
-// program reads as it would rdma-core's); everything else is immutable or atomic.
+// SAFETY: the C part is in a cell whose only field written after creation is `state`,
+// stored atomically (`AtomicU32::from_ptr`) by `set_state`; everything else is immutable,
+// atomic or behind a Mutex.
 unsafe impl Sync for XQp {}
 // SAFETY: as above.
 unsafe impl Send for XQp {}
@@ -130,23 +140,84 @@ impl XQp {
         self.state.load(Ordering::SeqCst)
     }
 
-    /// Record the verbs state the program sees in `qp->state`.
+    /// Record the verbs state the program sees in `qp->state` (any thread may call it:
+    /// the C field is stored atomically).
     pub fn set_state(&self, s: u32) {
         self.state.store(s, Ordering::SeqCst);
-        // SAFETY: `state` is a plain u32 in our cell; programs read it like rdma-core's.
-        unsafe { (*self.c.get()).state = s };
+        // SAFETY: `state` is a u32 of our live allocation, aligned for AtomicU32; every
+        // write of it after creation goes through this atomic store (the program only
+        // reads it, as it reads rdma-core's).
+        unsafe {
+            let f = core::ptr::addr_of_mut!((*self.c.get()).state);
+            AtomicU32::from_ptr(f).store(s, Ordering::SeqCst);
+        }
     }
 
     /// Queue `IBV_EVENT_QP_FATAL` for this QP on its context's async fd (once per QP
-    /// until it is reset).
+    /// until it is reset; nothing once its destroy began).
+    ///
+    /// For ibv-cm: call it when the connection fails in a way the program must hear of
+    /// on the async fd (a Terminate received, an MPA error, the peer's abort): the engine
+    /// then flushes the outstanding work, and flush completions alone do not raise the
+    /// event (only error completions other than a flush do, `note_error`). Queue QP
+    /// events only through this function: `ibv_destroy_qp` drops the queued ones naming
+    /// the QP and waits for the acks of those handed out.
     pub fn report_fatal(&self) {
-        if !self.fatal_reported.swap(true, Ordering::SeqCst) {
-            self.ctx.post_async_event(ibv_async_event {
-                element: ibv_async_event_element { qp: self.raw() },
-                event_type: IBV_EVENT_QP_FATAL,
-            });
+        let mut f = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
+        if f.0 || f.1 {
+            return;
         }
+        f.0 = true;
+        self.ctx.post_async_event(ibv_async_event {
+            element: ibv_async_event_element { qp: self.raw() },
+            event_type: IBV_EVENT_QP_FATAL,
+        });
     }
+}
+
+/// `ibv_get_async_event` hands out `ev` (called with the context's event queue locked):
+/// the QP it names counts it, for `ibv_destroy_qp`'s wait.
+pub(crate) fn note_async_event_handed_out(ev: &ibv_async_event) {
+    if let Some(q) = qp_of_event(ev) {
+        q.events_handed_out.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `ibv_ack_async_event` of `ev`: the QP it names counts the ack and wakes its destroy.
+pub(crate) fn note_async_event_acked(ev: &ibv_async_event) {
+    if let Some(q) = qp_of_event(ev) {
+        let _ = q
+            .events_acked
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < q.events_handed_out.load(Ordering::SeqCst)).then_some(n + 1)
+            });
+        let _l = q.acked_lock.lock().unwrap_or_else(|e| e.into_inner());
+        q.acked_cv.notify_all();
+    }
+}
+
+/// Whether an async event type names a QP (`element.qp`), as libibverbs sorts them.
+pub(crate) fn is_qp_event(ty: u32) -> bool {
+    matches!(
+        ty,
+        IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+    )
+}
+
+/// The live QP an async event names, if any.
+fn qp_of_event(ev: &ibv_async_event) -> Option<&'static XQp> {
+    if !is_qp_event(ev.event_type) {
+        return None;
+    }
+    // SAFETY: a QP event's element is the `qp` pointer (plain read of the union).
+    from_raw(unsafe { ev.element.qp })
 }
 
 /// The QP behind `p`, if it is a live QP of ours.
@@ -261,7 +332,11 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
         sig_all: a.sq_sig_all != 0,
         state: AtomicU32::new(IBV_QPS_RESET),
         access: AtomicU32::new(0),
-        fatal_reported: AtomicBool::new(false),
+        fatal: Mutex::new((false, false)),
+        events_handed_out: AtomicU64::new(0),
+        events_acked: AtomicU64::new(0),
+        acked_lock: Mutex::new(()),
+        acked_cv: Condvar::new(),
     }));
     // SAFETY: `x` is live; the pthread objects are initialised once, in place.
     unsafe {
@@ -291,10 +366,27 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
 
 /// Free a QP (what `ibv_destroy_qp` does): its connection is reset, outstanding work is
 /// dropped; 0 or `EINVAL` (not ours).
+///
+/// Async events naming the QP: the queued ones are dropped (the kernel drops an object's
+/// unread events when it is destroyed), and destroy waits until every one
+/// `ibv_get_async_event` handed out was acknowledged (rdma-core's `ibv_cmd_destroy_qp`
+/// waits for `events_completed` the same way; a program that never acks blocks here, as
+/// there). No event naming it can be queued once destroy began ([`XQp::report_fatal`]).
 pub fn destroy(p: *mut ibv_qp) -> c_int {
     let Some(x) = from_raw(p) else {
         return libc::EINVAL;
     };
+    x.fatal.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+    x.ctx.drop_async_events(|ev| {
+        // SAFETY: a QP event's element is the `qp` pointer (plain read of the union).
+        is_qp_event(ev.event_type) && unsafe { ev.element.qp } == p
+    });
+    {
+        let mut l = x.acked_lock.lock().unwrap_or_else(|e| e.into_inner());
+        while x.events_acked.load(Ordering::SeqCst) < x.events_handed_out.load(Ordering::SeqCst) {
+            l = x.acked_cv.wait(l).unwrap_or_else(|e| e.into_inner());
+        }
+    }
     if !QPS.remove(p.cast()) {
         return libc::EINVAL;
     }
@@ -328,10 +420,18 @@ pub fn destroy(p: *mut ibv_qp) -> c_int {
 
 /// The verbs state for the engine's state (`mirror`: what the program was told last,
 /// which tells RESET, INIT and RTR apart: the engine has one IDLE for all three).
+///
+/// A QP that was connected (RTS, SQD, SQE) or in ERR and whose engine QP is IDLE again
+/// (the connection closed or was torn down) is ERR, and stays ERR until the program
+/// modifies it to RESET: siw's `siw_qp_llp_close` moves an RTS/TERMINATE QP (and a
+/// CLOSING one with no send in progress) to ERROR when its connection closes, and it
+/// stays there until a reset (docs/siw.md §4.7 teardown, §4.10 the state mapping); it
+/// never falls back to INIT by itself.
 fn ibv_state_of(s: QpState, mirror: u32) -> u32 {
     match s {
+        _ if mirror == IBV_QPS_ERR => IBV_QPS_ERR,
         QpState::Idle if mirror <= IBV_QPS_RTR => mirror,
-        QpState::Idle => IBV_QPS_INIT,
+        QpState::Idle => IBV_QPS_ERR,
         QpState::Rts => IBV_QPS_RTS,
         QpState::Closing => IBV_QPS_SQD,
         QpState::Terminate => IBV_QPS_SQE,
@@ -370,6 +470,7 @@ pub fn modify(x: &XQp, attr: &ibv_qp_attr, mask: c_int) -> c_int {
     };
     let r = match to {
         IBV_QPS_RESET => engine(QpState::Idle),
+        IBV_QPS_INIT | IBV_QPS_RTR if x.ibv_state() == IBV_QPS_ERR => libc::EINVAL,
         IBV_QPS_INIT | IBV_QPS_RTR if cur == QpState::Idle => 0,
         IBV_QPS_INIT | IBV_QPS_RTR => libc::EINVAL,
         IBV_QPS_RTS if cur == QpState::Rts => 0,
@@ -388,7 +489,7 @@ pub fn modify(x: &XQp, attr: &ibv_qp_attr, mask: c_int) -> c_int {
     };
     if r == 0 {
         if to == IBV_QPS_RESET {
-            x.fatal_reported.store(false, Ordering::SeqCst);
+            x.fatal.lock().unwrap_or_else(|e| e.into_inner()).0 = false;
         }
         x.set_state(to);
     }
@@ -428,14 +529,18 @@ pub fn query(x: &XQp, attr: &mut ibv_qp_attr, init: Option<&mut ibv_qp_init_attr
     0
 }
 
-fn post_errno(e: PostError) -> c_int {
+/// The errno of an engine post error (`QueueFull`: `ENOMEM`, as the providers answer a
+/// full queue).
+pub(crate) fn post_errno(e: PostError) -> c_int {
     match e {
         PostError::QueueFull => libc::ENOMEM,
         PostError::InvalidSgl | PostError::InvalidState | PostError::NoSuchSrq => libc::EINVAL,
     }
 }
 
-/// The SGEs of a work request, checked against `max` (the QP's capacity).
+/// The SGEs of a work request, checked against `max` (the QP's or SRQ's capacity: a
+/// queue created with 0 SGEs takes only requests without SGEs, as siw's `num_sge >
+/// max_sge` check refuses any other with `EINVAL`).
 ///
 /// # Safety
 /// `sg_list` readable for `num_sge` entries when `num_sge > 0`.
@@ -444,7 +549,7 @@ pub(crate) unsafe fn sges(
     num_sge: c_int,
     max: u32,
 ) -> Result<Vec<Sge>, c_int> {
-    if num_sge < 0 || num_sge as u32 > max.max(1).min(MAX_SGE as u32) {
+    if num_sge < 0 || num_sge as u32 > max.min(MAX_SGE as u32) {
         return Err(libc::EINVAL);
     }
     if num_sge > 0 && sg_list.is_null() {
@@ -591,7 +696,7 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard("ibv_post_send", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_send", libc::EIO, || {
         let Some(x) = from_raw(qp) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.
@@ -620,7 +725,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_recv", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_recv", libc::EIO, || {
         let Some(x) = from_raw(qp) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.
@@ -725,3 +830,25 @@ core::arch::global_asm!(
     query = sym ibv_query_qp,
     destroy = sym ibv_destroy_qp,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// siw keeps a QP whose connection ended in ERR until a RESET (docs/siw.md §4.7,
+    /// §4.10):
+    /// the engine's IDLE after a disconnect is not INIT.
+    #[test]
+    fn siw_err_sticks_until_reset() {
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_ERR), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_RTS), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Idle, IBV_QPS_SQD), IBV_QPS_ERR);
+        assert_eq!(ibv_state_of(QpState::Rts, IBV_QPS_ERR), IBV_QPS_ERR);
+        // Before a connection the mirror tells RESET, INIT and RTR apart.
+        for m in [IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR] {
+            assert_eq!(ibv_state_of(QpState::Idle, m), m);
+        }
+        assert_eq!(ibv_state_of(QpState::Rts, IBV_QPS_INIT), IBV_QPS_RTS);
+        assert_eq!(ibv_state_of(QpState::Error, IBV_QPS_RTS), IBV_QPS_ERR);
+    }
+}

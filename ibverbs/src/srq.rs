@@ -136,7 +136,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_srq_recv", libc::EIO, || {
+    crate::ffi::guard_data_path("ibv_post_srq_recv", libc::EIO, || {
         let Some(x) = from_raw(srq) else {
             if !bad.is_null() {
                 // SAFETY: writable per the verbs contract.
@@ -157,8 +157,11 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
                 Err(libc::ENOMEM)
             } else {
                 // SAFETY: the WR's SGE list is the program's.
-                unsafe { crate::qp::sges(r.sg_list, r.num_sge, x.max_sge) }
-                    .and_then(|sgl| x.srq.post_recv(r.wr_id, &sgl).map_err(|_| libc::EINVAL))
+                unsafe { crate::qp::sges(r.sg_list, r.num_sge, x.max_sge) }.and_then(|sgl| {
+                    x.srq
+                        .post_recv(r.wr_id, &sgl)
+                        .map_err(crate::qp::post_errno)
+                })
             };
             if let Err(e) = res {
                 if !bad.is_null() {

@@ -32,3 +32,11 @@ pub fn set_qp_state(qp: *mut ibv_qp, state: u32) {
         q.set_state(state);
     }
 }
+
+/// Queue `IBV_EVENT_QP_FATAL` for a QP as the connection manager does on a connection
+/// error ([`crate::qp::XQp::report_fatal`]).
+pub fn report_qp_fatal(qp: *mut ibv_qp) {
+    if let Some(q) = crate::qp::from_raw(qp) {
+        q.report_fatal();
+    }
+}

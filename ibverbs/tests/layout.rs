@@ -453,6 +453,8 @@ fn install_headers() -> Result<(), String> {
     }
     let apt = |args: &[&str]| {
         Command::new("apt-get")
+            // Another apt (a parallel test, unattended-upgrades) may hold the lock a while.
+            .args(["-o", "DPkg::Lock::Timeout=300"])
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()

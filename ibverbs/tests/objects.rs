@@ -297,12 +297,17 @@ fn data_moves_through_the_ops_table() {
                 e => panic!("expected Established, got {e:?}"),
             }
         }
+        // The program may change the public context fields after creation (rdma-core
+        // returns the current `(*cq)->cq_context` and `qp->qp_context`).
+        (*a.qp).qp_context = 0xa11 as *mut _;
+        (*b.rcq).cq_context = 0xb0b as *mut _;
         let mut qa_attr: ibv_qp_attr = std::mem::zeroed();
         let mut qa_init: ibv_qp_init_attr = std::mem::zeroed();
         assert_eq!(
             ibv_query_qp(a.qp, &mut qa_attr, IBV_QP_STATE as i32, &mut qa_init),
             0
         );
+        assert_eq!(qa_init.qp_context as usize, 0xa11, "the current qp_context");
         assert_eq!(qa_attr.qp_state, IBV_QPS_RTS);
         assert_eq!(qa_init.send_cq, a.scq);
         assert_eq!(qa_init.cap.max_send_sge, 2);
@@ -331,7 +336,11 @@ fn data_moves_through_the_ops_table() {
         let mut ev_cq = null_mut();
         let mut ev_ctx = null_mut();
         assert_eq!(ibv_get_cq_event(b.ch, &mut ev_cq, &mut ev_ctx), 0);
-        assert_eq!((ev_cq, ev_ctx as usize), (b.rcq, 0xb));
+        assert_eq!(
+            (ev_cq, ev_ctx as usize),
+            (b.rcq, 0xb0b),
+            "the current cq_context"
+        );
         ibv_ack_cq_events(b.rcq, 1);
         let w = wc(b.rcq);
         assert_eq!(
@@ -779,6 +788,24 @@ fn errors_as_libibverbs() {
             "receives go to the SRQ"
         );
         assert_eq!(ibv_destroy_srq(srq), libc::EBUSY);
+
+        // A QP created with 0 send and 0 receive SGEs takes requests without SGEs only
+        // (siw: num_sge > max_sge is EINVAL).
+        let mut q0 = std::ptr::read(&qa);
+        q0.send_cq = cq2;
+        q0.recv_cq = cq2;
+        q0.cap.max_send_sge = 0;
+        q0.cap.max_recv_sge = 0;
+        let qp0 = ibv_create_qp(pd, &mut q0);
+        assert!(!qp0.is_null(), "{}", errno());
+        to_init(qp0);
+        let mut w1 = recv_wr(30, &mut sg);
+        assert_eq!(post_recv(qp0, &mut w1).0, libc::EINVAL, "1 SGE > 0");
+        let mut w0 = recv_wr(31, &mut []);
+        assert_eq!(post_recv(qp0, &mut w0).0, 0, "no SGE");
+        let mut s1 = send_wr(32, &mut sg, IBV_WR_SEND, 0);
+        assert_eq!(post_send(qp0, &mut s1).0, libc::EINVAL, "1 send SGE > 0");
+        assert_eq!(ibv_destroy_qp(qp0), 0);
         assert_eq!(ibv_destroy_qp(qp2), 0);
         assert_eq!(ibv_destroy_srq(srq), 0);
         assert_eq!(ibv_destroy_cq(cq2), 0);
@@ -825,5 +852,79 @@ fn errors_as_libibverbs() {
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(libc::munmap(ro.cast(), 8192), 0);
         assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+/// Async events do not outlive their QP: `ibv_destroy_qp` drops the queued events naming
+/// it (the kernel drops an object's unread events) and waits until the ones handed out
+/// were acked (rdma-core waits on `events_completed`), so no later `ibv_get_async_event`
+/// returns a freed QP pointer.
+#[test]
+fn async_events_do_not_outlive_their_qp() {
+    let (ea, _eb) = engines();
+    let ca = open(&ea);
+    // SAFETY: our objects; local attributes.
+    unsafe {
+        let a = side(ca, 0xa);
+        to_init(a.qp);
+        let afd = (*ca).async_fd;
+        let fl = libc::fcntl(afd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(afd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+
+        // 1. Queued, never read: destroy drops it.
+        testing::report_qp_fatal(a.qp);
+        let mut pfd = libc::pollfd {
+            fd: afd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        assert_eq!(libc::poll(&mut pfd, 1, 0), 1, "the event is queued");
+        assert_eq!(ibv_destroy_qp(a.qp), 0);
+        let mut ev: ibv_async_event = std::mem::zeroed();
+        assert_eq!(
+            ibv_get_async_event(ca, &mut ev),
+            -1,
+            "the destroyed QP's event"
+        );
+        assert_eq!(errno(), libc::EAGAIN);
+        pfd.revents = 0;
+        assert_eq!(libc::poll(&mut pfd, 1, 0), 0, "async_fd no longer readable");
+
+        // 2. Handed out, not yet acked: destroy waits for the ack.
+        let mut qa: ibv_qp_init_attr = std::mem::zeroed();
+        qa.send_cq = a.scq;
+        qa.recv_cq = a.rcq;
+        qa.qp_type = IBV_QPT_RC;
+        qa.cap.max_send_wr = 4;
+        qa.cap.max_recv_wr = 4;
+        qa.cap.max_send_sge = 1;
+        qa.cap.max_recv_sge = 1;
+        let qp2 = ibv_create_qp(a.pd, &mut qa);
+        assert!(!qp2.is_null(), "{}", errno());
+        testing::report_qp_fatal(qp2);
+        assert_eq!(ibv_get_async_event(ca, &mut ev), 0);
+        assert_eq!((ev.event_type, ev.element.qp), (IBV_EVENT_QP_FATAL, qp2));
+        let q = qp2 as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // SAFETY: our QP, destroyed once.
+            let r = ibv_destroy_qp(q as *mut ibv_qp);
+            tx.send(r).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "destroy returned before the event was acked"
+        );
+        ibv_ack_async_event(&mut ev);
+        assert_eq!(rx.recv_timeout(T).expect("destroy after the ack"), 0);
+        t.join().unwrap();
+        assert_eq!(ibv_get_async_event(ca, &mut ev), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+
+        assert_eq!(ibv_destroy_cq(a.scq), 0);
+        assert_eq!(ibv_destroy_cq(a.rcq), 0);
+        assert_eq!(ibv_destroy_comp_channel(a.ch), 0);
+        assert_eq!(ibv_dealloc_pd(a.pd), 0);
+        assert_eq!(ibv_close_device(ca), 0);
     }
 }

@@ -37,7 +37,15 @@ fn ensure_tshark() -> bool {
     }
     let install = || {
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends", "tshark"])
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=300",
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "tshark",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .is_ok_and(|s| s.success())

@@ -7,10 +7,11 @@
 #[macro_use]
 #[path = "../../tests/support/afxdp_skip.rs"]
 mod afxdp_skip;
+#[path = "support/bounded.rs"]
+mod bounded;
 
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use xwarp_poll_driver::netns::NetNs;
@@ -60,37 +61,7 @@ fn xwarp(ns: &NetNs, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    wait_bounded(cmd)
-}
-
-/// Run `cmd` and collect its output (read while it runs), killing it after 60 s.
-fn wait_bounded(mut cmd: Command) -> Output {
-    let child = cmd.spawn().expect("spawn xwarp");
-    let pid = child.id() as libc::pid_t;
-    let done = AtomicBool::new(false);
-    let killed = AtomicBool::new(false);
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !done.load(Ordering::Acquire) {
-                if Instant::now() > deadline {
-                    killed.store(true, Ordering::Release);
-                    // SAFETY: kill(2) on our own child, not yet reaped (`done` is unset).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        let out = child.wait_with_output().expect("output");
-        done.store(true, Ordering::Release);
-        out
-    });
-    assert!(
-        !killed.load(Ordering::Acquire),
-        "xwarp devices did not finish in 60 s"
-    );
-    out
+    bounded::output_within(cmd, Duration::from_secs(60))
 }
 
 fn json_of(out: &Output) -> Value {
@@ -216,12 +187,12 @@ fn probe_refuses_an_interface_that_runs_a_program_and_names_it() {
             cmd.args(["devices", "veth-q", "--json"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            let listed = wait_bounded(cmd);
+            let listed = bounded::output_within(cmd, Duration::from_secs(60));
             let mut cmd = Command::new(XWARP);
             cmd.args(["devices", "veth-q", "--probe"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            let probed = wait_bounded(cmd);
+            let probed = bounded::output_within(cmd, Duration::from_secs(60));
             drop(link);
             (listed, probed, std::process::id())
         })
@@ -258,7 +229,7 @@ fn bad_interface_names_are_one_line_errors() {
     ] {
         let mut cmd = Command::new(XWARP);
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = wait_bounded(cmd);
+        let out = bounded::output_within(cmd, Duration::from_secs(60));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");

@@ -9,9 +9,11 @@ mod afxdp_skip;
 #[path = "support/shim_env.rs"]
 mod shim_env;
 
+#[path = "support/bounded.rs"]
+mod bounded;
+
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -39,35 +41,9 @@ fn clean(program: &str) -> Command {
     c
 }
 
-/// Run `cmd` and collect what it wrote, killing it after 120 s (the pipes are read while
-/// it runs: a chatty filter writes far more than a pipe holds).
-fn run(mut cmd: Command) -> Output {
-    let child = cmd.spawn().expect("spawn");
-    let pid = child.id() as libc::pid_t;
-    let done = AtomicBool::new(false);
-    let killed = AtomicBool::new(false);
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while !done.load(Ordering::Acquire) {
-                if Instant::now() > deadline {
-                    killed.store(true, Ordering::Release);
-                    // SAFETY: kill(2) on our own child, not yet reaped (`done` is unset).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        let out = child.wait_with_output().expect("output");
-        done.store(true, Ordering::Release);
-        out
-    });
-    assert!(
-        !killed.load(Ordering::Acquire),
-        "{cmd:?} did not finish in 120 s"
-    );
-    out
+/// Run `cmd`, killing it after 120 s.
+fn run(cmd: Command) -> Output {
+    bounded::output_within(cmd, Duration::from_secs(120))
 }
 
 fn text(b: &[u8]) -> String {

@@ -8,59 +8,28 @@
 //! RFC 5040/5041 invalid-STag Terminate; bad ranges are refused; a region outliving its
 //! engine deregisters at once.
 
-use std::net::SocketAddr;
+mod support;
+use support::{Depths, End, T};
+
 use std::time::{Duration, Instant};
 
 use xwarp_poll_driver::vwire::VirtualNic;
 use xwarp_verbs::{
-    vwire_pair_simple, Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, Context,
-    MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair, SendRequest, WcOpcode, WorkCompletion,
+    vwire_pair_simple, Access, CmEvent, CompletionQueue, CompletionStatus, Context, MemoryRegion,
+    SendRequest, WcOpcode, WorkCompletion,
 };
 
-const T: Duration = Duration::from_secs(20);
 const ALL: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
-struct End {
-    pd: ProtectionDomain,
-    scq: CompletionQueue,
-    rcq: CompletionQueue,
-    qp: QueuePair,
-}
-
-fn end(ctx: &Context<VirtualNic>) -> End {
-    let dev = ctx.device();
-    let pd = dev.alloc_pd();
-    let scq = dev.create_cq(4096).unwrap();
-    let rcq = dev.create_cq(4096).unwrap();
-    let mut a = QpInitAttr::new(&scq, &rcq);
-    a.max_send_wr = 4096;
-    a.max_recv_wr = 64;
-    let qp = pd.create_qp(&a).unwrap();
-    End { pd, scq, rcq, qp }
-}
+const DEPTHS: Depths = Depths {
+    cq: 4096,
+    send_wr: 4096,
+    recv_wr: 64,
+};
 
 /// Two engines and a connected (client, server) QP pair.
 fn connected(port: u16) -> (Context<VirtualNic>, Context<VirtualNic>, End, End) {
-    let (a, b) = vwire_pair_simple(Default::default()).unwrap();
-    let at = SocketAddr::from(([10, 77, 0, 2], port));
-    let listener = b.device().listen(at, 4).unwrap();
-    let (c, s) = (end(&a), end(&b));
-    c.qp.connect(
-        at,
-        ConnectParams {
-            private_data: vec![],
-            timeout: T,
-        },
-    )
-    .unwrap();
-    listener.get_request(T).unwrap().accept(&s.qp, b"").unwrap();
-    for qp in [&c.qp, &s.qp] {
-        match qp.next_event(T).unwrap() {
-            CmEvent::Established { .. } => {}
-            e => panic!("expected Established, got {e:?}"),
-        }
-    }
-    (a, b, c, s)
+    support::connected(port, DEPTHS)
 }
 
 fn wc(cq: &CompletionQueue) -> WorkCompletion {

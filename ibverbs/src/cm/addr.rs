@@ -79,26 +79,15 @@ impl EngineAddr {
     }
 }
 
-/// The program's socket address: `Ok(None)` for NULL, IPv4 as a [`SocketAddrV4`], any other
-/// family `EAFNOSUPPORT`.
+/// The program's socket address: `Ok(None)` for NULL, IPv4 (or IPv4-mapped IPv6, what
+/// glibc's resolver may answer) as a [`SocketAddrV4`], any other family `EAFNOSUPPORT`
+/// (the library's one parser, `ffi::read_sockaddr`).
 ///
 /// # Safety
 /// `sa` is NULL or points at a `sockaddr` whose family's structure is readable.
 pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAddrV4>, c_int> {
-    if sa.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: per the contract, at least the family is readable.
-    let fam = c_int::from(unsafe { (*sa).sa_family });
-    if fam != libc::AF_INET {
-        return Err(libc::EAFNOSUPPORT);
-    }
-    // SAFETY: an AF_INET address is a sockaddr_in (read unaligned: programs cast buffers).
-    let sin = unsafe { sa.cast::<libc::sockaddr_in>().read_unaligned() };
-    Ok(Some(SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-        u16::from_be(sin.sin_port),
-    )))
+    // SAFETY: per the contract.
+    unsafe { crate::ffi::read_sockaddr(sa) }
 }
 
 /// `a` as a `sockaddr_in`.

@@ -142,6 +142,8 @@ pub(crate) struct Channel {
     efd: OwnedFd,
     /// Ids on this channel (destroying a channel that still has ids is refused).
     pub(crate) users: Mutex<usize>,
+    /// Threads blocked in `rdma_get_cm_event` on `fd` (they hold only the fd number).
+    pub(crate) waiters: std::sync::atomic::AtomicUsize,
 }
 
 impl Channel {
@@ -159,6 +161,7 @@ impl Channel {
             q: Mutex::new(EventQueue::default()),
             efd,
             users: Mutex::new(0),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 

@@ -43,9 +43,9 @@ fn first_fpdu_delay() -> Duration {
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
             _ => {
-                eprintln!(
-                    "xwarp-ibverbs: XWARP_FIRST_FPDU_DELAY_MS={v:?}: expected 0..=10000; using 0"
-                );
+                crate::ffi::warn_line(&format!(
+                    "XWARP_FIRST_FPDU_DELAY_MS={v:?}: expected 0..=10000; using 0"
+                ));
                 DEFAULT_FIRST_FPDU_DELAY
             }
         },
@@ -246,13 +246,19 @@ pub(crate) fn destroy_channel(ch: *mut rdma_event_channel) -> Result<(), c_int> 
     let c = channel_of(ch)?;
     let users = *c.users.lock().unwrap_or_else(|p| p.into_inner());
     if users > 0 {
-        eprintln!(
-            "xwarp-ibverbs: rdma_destroy_event_channel: {users} rdma_cm_id(s) still use the \
+        crate::ffi::warn_line(&format!(
+            "rdma_destroy_event_channel: {users} rdma_cm_id(s) still use the \
              channel; destroy them first (the channel is kept)"
-        );
+        ));
         return Err(libc::EBUSY);
     }
     with_reg(|r| r.channels.remove(&(ch as usize)));
+    if c.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        // A thread is blocked in rdma_get_cm_event on this fd (rping's CM thread when main
+        // tears down): as with librdmacm, whose read() then blocks for good, it keeps
+        // waiting, so the fd stays open and the channel is kept (never signalled again).
+        return Ok(());
+    }
     // SAFETY: a registered channel box, now unreachable for new lookups.
     drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
     Ok(())
@@ -276,10 +282,10 @@ pub(crate) fn create_id(
     if ps != RDMA_PS_TCP {
         if ps == RDMA_PS_UDP || ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB {
             WARNED_PS.call_once(|| {
-                eprintln!(
-                    "xwarp-ibverbs: rdma_create_id: port space {ps:#x} (UD) is not supported; \
+                crate::ffi::warn_line(&format!(
+                    "rdma_create_id: port space {ps:#x} (UD) is not supported; \
                      xwarp does RDMA_PS_TCP (RC over iWARP) only"
-                )
+                ))
             });
             return Err(libc::EOPNOTSUPP);
         }
@@ -578,11 +584,11 @@ pub(crate) fn on_request(listen: &Arc<IdCore>, req: ConnRequest) {
     let ird = req.peer_ord.map(|v| v.min(255) as u8).unwrap_or(1);
     let ord = req.peer_ird.map(|v| v.min(255) as u8).unwrap_or(1);
     if req.private_data.len() > 255 {
-        eprintln!(
-            "xwarp-ibverbs: a connection request carried {} bytes of private data; \
+        crate::ffi::warn_line(&format!(
+            "a connection request carried {} bytes of private data; \
              rdma_cm_event reports at most 255",
             req.private_data.len()
-        );
+        ));
     }
     let pd = req.private_data.clone();
     let peer = match req.peer {
@@ -845,10 +851,30 @@ pub(crate) fn hand_out(e: Box<EventRec>) -> *mut rdma_cm_event {
     p.cast()
 }
 
-/// `rdma_get_cm_event`.
-pub(crate) fn get_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_int> {
+/// One attempt of `rdma_get_cm_event`: the next event, `None` when the program should wait
+/// for the channel's fd, `EAGAIN` when nothing is queued and the fd is non-blocking.
+///
+/// `waited`: the caller blocked on the fd since its previous attempt (which counted it in
+/// `waiters`, so that destroying the channel meanwhile keeps the fd open).
+pub(crate) fn try_get_event(
+    ch: *mut rdma_event_channel,
+    waited: bool,
+) -> Result<Option<*mut rdma_cm_event>, c_int> {
+    use std::sync::atomic::Ordering::SeqCst;
     let c = channel_of(ch)?;
-    Ok(hand_out(c.pop_wait()?))
+    if waited {
+        c.waiters.fetch_sub(1, SeqCst);
+    }
+    if let Some(e) = c.try_pop() {
+        return Ok(Some(hand_out(e)));
+    }
+    // SAFETY: F_GETFL on the channel's own descriptor.
+    let fl = unsafe { libc::fcntl(c.c.fd, libc::F_GETFL) };
+    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+        return Err(libc::EAGAIN);
+    }
+    c.waiters.fetch_add(1, SeqCst);
+    Ok(None)
 }
 
 /// `rdma_ack_cm_event`: `EINVAL` for anything but an event handed out and not yet acked.
@@ -1214,7 +1240,7 @@ static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 pub(crate) fn warn_once(msg: &str) {
     let mut w = WARNED.lock().unwrap_or_else(|p| p.into_inner());
     if !w.iter().any(|m| m == msg) {
-        eprintln!("xwarp-ibverbs: {msg}");
+        crate::ffi::warn_line(msg);
         w.push(msg.to_string());
     }
 }

@@ -33,7 +33,7 @@ pub(crate) fn context() -> Result<*mut ibv_context, c_int> {
         {
             Ok(d) => d,
             Err(why) => {
-                eprintln!("xwarp-ibverbs: {why}; rdma_cm has no RDMA device");
+                crate::ffi::warn_line(&format!("{why}; rdma_cm has no RDMA device"));
                 return Err(libc::ENODEV);
             }
         };
@@ -62,7 +62,7 @@ pub(crate) fn engine_addr() -> Result<EngineAddr, c_int> {
     let r = ADDR.get_or_init(|| {
         let r = EngineAddr::from_vars(|k| std::env::var(k).ok());
         if let Err(why) = &r {
-            eprintln!("xwarp-ibverbs: {why}; rdma_cm has no address to use");
+            crate::ffi::warn_line(&format!("{why}; rdma_cm has no address to use"));
         }
         r
     });

@@ -151,7 +151,7 @@ fn run() {
                 handle(token, kind, fd, &core)
             }));
             if r.is_err() {
-                eprintln!("xwarp-ibverbs: internal error handling a CM event (ignored)");
+                crate::ffi::warn_line("internal error handling a CM event (ignored)");
             }
         }
     }

@@ -102,6 +102,89 @@ fn tokens<'a, R, T>(
     pair.map(|(rx, tx)| (TapRxToken { inner: rx, cap }, TapTxToken { inner: tx, cap }))
 }
 
+/// Implements smoltcp's `Device` and the crate's [`Backend`] for a wrapper that records
+/// frames: `$parts` gives the wrapped backend mutably with the capture (if any), `$inner`
+/// the backend shared; everything but the tokens forwards to the backend. Written once for
+/// [`PcapTap`] (owns both) and [`Tapped`] (borrows both).
+macro_rules! tapped_device {
+    ($ty:ty, |$m:ident| $parts:expr, |$s:ident| $inner:expr) => {
+        impl<B: Backend> Device for $ty {
+            type RxToken<'a>
+                = TapRxToken<'a, B::RxToken<'a>>
+            where
+                Self: 'a;
+            type TxToken<'a>
+                = TapTxToken<'a, B::TxToken<'a>>
+            where
+                Self: 'a;
+
+            fn receive(
+                &mut self,
+                timestamp: smoltcp::time::Instant,
+            ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+                let $m = self;
+                let (inner, cap) = $parts;
+                tokens(inner.receive(timestamp), cap)
+            }
+
+            fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+                let $m = self;
+                let (inner, cap) = $parts;
+                inner
+                    .transmit(timestamp)
+                    .map(|tx| TapTxToken { inner: tx, cap })
+            }
+
+            fn capabilities(&self) -> DeviceCapabilities {
+                let $s = self;
+                $inner.capabilities()
+            }
+        }
+
+        impl<B: Backend> Backend for $ty {
+            fn flush(&mut self) -> io::Result<()> {
+                let $m = self;
+                $parts.0.flush()
+            }
+
+            fn poll_rx(&mut self) -> io::Result<bool> {
+                let $m = self;
+                $parts.0.poll_rx()
+            }
+
+            fn wait_fd(&self) -> Option<RawFd> {
+                let $s = self;
+                $inner.wait_fd()
+            }
+
+            fn prepare_sleep(&mut self) -> io::Result<bool> {
+                let $m = self;
+                $parts.0.prepare_sleep()
+            }
+
+            fn next_deadline(&self) -> Option<Instant> {
+                let $s = self;
+                $inner.next_deadline()
+            }
+
+            fn stats(&self) -> BackendStats {
+                let $s = self;
+                $inner.stats()
+            }
+
+            fn telemetry(&self) -> xwarp_telemetry::NicCounters {
+                let $s = self;
+                $inner.telemetry()
+            }
+
+            fn interface_label(&self) -> String {
+                let $s = self;
+                $inner.interface_label()
+            }
+        }
+    };
+}
+
 /// A [`Backend`] that records every frame received and sent through `B` (it owns the
 /// backend and its [`Capture`]).
 #[derive(Debug)]
@@ -168,68 +251,7 @@ impl<B: Backend> PcapTap<B> {
     }
 }
 
-impl<B: Backend> Device for PcapTap<B> {
-    type RxToken<'a>
-        = TapRxToken<'a, B::RxToken<'a>>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = TapTxToken<'a, B::TxToken<'a>>
-    where
-        Self: 'a;
-
-    fn receive(
-        &mut self,
-        timestamp: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        tokens(self.inner.receive(timestamp), self.cap.as_ref())
-    }
-
-    fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        let cap = self.cap.as_ref();
-        self.inner
-            .transmit(timestamp)
-            .map(|tx| TapTxToken { inner: tx, cap })
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        self.inner.capabilities()
-    }
-}
-
-impl<B: Backend> Backend for PcapTap<B> {
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-
-    fn poll_rx(&mut self) -> io::Result<bool> {
-        self.inner.poll_rx()
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        self.inner.wait_fd()
-    }
-
-    fn prepare_sleep(&mut self) -> io::Result<bool> {
-        self.inner.prepare_sleep()
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.inner.next_deadline()
-    }
-
-    fn stats(&self) -> BackendStats {
-        self.inner.stats()
-    }
-
-    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
-        self.inner.telemetry()
-    }
-
-    fn interface_label(&self) -> String {
-        self.inner.interface_label()
-    }
-}
+tapped_device!(PcapTap<B>, |t| (&mut t.inner, t.cap.as_ref()), |t| &t.inner);
 
 /// A backend borrowed for one engine poll with a [`Capture`] recording every frame
 /// through it: what an engine service polls instead of its backend while capturing, so
@@ -247,65 +269,5 @@ impl<'a, B: Backend> Tapped<'a, B> {
     }
 }
 
-impl<B: Backend> Device for Tapped<'_, B> {
-    type RxToken<'a>
-        = TapRxToken<'a, B::RxToken<'a>>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = TapTxToken<'a, B::TxToken<'a>>
-    where
-        Self: 'a;
-
-    fn receive(
-        &mut self,
-        timestamp: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        tokens(self.inner.receive(timestamp), Some(self.cap))
-    }
-
-    fn transmit(&mut self, timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        let cap = Some(self.cap);
-        self.inner
-            .transmit(timestamp)
-            .map(|tx| TapTxToken { inner: tx, cap })
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        self.inner.capabilities()
-    }
-}
-
-impl<B: Backend> Backend for Tapped<'_, B> {
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-
-    fn poll_rx(&mut self) -> io::Result<bool> {
-        self.inner.poll_rx()
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        self.inner.wait_fd()
-    }
-
-    fn prepare_sleep(&mut self) -> io::Result<bool> {
-        self.inner.prepare_sleep()
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.inner.next_deadline()
-    }
-
-    fn stats(&self) -> BackendStats {
-        self.inner.stats()
-    }
-
-    fn telemetry(&self) -> xwarp_telemetry::NicCounters {
-        self.inner.telemetry()
-    }
-
-    fn interface_label(&self) -> String {
-        self.inner.interface_label()
-    }
-}
+tapped_device!(Tapped<'_, B>, |t| (&mut *t.inner, Some(t.cap)), |t| &*t
+    .inner);

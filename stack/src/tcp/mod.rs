@@ -7,7 +7,15 @@
 //! - [`sack`]: receiver reassembly map, SACK/DSACK blocks (RFC 2018, RFC 2883) and the
 //!   sender's scoreboard (RFC 6675).
 //! - [`rack`]: RACK-TLP time-based loss detection (RFC 8985).
+//! - [`cc`]: congestion control: slow start, NewReno/CUBIC, PRR (RFC 5681, 3465, 6928,
+//!   9438, 6937, 9406).
+//! - `wire_sim` (tests only): an in-memory IP wire with a virtual clock, a driver for two
+//!   endpoints, and smoltcp's socket as one (the baseline the own connection is measured
+//!   against).
+//! - [`conn`]: the connection state machine (RFC 9293) on these parts, sans-IO.
 
+pub mod cc;
+pub mod conn;
 pub mod rack;
 pub mod rtt;
 pub mod sack;
@@ -15,6 +23,9 @@ pub mod seq;
 
 #[cfg(test)]
 mod sim;
+
+#[cfg(test)]
+pub(crate) mod wire_sim;
 
 #[cfg(test)]
 mod proptests;
