@@ -19,15 +19,19 @@
 //! the header-inline `ibv_post_send`/`ibv_poll_cq`/... jump through. Every export runs
 //! inside a panic guard; the blocking ones (`ibv_get_cq_event`, `ibv_get_async_event`)
 //! survive `pthread_cancel`. `README.md` lists the whole ABI surface the target programs
-//! import, how each object maps onto `xwarp::verbs`, and the plan for librdmacm.
+//! import and how each object maps onto `xwarp::verbs`. librdmacm is [`cm`] (ids, event
+//! channels, the pump thread turning engine CM events into rdma_cm events) with its C
+//! entry points in [`exports_cm`].
 
 pub mod abi;
 pub mod attr;
+pub mod cm;
 pub mod config;
 pub mod cq;
 pub mod device;
 pub mod engine;
 pub mod exports;
+pub mod exports_cm;
 pub(crate) mod ffi;
 pub mod misc;
 pub mod mr;

@@ -136,10 +136,23 @@ impl QueuePair {
     /// Connect to a listener at `remote`; the outcome comes as a [`CmEvent`]
     /// (`Established`, `Rejected`, `ConnectError`).
     pub fn connect(&self, remote: SocketAddr, params: ConnectParams) -> io::Result<()> {
+        self.connect_with_first_fpdu_delay(remote, params, Duration::ZERO)
+    }
+
+    /// [`Self::connect`], holding the first FPDU (the RTR or the first posted work) back
+    /// for `delay` after the MPA Reply arrived: a siw Responder may not read an FPDU that
+    /// comes right behind its Reply (interop/README.md, "Reply-before-upcall race").
+    pub fn connect_with_first_fpdu_delay(
+        &self,
+        remote: SocketAddr,
+        params: ConnectParams,
+        delay: Duration,
+    ) -> io::Result<()> {
         self.dev.inner.send(Cmd::Connect {
             qpn: self.qpn,
             remote,
             params,
+            first_fpdu_delay: delay,
         })
     }
 

@@ -75,6 +75,8 @@ pub(crate) enum Cmd {
         qpn: u32,
         remote: SocketAddr,
         params: ConnectParams,
+        /// Hold the first FPDU back this long after the MPA Reply (`ConnConfig::first_fpdu_delay`).
+        first_fpdu_delay: std::time::Duration,
     },
     Disconnect {
         qpn: u32,

@@ -19,6 +19,7 @@ impl VerbsHost {
                 qpn,
                 remote,
                 params,
+                first_fpdu_delay,
             } => {
                 let Some(slot) = self.qps.get_mut(&qpn) else {
                     return;
@@ -33,7 +34,7 @@ impl VerbsHost {
                 let deadline = now + params.timeout;
                 let id = ctl.connect(remote, None, deadline);
                 slot.conn_id = Some(id);
-                slot.connecting = Some((params.private_data, deadline));
+                slot.connecting = Some((params.private_data, deadline, first_fpdu_delay));
                 self.owners.insert(id, Owner::Qp(qpn));
             }
             Cmd::Listen {

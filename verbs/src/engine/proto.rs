@@ -202,7 +202,8 @@ impl ProtocolHost for VerbsHost {
             return;
         };
         let mut cfg = self.conn_config(slot);
-        if let Some((pd, deadline)) = &slot.connecting {
+        if let Some((pd, deadline, delay)) = &slot.connecting {
+            cfg.first_fpdu_delay = *delay;
             cfg.initiator.private_data = pd.clone();
             cfg.initiator.reply_timeout = deadline
                 .saturating_duration_since(now)

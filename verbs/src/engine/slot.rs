@@ -44,8 +44,8 @@ pub(crate) struct QpSlot {
     /// Inline buffer: STag, slot size, next slot.
     pub(crate) inline: Option<(Stag, usize, usize)>,
     pub(crate) abort: bool,
-    /// Connect in progress: private data and MPA deadline.
-    pub(crate) connecting: Option<(Vec<u8>, Instant)>,
+    /// Connect in progress: private data, MPA deadline and first-FPDU delay.
+    pub(crate) connecting: Option<(Vec<u8>, Instant, std::time::Duration)>,
     pub(crate) destroyed: bool,
     pub(crate) finished: bool,
     pub(crate) disconnect_requested: bool,
