@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
+use xwarp_poll_driver::engine::InlineDriver;
 
 use super::{Shutdown, TcpStream};
 
@@ -91,12 +92,13 @@ impl EdgeWait {
 /// Retry `op` until it stops returning `WouldBlock`: spin for `spin`, then sleep on
 /// `wait` until `deadline` (then `TimedOut`).
 fn blocking<T>(
+    driver: Option<&InlineDriver>,
     spin: Duration,
     deadline: Option<Instant>,
     wait: &EdgeWait,
     mut op: impl FnMut() -> io::Result<T>,
 ) -> io::Result<T> {
-    let spin_until = Instant::now() + spin;
+    let spin_until = Instant::now() + super::spin_budget(driver, spin);
     loop {
         match op() {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -110,9 +112,10 @@ fn blocking<T>(
             ));
         }
         if now < spin_until {
-            std::hint::spin_loop();
+            super::spin_round(driver);
             continue;
         }
+        super::before_sleep(driver);
         wait.wait(deadline)?;
     }
 }
@@ -131,6 +134,8 @@ pub struct ReadHalf {
     wait: EdgeWait,
     timeout: Option<Duration>,
     spin: Duration,
+    /// The engine's inline driver (inline mode).
+    driver: Option<InlineDriver>,
 }
 
 /// The writing half of a split [`TcpStream`] (see the [module docs](self)). Dropping it
@@ -142,12 +147,15 @@ pub struct WriteHalf {
     wait: EdgeWait,
     timeout: Option<Duration>,
     spin: Duration,
+    /// The engine's inline driver (inline mode).
+    driver: Option<InlineDriver>,
 }
 
 pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
     let r = EdgeWait::new(stream.as_fd())?;
     let w = EdgeWait::new(stream.as_fd())?;
     let (read_timeout, write_timeout, spin) = stream.wait_settings();
+    let driver = stream.inline_driver();
     let core = Arc::new(Core {
         stream: Mutex::new(stream),
     });
@@ -157,12 +165,14 @@ pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
             wait: r,
             timeout: read_timeout,
             spin,
+            driver: driver.clone(),
         },
         WriteHalf {
             core,
             wait: w,
             timeout: write_timeout,
             spin,
+            driver,
         },
     ))
 }
@@ -216,9 +226,13 @@ impl Read for ReadHalf {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
-        blocking(self.spin, deadline, &self.wait, || {
-            core.lock().try_read_now(buf)
-        })
+        blocking(
+            self.driver.as_ref(),
+            self.spin,
+            deadline,
+            &self.wait,
+            || core.lock().try_read_now(buf),
+        )
     }
 }
 
@@ -256,9 +270,13 @@ impl Write for WriteHalf {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
-        blocking(self.spin, deadline, &self.wait, || {
-            core.lock().try_write_now(buf)
-        })
+        blocking(
+            self.driver.as_ref(),
+            self.spin,
+            deadline,
+            &self.wait,
+            || core.lock().try_write_now(buf),
+        )
     }
 
     /// Data is handed to the engine by `write` already; nothing to flush.
