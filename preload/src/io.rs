@@ -107,7 +107,14 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
         return Ok(0);
     }
     if nb {
-        return st.read_once(bufs, peek);
+        return match st.read_once(bufs, peek) {
+            // Inline mode: nothing buffered yet, so run the engine once and look again.
+            Err(libc::EAGAIN) if crate::engine::driver().is_some() => {
+                crate::engine::drive();
+                st.read_once(bufs, peek)
+            }
+            r => r,
+        };
     }
     let timeout = st.common.opts_io()?.rcvtimeo;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && bufs.len() == 1;
@@ -188,9 +195,15 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         };
                     }
                     if now < start + spin {
-                        wait::spin_pause();
+                        match crate::engine::driver() {
+                            Some(d) => {
+                                d.try_drive();
+                            }
+                            None => wait::spin_pause(),
+                        }
                         continue;
                     }
+                    crate::engine::park();
                     // The eventfd also fires for readable data the program has not read:
                     // wait in short naps then, instead of spinning on it.
                     if st.available_cached() {
@@ -208,6 +221,11 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
             }
         }
     };
+    // Inline mode: what the ring still holds leaves in this call (the write's doorbell
+    // ring drove already unless another thread was driving).
+    if matches!(r, Ok(n) if n > 0) && crate::engine::driver().is_some() && st.tx_pending() {
+        crate::engine::drive();
+    }
     if r == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
         // SAFETY: raising SIGPIPE like the kernel does.
         unsafe { libc::raise(libc::SIGPIPE) };
