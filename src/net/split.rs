@@ -33,6 +33,8 @@ use super::{Shutdown, TcpStream};
 #[derive(Debug)]
 struct Core {
     stream: Mutex<TcpStream>,
+    /// The engine's inline driver (inline mode): both halves' blocking calls drive.
+    driver: Option<InlineDriver>,
 }
 
 impl Core {
@@ -134,8 +136,6 @@ pub struct ReadHalf {
     wait: EdgeWait,
     timeout: Option<Duration>,
     spin: Duration,
-    /// The engine's inline driver (inline mode).
-    driver: Option<InlineDriver>,
 }
 
 /// The writing half of a split [`TcpStream`] (see the [module docs](self)). Dropping it
@@ -147,8 +147,6 @@ pub struct WriteHalf {
     wait: EdgeWait,
     timeout: Option<Duration>,
     spin: Duration,
-    /// The engine's inline driver (inline mode).
-    driver: Option<InlineDriver>,
 }
 
 pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
@@ -157,6 +155,7 @@ pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
     let (read_timeout, write_timeout, spin) = stream.wait_settings();
     let driver = stream.inline_driver();
     let core = Arc::new(Core {
+        driver,
         stream: Mutex::new(stream),
     });
     Ok((
@@ -165,14 +164,12 @@ pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
             wait: r,
             timeout: read_timeout,
             spin,
-            driver: driver.clone(),
         },
         WriteHalf {
             core,
             wait: w,
             timeout: write_timeout,
             spin,
-            driver,
         },
     ))
 }
@@ -227,7 +224,7 @@ impl Read for ReadHalf {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
         blocking(
-            self.driver.as_ref(),
+            self.core.driver.as_ref(),
             self.spin,
             deadline,
             &self.wait,
@@ -271,7 +268,7 @@ impl Write for WriteHalf {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
         blocking(
-            self.driver.as_ref(),
+            self.core.driver.as_ref(),
             self.spin,
             deadline,
             &self.wait,
