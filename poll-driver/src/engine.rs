@@ -245,7 +245,7 @@ impl Doorbell {
     pub fn ring(&self) {
         self.inner.rings.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = self.inner.driver.get() {
-            if d.try_drive().is_some() {
+            if !inline::ring_deferred() && d.try_drive().is_some() {
                 return;
             }
         }

@@ -213,7 +213,29 @@ impl fmt::Debug for InlineDriver {
     }
 }
 
+thread_local! {
+    /// Set while [`InlineDriver::deferring`] runs on this thread.
+    static DEFER_RING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `true` inside [`InlineDriver::deferring`] on the calling thread.
+pub(super) fn ring_deferred() -> bool {
+    DEFER_RING.with(|d| d.get())
+}
+
 impl InlineDriver {
+    /// Run `f` with this thread's doorbell rings not driving the engine: the work they
+    /// announce waits for the thread's next drive (or the keeper, after
+    /// [`InlineConfig::keeper_after`]). For event loops that queue many small writes and
+    /// then poll: one iteration then sends them all (one NIC kick) instead of one
+    /// iteration per write.
+    pub fn deferring<R>(f: impl FnOnce() -> R) -> R {
+        let was = DEFER_RING.with(|d| d.replace(true));
+        let r = f();
+        DEFER_RING.with(|d| d.set(was));
+        r
+    }
+
     /// Run one engine iteration unless another thread is running one: `Some(busy)` (the
     /// iteration found work), `None` when another thread drives or the engine stopped.
     pub fn try_drive(&self) -> Option<bool> {
