@@ -108,10 +108,11 @@ pub(crate) fn engine() -> Option<&'static Running> {
         Ok(r) => {
             xlog!(
                 Info,
-                "engine started on {} ({:?} {:?})",
+                "engine started on {} ({:?} {:?}, {} mode)",
                 cfg.iface,
                 cfg.ipv4,
-                cfg.ipv6
+                cfg.ipv6,
+                if cfg.inline { "inline" } else { "thread" }
             );
             // The engine lives as long as the process.
             let r: &'static Running = Box::leak(Box::new(r));
