@@ -26,7 +26,10 @@
 //! spin and `InlineConfig::spin`), then parks (the engine's keeper takes over) and sleeps
 //! on the readiness descriptor; a write whose bytes the engine has not taken runs one
 //! iteration, so the segment leaves before `write` returns; a non-blocking read that
-//! finds nothing runs one iteration and looks again.
+//! finds nothing runs one iteration and looks again. A program that waits elsewhere (an
+//! async runtime's reactor on the readiness descriptors, say) without calling in gets the
+//! keeper: frames are taken in within `InlineConfig::keeper_after` (1 ms) of its last call;
+//! such programs are better served by thread mode.
 //!
 //! [`TcpStream::into_split`] gives a read half and a write half for two threads at once
 //! ([`split`] says why a split rather than `try_clone`). With the `tokio` feature,

@@ -150,6 +150,10 @@ impl CompletionQueue {
     /// Sleep until the armed notification fired or `timeout` passed (`Ok(false)`).
     /// Typical use: `req_notify`, poll again, then `wait`.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        // Inline mode: the keeper runs the engine while this thread sleeps.
+        if let Some(d) = &self.driver {
+            d.park();
+        }
         self.shared.ready.wait(timeout.map(|t| Instant::now() + t))
     }
 
