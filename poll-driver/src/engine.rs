@@ -11,9 +11,31 @@
 //!   application rings the doorbell, or the service's next deadline passes.
 //! * Applications never touch engine state: they push requests into lock-free queues owned
 //!   by the service and ring the [`Doorbell`].
+//!
+//! ## Two modes ([`EngineMode`], `XWARP_MODE=thread|inline`)
+//! * **Thread** (the default): the engine thread owns the backend and the service and runs
+//!   the loop above; applications hand work over through queues and the doorbell.
+//! * **Inline** (run to completion, as OpenOnload and libtpa do): the backend, the service
+//!   and the loop's state sit behind a lock, and application threads run engine iterations
+//!   themselves from their blocking and polling calls through an [`InlineDriver`]
+//!   ([`EngineHandle::inline_driver`], also reachable from the [`Doorbell`]): the thread
+//!   that queued a write pushes its segment out in the same call, and a spinning reader
+//!   pulls the answer off the NIC itself, so no thread hand-off sits on the path. The
+//!   engine thread becomes a *keeper* (`engine/inline.rs`): while an application thread
+//!   drives, it stays out of the way; once none has driven for
+//!   [`InlineConfig::keeper_after`], or a driver announced it is about to block
+//!   ([`InlineDriver::park`]), it runs the loop itself (spin, then sleep on the doorbell,
+//!   the NIC's wait fd and the next timer deadline), so timers fire and frames are taken
+//!   in while the application is busy elsewhere or asleep. Any number of threads may
+//!   drive: the lock admits one at a time, [`InlineDriver::try_drive`] just returns when
+//!   another thread is driving. Inline iterations are counted in
+//!   [`EngineStats::inline_iterations`] (and in `iterations`).
 
 use crate::backend::Backend;
 use std::time::Instant;
+
+mod inline;
+pub use inline::InlineDriver;
 
 /// What one [`Service::poll`] iteration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +95,75 @@ impl SpinBudget {
     pub const SHARED_CORES: SpinBudget = SpinBudget::Yield(Duration::from_micros(50));
 }
 
+/// Who runs the engine's iterations (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineMode {
+    /// The engine thread runs every iteration; applications hand work over (default).
+    #[default]
+    Thread,
+    /// Application threads drive the engine from their calls; the engine thread is a
+    /// keeper that only steps in when none does.
+    Inline(InlineConfig),
+}
+
+/// Settings of [`EngineMode::Inline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InlineConfig {
+    /// The keeper runs the loop once no application thread has driven for this long
+    /// (default 1 ms), or at once after [`InlineDriver::park`].
+    pub keeper_after: Duration,
+    /// How long a blocking application call keeps driving and spinning before it parks
+    /// and sleeps on its readiness descriptor ([`InlineDriver::spin`]; default 200 µs).
+    pub spin: Duration,
+}
+
+impl Default for InlineConfig {
+    fn default() -> Self {
+        InlineConfig {
+            keeper_after: Duration::from_millis(1),
+            spin: Duration::from_micros(200),
+        }
+    }
+}
+
+impl EngineMode {
+    /// The mode `XWARP_MODE` names: `thread` (or unset/empty) or `inline`. Anything else
+    /// is an `InvalidInput` error naming the value.
+    pub fn from_env() -> io::Result<EngineMode> {
+        match std::env::var("XWARP_MODE") {
+            Err(_) => Ok(EngineMode::Thread),
+            Ok(v) => EngineMode::parse(&v),
+        }
+    }
+
+    /// Parse a mode name (`thread`, `inline`; empty is `thread`).
+    pub fn parse(v: &str) -> io::Result<EngineMode> {
+        match v.trim() {
+            "" | "thread" => Ok(EngineMode::Thread),
+            "inline" => Ok(EngineMode::Inline(InlineConfig::default())),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("XWARP_MODE={other:?}: expected thread or inline"),
+            )),
+        }
+    }
+
+    /// [`EngineMode::from_env`], with an invalid value reported once on stderr and
+    /// replaced by [`EngineMode::Thread`] (what [`EngineConfig::default`] uses).
+    pub fn configured() -> EngineMode {
+        EngineMode::from_env().unwrap_or_else(|e| {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| eprintln!("xwarp: {e}; running the engine in thread mode"));
+            EngineMode::Thread
+        })
+    }
+
+    /// `true` for [`EngineMode::Inline`].
+    pub fn is_inline(&self) -> bool {
+        matches!(self, EngineMode::Inline(_))
+    }
+}
+
 /// Configuration of one engine thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -84,6 +175,9 @@ pub struct EngineConfig {
     pub spin: SpinBudget,
     /// Upper bound of one sleep even without deadlines (`None`: sleep until woken).
     pub max_sleep: Option<Duration>,
+    /// Who runs the iterations; the default is what `XWARP_MODE` says
+    /// ([`EngineMode::configured`]: thread mode when unset).
+    pub mode: EngineMode,
 }
 
 impl Default for EngineConfig {
@@ -93,6 +187,7 @@ impl Default for EngineConfig {
             core: None,
             spin: SpinBudget::default(),
             max_sleep: None,
+            mode: EngineMode::configured(),
         }
     }
 }
@@ -104,6 +199,18 @@ struct DoorbellInner {
     sleeping: AtomicBool,
     rings: AtomicU64,
     syscalls: AtomicU64,
+    /// The inline driver of an inline-mode engine (set when it starts).
+    driver: std::sync::OnceLock<InlineDriver>,
+}
+
+impl DoorbellInner {
+    /// Write the eventfd (counted as a doorbell syscall).
+    fn efd_force(&self) {
+        self.syscalls.fetch_add(1, Ordering::Relaxed);
+        // An eventfd write can only fail on a saturated counter or a bad fd; in both
+        // cases there is nothing better to do than leave the engine to its next timeout.
+        let _ = self.efd.notify();
+    }
 }
 
 /// Wakes an engine from any thread. Cloneable and cheap: while the engine is awake
@@ -122,6 +229,7 @@ impl Doorbell {
                 sleeping: AtomicBool::new(false),
                 rings: AtomicU64::new(0),
                 syscalls: AtomicU64::new(0),
+                driver: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -129,18 +237,31 @@ impl Doorbell {
     /// Wake the engine if it sleeps. Call after publishing work into the service's
     /// queues: the engine polls its service once more after announcing that it will
     /// sleep, so work published before a ring that skipped the syscall is never missed.
+    ///
+    /// In [`EngineMode::Inline`] the ringing thread runs an engine iteration itself
+    /// ([`InlineDriver::try_drive`]), so the work it queued is served before `ring`
+    /// returns; only when another thread is driving does it fall back to waking the
+    /// keeper if that sleeps.
     pub fn ring(&self) {
         self.inner.rings.fetch_add(1, Ordering::Relaxed);
+        if let Some(d) = self.inner.driver.get() {
+            if !inline::ring_deferred() && d.try_drive().is_some() {
+                return;
+            }
+        }
         if self.inner.sleeping.swap(false, Ordering::SeqCst) {
             self.force();
         }
     }
 
     fn force(&self) {
-        self.inner.syscalls.fetch_add(1, Ordering::Relaxed);
-        // An eventfd write can only fail on a saturated counter or a bad fd; in both
-        // cases there is nothing better to do than leave the engine to its next timeout.
-        let _ = self.inner.efd.notify();
+        self.inner.efd_force();
+    }
+
+    /// The engine's [`InlineDriver`] when it runs in [`EngineMode::Inline`] (`None` in
+    /// thread mode or before the engine started).
+    pub fn inline_driver(&self) -> Option<&InlineDriver> {
+        self.inner.driver.get()
     }
 
     /// Times [`Doorbell::ring`] was called.
@@ -173,6 +294,8 @@ pub struct EngineStats {
     pub wakeups_timeout: u64,
     /// Transient backend errors (`WouldBlock`, `Interrupted`) that the loop rode over.
     pub backend_soft_errors: u64,
+    /// Iterations run by application threads ([`InlineDriver`]; also in `iterations`).
+    pub inline_iterations: u64,
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +308,7 @@ struct SharedStats {
     wakeups_backend: AtomicU64,
     wakeups_timeout: AtomicU64,
     backend_soft_errors: AtomicU64,
+    inline_iterations: AtomicU64,
 }
 
 impl SharedStats {
@@ -198,6 +322,7 @@ impl SharedStats {
         self.wakeups_backend.store(s.wakeups_backend, r);
         self.wakeups_timeout.store(s.wakeups_timeout, r);
         self.backend_soft_errors.store(s.backend_soft_errors, r);
+        self.inline_iterations.store(s.inline_iterations, r);
     }
 
     fn snapshot(&self) -> EngineStats {
@@ -211,6 +336,7 @@ impl SharedStats {
             wakeups_backend: self.wakeups_backend.load(r),
             wakeups_timeout: self.wakeups_timeout.load(r),
             backend_soft_errors: self.backend_soft_errors.load(r),
+            inline_iterations: self.inline_iterations.load(r),
         }
     }
 }
@@ -240,6 +366,8 @@ pub struct EngineHandle<B, S> {
     doorbell: Doorbell,
     stats: Arc<SharedStats>,
     tid: Arc<AtomicI32>,
+    /// The inline driver in [`EngineMode::Inline`].
+    driver: Option<InlineDriver>,
 }
 
 /// How often (in iterations) a busy engine publishes its counters.
@@ -325,6 +453,16 @@ impl Engine {
             clock: LoopClock::new(Instant::now()),
         };
         let tid2 = tid.clone();
+        // Inline mode: the state goes behind the lock the drivers share and the thread
+        // becomes its keeper.
+        let run = match config.mode {
+            EngineMode::Thread => Run::Thread(ctx, backend, service),
+            EngineMode::Inline(ic) => Run::Keeper(inline::Shared::new(ic, ctx, backend, service)),
+        };
+        let driver = match &run {
+            Run::Keeper(sh) => Some(inline::driver(sh.clone())),
+            Run::Thread(..) => None,
+        };
         let thread = std::thread::Builder::new()
             .name(config.name.clone())
             .spawn(move || {
@@ -335,16 +473,14 @@ impl Engine {
                             "engine: cannot pin to core {}",
                             c.id
                         ))));
-                        return EngineExit {
-                            backend,
-                            service,
-                            stats: EngineStats::default(),
-                            error: None,
-                        };
+                        return run.abandon();
                     }
                 }
                 let _ = ready_tx.send(Ok(()));
-                ctx.run(backend, service)
+                match run {
+                    Run::Thread(ctx, backend, service) => ctx.run(backend, service),
+                    Run::Keeper(sh) => inline::keep(&sh),
+                }
             })?;
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -357,17 +493,48 @@ impl Engine {
                 return Err(io::Error::other("engine: thread died during start-up"));
             }
         }
+        if let Some(d) = &driver {
+            let _ = doorbell.inner.driver.set(d.clone());
+        }
         Ok(EngineHandle {
             thread: Some(thread),
             stop,
             doorbell,
             stats,
             tid,
+            driver,
         })
     }
 }
 
+/// What the engine thread runs: the loop itself, or the keeper of an inline engine.
+enum Run<B, S> {
+    Thread(LoopCtx, B, S),
+    Keeper(Arc<inline::Shared<B, S>>),
+}
+
+impl<B: Backend, S: Service<B>> Run<B, S> {
+    /// The state handed back unrun (the thread could not start as configured).
+    fn abandon(self) -> EngineExit<B, S> {
+        match self {
+            Run::Thread(_, backend, service) => EngineExit {
+                backend,
+                service,
+                stats: EngineStats::default(),
+                error: None,
+            },
+            Run::Keeper(sh) => inline::abandon(&sh),
+        }
+    }
+}
+
 impl<B, S> EngineHandle<B, S> {
+    /// The driver application threads run this engine's iterations with, when it runs in
+    /// [`EngineMode::Inline`] (`None` in thread mode).
+    pub fn inline_driver(&self) -> Option<InlineDriver> {
+        self.driver.clone()
+    }
+
     /// A doorbell that wakes this engine.
     pub fn doorbell(&self) -> Doorbell {
         self.doorbell.clone()
@@ -467,6 +634,18 @@ impl LoopCtx {
         let mut st = EngineStats::default();
         self.clock = LoopClock::new(Instant::now());
         let error = self.run_loop(&mut backend, &mut service, &mut st).err();
+        self.finish(backend, service, st, error)
+    }
+
+    /// The loop ended (with `error`, if a backend failed): publish the last counters,
+    /// remove the telemetry segment and hand the state back.
+    fn finish<B: Backend, S: Service<B>>(
+        mut self,
+        backend: B,
+        service: S,
+        st: EngineStats,
+        error: Option<io::Error>,
+    ) -> EngineExit<B, S> {
         self.doorbell.inner.sleeping.store(false, Ordering::SeqCst);
         let now = Instant::now();
         self.clock.next_nic = now;

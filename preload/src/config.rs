@@ -49,10 +49,16 @@ pub struct Config {
     pub strict: bool,
     /// Engine MTU (`XWARP_MTU`, default 1500).
     pub mtu: usize,
+    /// Run-to-completion: the program's threads drive the engine from their socket calls
+    /// (`XWARP_MODE=inline`; `thread`, the default, hands work to the engine thread).
+    pub inline: bool,
 }
 
 /// Default of `XWARP_SPIN_US`.
 pub const SPIN_US_DEFAULT: u64 = 20;
+/// Default of `XWARP_SPIN_US` with `XWARP_MODE=inline` (the calling thread is the
+/// engine while it spins: a longer budget keeps answers off the keeper's wakeup path).
+pub const INLINE_SPIN_US_DEFAULT: u64 = 200;
 /// Default of `XWARP_ENGINE_SPIN_US` (the engine loop's own default).
 pub const ENGINE_SPIN_US_DEFAULT: u64 = 50;
 /// Default of `XWARP_YIELD`.
@@ -157,7 +163,19 @@ impl Config {
                     .ok_or_else(|| format!("{name}={v:?}: expected 0..=1000000")),
             }
         };
-        let spin = micros("XWARP_SPIN_US", SPIN_US_DEFAULT)?;
+        let inline = match get("XWARP_MODE").as_deref().map(str::trim) {
+            None | Some("") | Some("thread") => false,
+            Some("inline") => true,
+            Some(v) => return Err(format!("XWARP_MODE={v:?}: expected thread or inline")),
+        };
+        let spin = micros(
+            "XWARP_SPIN_US",
+            if inline {
+                INLINE_SPIN_US_DEFAULT
+            } else {
+                SPIN_US_DEFAULT
+            },
+        )?;
         let engine_spin = micros("XWARP_ENGINE_SPIN_US", ENGINE_SPIN_US_DEFAULT)?;
         let yield_spin = match get("XWARP_YIELD").as_deref().map(str::trim) {
             None => YIELD_DEFAULT,
@@ -199,6 +217,7 @@ impl Config {
             log,
             strict,
             mtu,
+            inline,
         }))
     }
 
@@ -344,6 +363,31 @@ mod tests {
         assert_eq!(c.log, "debug");
         assert!(c.strict);
         assert_eq!(c.mtu, 1400);
+        assert!(!c.inline);
+    }
+
+    #[test]
+    fn inline_mode_parses_and_lengthens_the_default_spin() {
+        let base = [("XWARP_IFACE", "v"), ("XWARP_ADDR", "10.0.0.1/24")];
+        let c = cfg(&[base[0], base[1], ("XWARP_MODE", "inline")])
+            .unwrap()
+            .unwrap();
+        assert!(c.inline);
+        assert_eq!(c.spin, Duration::from_micros(INLINE_SPIN_US_DEFAULT));
+        let c = cfg(&[
+            base[0],
+            base[1],
+            ("XWARP_MODE", "inline"),
+            ("XWARP_SPIN_US", "7"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.spin, Duration::from_micros(7));
+        let c = cfg(&[base[0], base[1], ("XWARP_MODE", "thread")])
+            .unwrap()
+            .unwrap();
+        assert!(!c.inline);
+        assert_eq!(c.spin, Duration::from_micros(SPIN_US_DEFAULT));
     }
 
     #[test]
@@ -357,6 +401,7 @@ mod tests {
             ("XWARP_PORTS", "80-70"),
             ("XWARP_PORTS", "0"),
             ("XWARP_CONNECT", "sometimes"),
+            ("XWARP_MODE", "fast"),
             ("XWARP_SPIN_US", "-1"),
             ("XWARP_ENGINE_SPIN_US", "1000001"),
             ("XWARP_YIELD", "yes"),

@@ -2,11 +2,13 @@
 //! needs it (the configuration and logging are in [`crate::process`]).
 
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
-use xwarp_poll_driver::engine::{EngineConfig, EngineHandle, SpinBudget};
+use xwarp_poll_driver::engine::{
+    EngineConfig, EngineHandle, EngineMode, InlineConfig, InlineDriver, SpinBudget,
+};
 use xwarp_stack::builder::{EngineBuilder, RunningEngine};
 use xwarp_stack::{StackConfig, StackHandle, TcpService};
 
@@ -17,6 +19,9 @@ use crate::process::{config, xlog, GENERATION};
 pub(crate) struct Running {
     /// Socket handle.
     pub(crate) stack: StackHandle,
+    /// The engine's inline driver (`XWARP_MODE=inline`): the program's socket calls run
+    /// engine iterations through it.
+    pub(crate) driver: Option<InlineDriver>,
     /// Keeps the engine thread's handle alive (never joined: the process owns it).
     _engine: EngineHandle<AfXdpNic, TcpService>,
 }
@@ -32,6 +37,9 @@ pub(crate) enum State {
 }
 
 static ENGINE: Mutex<State> = Mutex::new(State::NotStarted);
+
+/// The running engine, for the lock-free [`driver`] look-up of every socket call.
+static RUNNING: AtomicPtr<Running> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The engine's state, locked: the fork prepare handler takes it first, so that a child
 /// never inherits it held by a thread starting the engine (it would hang on its first
@@ -65,6 +73,15 @@ fn start(cfg: &Config) -> io::Result<Running> {
         } else {
             SpinBudget::Duration(cfg.engine_spin)
         },
+        // The shim's own variable decides (parsed with the rest of its configuration).
+        mode: if cfg.inline {
+            EngineMode::Inline(InlineConfig {
+                spin: cfg.spin,
+                ..InlineConfig::default()
+            })
+        } else {
+            EngineMode::Thread
+        },
         ..EngineConfig::default()
     };
     let RunningEngine { stack, engine } = EngineBuilder::new(nic, stack_config, engine_config)
@@ -72,6 +89,7 @@ fn start(cfg: &Config) -> io::Result<Running> {
         .spawn()?;
     Ok(Running {
         stack,
+        driver: engine.inline_driver(),
         _engine: engine,
     })
 }
@@ -90,14 +108,16 @@ pub(crate) fn engine() -> Option<&'static Running> {
         Ok(r) => {
             xlog!(
                 Info,
-                "engine started on {} ({:?} {:?})",
+                "engine started on {} ({:?} {:?}, {} mode)",
                 cfg.iface,
                 cfg.ipv4,
-                cfg.ipv6
+                cfg.ipv6,
+                if cfg.inline { "inline" } else { "thread" }
             );
             // The engine lives as long as the process.
             let r: &'static Running = Box::leak(Box::new(r));
             *st = State::Running(r);
+            RUNNING.store(r as *const Running as *mut Running, Ordering::Release);
             crate::exit::register();
             Some(r)
         }
@@ -122,6 +142,33 @@ pub(crate) fn engine() -> Option<&'static Running> {
             *st = State::Failed;
             None
         }
+    }
+}
+
+/// The running engine's inline driver, if it runs in inline mode (`None` before the
+/// engine started, in thread mode, or with the shim inactive). Lock-free after start.
+pub(crate) fn driver() -> Option<&'static InlineDriver> {
+    let r = RUNNING.load(Ordering::Acquire);
+    if r.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null pointer is a leaked `Running` of this process generation; it
+    // is never freed (after fork the child resets the pointer before using it).
+    unsafe { (*r).driver.as_ref() }
+}
+
+/// Drive the engine once if it runs in inline mode (any thread; returns at once when
+/// another thread drives).
+pub(crate) fn drive() {
+    if let Some(d) = driver() {
+        d.try_drive();
+    }
+}
+
+/// Before a socket call blocks in inline mode: let the engine's keeper take over.
+pub(crate) fn park() {
+    if let Some(d) = driver() {
+        d.park();
     }
 }
 
@@ -163,6 +210,7 @@ fn process_name() -> String {
 /// the lock the prepare handler took across `fork` (`None`: take it here).
 pub(crate) fn after_fork_child(held: Option<&mut EngineGuard>) {
     GENERATION.fetch_add(1, Ordering::SeqCst);
+    RUNNING.store(std::ptr::null_mut(), Ordering::Release);
     match held {
         Some(st) => **st = State::NotStarted,
         None => *lock_engine() = State::NotStarted,

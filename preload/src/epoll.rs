@@ -192,9 +192,68 @@ fn ready(r: &Reg, woke: bool) -> u32 {
 
 /// `epoll_wait`/`epoll_pwait` on a set holding xwarp descriptors.
 ///
+/// In inline mode (`XWARP_MODE=inline`) the caller drives the engine first: a call with a
+/// timeout runs engine iterations between non-blocking looks for up to the spin budget
+/// (`XWARP_SPIN_US`), then parks (the engine's keeper takes over: it fires the timers and
+/// takes in frames while the caller sleeps) and blocks for what is left of the timeout.
+///
 /// # Safety
 /// `events` must have room for `max` entries; `mask` null or a valid sigset.
 pub(crate) unsafe fn wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let Some(d) = crate::engine::driver() else {
+        // SAFETY: same contract.
+        return unsafe { wait_blocking(epfd, events, max, timeout, mask) };
+    };
+    let start = Instant::now();
+    let spin = crate::call::spin();
+    let mut round = 0u32;
+    loop {
+        let busy = d.try_drive();
+        // Look (a syscall) on the first round, after an iteration that did work, and every
+        // 16th round for the kernel's descriptors; an idle iteration changed no readiness
+        // of the engine's sockets.
+        if round > 0 && busy == Some(false) && !round.is_multiple_of(16) {
+            round += 1;
+            if start.elapsed() >= spin {
+                break;
+            }
+            continue;
+        }
+        round += 1;
+        // SAFETY: same contract.
+        let r = unsafe { wait_blocking(epfd, events, max, 0, mask) };
+        let spent = start.elapsed();
+        if r != 0 || timeout == 0 || spent >= spin {
+            if r != 0 || timeout == 0 {
+                return r;
+            }
+            break;
+        }
+        if timeout > 0 && spent >= Duration::from_millis(timeout as u64) {
+            return 0;
+        }
+    }
+    d.park();
+    let left = if timeout < 0 {
+        -1
+    } else {
+        (timeout as u128).saturating_sub(start.elapsed().as_millis()) as c_int
+    };
+    // SAFETY: same contract.
+    unsafe { wait_blocking(epfd, events, max, left, mask) }
+}
+
+/// [`wait`] without driving the engine: what every mode ends in.
+///
+/// # Safety
+/// As [`wait`].
+unsafe fn wait_blocking(
     epfd: c_int,
     events: *mut epoll_event,
     max: c_int,

@@ -10,6 +10,7 @@ use crate::call::{fails, spin, xw_io};
 use crate::real;
 use crate::sock::{Sock, StreamSock};
 use crate::wait::{self, block_hinted};
+use xwarp_poll_driver::engine::InlineDriver;
 
 fn stream_of(s: &Sock) -> Result<&StreamSock, c_int> {
     match s {
@@ -107,7 +108,14 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
         return Ok(0);
     }
     if nb {
-        return st.read_once(bufs, peek);
+        return match st.read_once(bufs, peek) {
+            // Inline mode: nothing buffered yet, so run the engine once and look again.
+            Err(libc::EAGAIN) if crate::engine::driver().is_some() => {
+                crate::engine::drive();
+                st.read_once(bufs, peek)
+            }
+            r => r,
+        };
     }
     let timeout = st.common.opts_io()?.rcvtimeo;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && bufs.len() == 1;
@@ -148,7 +156,14 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
         || flags & libc::MSG_DONTWAIT != 0;
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let r = if nb || total == 0 {
-        st.write_once(bufs)
+        // Inline mode: a non-blocking write (an event loop's) does not run the engine;
+        // the loop's next `epoll_wait`/`poll`/read drives once for all the writes it
+        // queued (measured: one iteration per write made redis -c 50 0.23x the kernel).
+        if crate::engine::driver().is_some() {
+            InlineDriver::deferring(|| st.write_once(bufs))
+        } else {
+            st.write_once(bufs)
+        }
     } else {
         // Blocking: everything goes out unless interrupted or timed out.
         let timeout = match st.common.opts_io() {
@@ -188,9 +203,15 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         };
                     }
                     if now < start + spin {
-                        wait::spin_pause();
+                        match crate::engine::driver() {
+                            Some(d) => {
+                                d.try_drive();
+                            }
+                            None => wait::spin_pause(),
+                        }
                         continue;
                     }
+                    crate::engine::park();
                     // The eventfd also fires for readable data the program has not read:
                     // wait in short naps then, instead of spinning on it.
                     if st.available_cached() {
@@ -208,6 +229,11 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
             }
         }
     };
+    // Inline mode, blocking write: what the ring still holds leaves in this call (the
+    // write's doorbell ring drove already unless another thread was driving).
+    if !nb && matches!(r, Ok(n) if n > 0) && crate::engine::driver().is_some() && st.tx_pending() {
+        crate::engine::drive();
+    }
     if r == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
         // SAFETY: raising SIGPIPE like the kernel does.
         unsafe { libc::raise(libc::SIGPIPE) };

@@ -14,8 +14,44 @@ use crate::real;
 use crate::sock::{self, Sock};
 use crate::wait;
 
-/// `poll` over a set holding xwarp sockets. `timeout`: `None` waits forever.
+/// `poll` over a set holding xwarp sockets. `timeout`: `None` waits forever. In inline
+/// mode the caller drives the engine between non-blocking looks for up to the spin budget
+/// first, then parks (the keeper takes over) and waits for the rest of the timeout.
 unsafe fn poll_impl(
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: Option<Duration>,
+    mask: *const sigset_t,
+) -> c_int {
+    let Some(d) = crate::engine::driver() else {
+        // SAFETY: same contract.
+        return unsafe { poll_blocking(fds, n, timeout, mask) };
+    };
+    let start = Instant::now();
+    let spin = crate::call::spin();
+    loop {
+        d.try_drive();
+        // SAFETY: same contract.
+        let r = unsafe { poll_blocking(fds, n, Some(Duration::ZERO), mask) };
+        if r != 0 || timeout == Some(Duration::ZERO) {
+            return r;
+        }
+        let spent = start.elapsed();
+        if timeout.is_some_and(|t| spent >= t) {
+            return 0;
+        }
+        if spent >= spin {
+            break;
+        }
+    }
+    d.park();
+    let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+    // SAFETY: same contract.
+    unsafe { poll_blocking(fds, n, left, mask) }
+}
+
+/// [`poll_impl`] without driving the engine.
+unsafe fn poll_blocking(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: Option<Duration>,

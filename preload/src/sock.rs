@@ -822,6 +822,11 @@ impl StreamSock {
         g.pos < g.plen || g.eof
     }
 
+    /// Bytes written but not yet taken by the engine (in the send ring).
+    pub(crate) fn tx_pending(&self) -> bool {
+        self.lock().stream.tx_queued() > 0
+    }
+
     /// At exit, before waiting: the process's close of the connection. Unread input
     /// resets it (RFC 2525 §2.17, [`discard_unread`]); otherwise FIN after the queued
     /// data.

@@ -116,7 +116,9 @@ pub(crate) fn spin_pause() {
     }
 }
 
-/// Run `op` until it stops saying `EAGAIN`: spin for `spin`, then sleep on `fd`. A signal
+/// Run `op` until it stops saying `EAGAIN`: spin for `spin` (in inline mode driving the
+/// engine on every round), then sleep on `fd` (in inline mode after parking: the
+/// engine's keeper takes over while the caller sleeps). A signal
 /// ends the call with `EINTR` unless it is restarted ([`restart_after_signal`]; never
 /// with a timeout, as the kernel does for `SO_RCVTIMEO`/`SO_SNDTIMEO`).
 pub(crate) fn block<T>(
@@ -141,6 +143,7 @@ pub(crate) fn block_hinted<T>(
     let start = Instant::now();
     let deadline = timeout.map(|t| start + t);
     let spin_end = start + spin;
+    let driver = crate::engine::driver();
     loop {
         match op() {
             Err(libc::EAGAIN) => {}
@@ -151,15 +154,33 @@ pub(crate) fn block_hinted<T>(
             return Err(libc::EAGAIN);
         }
         if now < spin_end {
-            spin_pause();
-            while !hint() {
-                now = Instant::now();
-                if now >= spin_end || deadline.is_some_and(|d| now >= d) {
-                    break;
+            match driver {
+                // Inline mode: this thread is the engine while it spins.
+                Some(d) => {
+                    d.try_drive();
+                    while !hint() {
+                        now = Instant::now();
+                        if now >= spin_end || deadline.is_some_and(|d| now >= d) {
+                            break;
+                        }
+                        d.try_drive();
+                    }
                 }
-                spin_pause();
+                None => {
+                    spin_pause();
+                    while !hint() {
+                        now = Instant::now();
+                        if now >= spin_end || deadline.is_some_and(|d| now >= d) {
+                            break;
+                        }
+                        spin_pause();
+                    }
+                }
             }
             continue;
+        }
+        if let Some(d) = driver {
+            d.park();
         }
         match wait_readable(fd, deadline, MAX_SLEEP) {
             Err(libc::EINTR) if timeout.is_none() && restart_after_signal() => {}

@@ -75,10 +75,18 @@ impl TcpListener {
 
     /// Take the next established connection, blocking unless non-blocking mode is on.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let driver = self.inner.stack().inline_driver();
         let s = if self.nonblocking {
-            self.inner.try_accept()?
+            match self.inner.try_accept() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && driver.is_some() => {
+                    driver.map(|d| d.try_drive());
+                    self.inner.try_accept()?
+                }
+                r => r?,
+            }
         } else {
             block_on(
+                driver,
                 DEFAULT_SPIN,
                 None,
                 || self.inner.try_accept(),

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
+use xwarp_poll_driver::engine::InlineDriver;
 
 use super::{Shutdown, TcpStream};
 
@@ -32,6 +33,8 @@ use super::{Shutdown, TcpStream};
 #[derive(Debug)]
 struct Core {
     stream: Mutex<TcpStream>,
+    /// The engine's inline driver (inline mode): both halves' blocking calls drive.
+    driver: Option<InlineDriver>,
 }
 
 impl Core {
@@ -91,12 +94,13 @@ impl EdgeWait {
 /// Retry `op` until it stops returning `WouldBlock`: spin for `spin`, then sleep on
 /// `wait` until `deadline` (then `TimedOut`).
 fn blocking<T>(
+    driver: Option<&InlineDriver>,
     spin: Duration,
     deadline: Option<Instant>,
     wait: &EdgeWait,
     mut op: impl FnMut() -> io::Result<T>,
 ) -> io::Result<T> {
-    let spin_until = Instant::now() + spin;
+    let spin_until = Instant::now() + super::spin_budget(driver, spin);
     loop {
         match op() {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -110,9 +114,10 @@ fn blocking<T>(
             ));
         }
         if now < spin_until {
-            std::hint::spin_loop();
+            super::spin_round(driver);
             continue;
         }
+        super::before_sleep(driver);
         wait.wait(deadline)?;
     }
 }
@@ -148,7 +153,9 @@ pub(super) fn split(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
     let r = EdgeWait::new(stream.as_fd())?;
     let w = EdgeWait::new(stream.as_fd())?;
     let (read_timeout, write_timeout, spin) = stream.wait_settings();
+    let driver = stream.inline_driver();
     let core = Arc::new(Core {
+        driver,
         stream: Mutex::new(stream),
     });
     Ok((
@@ -216,9 +223,13 @@ impl Read for ReadHalf {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
-        blocking(self.spin, deadline, &self.wait, || {
-            core.lock().try_read_now(buf)
-        })
+        blocking(
+            self.core.driver.as_ref(),
+            self.spin,
+            deadline,
+            &self.wait,
+            || core.lock().try_read_now(buf),
+        )
     }
 }
 
@@ -256,9 +267,13 @@ impl Write for WriteHalf {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let core = &self.core;
-        blocking(self.spin, deadline, &self.wait, || {
-            core.lock().try_write_now(buf)
-        })
+        blocking(
+            self.core.driver.as_ref(),
+            self.spin,
+            deadline,
+            &self.wait,
+            || core.lock().try_write_now(buf),
+        )
     }
 
     /// Data is handed to the engine by `write` already; nothing to flush.

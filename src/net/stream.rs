@@ -5,9 +5,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use xwarp_poll_driver::engine::InlineDriver;
 use xwarp_stack::{KeepAlive, Phase, SocketOptions, StackHandle, Stream, TcpInfo};
 
-use super::{block_on, DEFAULT_SPIN};
+use super::{before_sleep, block_on, spin_budget, spin_round, DEFAULT_SPIN};
 
 /// Which halves [`TcpStream::shutdown`] closes (as `std::net::Shutdown`).
 pub use std::net::Shutdown;
@@ -103,6 +104,7 @@ impl TcpStream {
         let limit = timeout.unwrap_or(stack.config().connect_timeout) + CONNECT_GRACE;
         let deadline = Instant::now() + limit;
         block_on(
+            stack.inline_driver(),
             DEFAULT_SPIN,
             Some(deadline),
             || match s.poll_connect() {
@@ -350,12 +352,18 @@ impl TcpStream {
         if self.read_shut {
             return Ok(0);
         }
-        self.inner.try_read(buf)
+        read_polling(&mut self.inner, buf)
     }
 
     /// One non-blocking write, whatever the stream's mode.
     pub(super) fn try_write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.try_write(buf)
+        write_pushing(&mut self.inner, buf)
+    }
+
+    /// The engine's inline driver when it runs in inline mode (`None` in thread mode):
+    /// this stream's blocking calls drive the engine through it.
+    pub fn inline_driver(&self) -> Option<InlineDriver> {
+        self.inner.stack().inline_driver().cloned()
     }
 
     /// The settings a split half starts from: (read timeout, write timeout, spin).
@@ -377,20 +385,50 @@ impl Read for TcpStream {
             return Ok(0);
         }
         if self.nonblocking {
-            return self.inner.try_read(buf);
+            return read_polling(&mut self.inner, buf);
         }
         let deadline = self.read_timeout.map(|t| Instant::now() + t);
         block_on_stream(self.spin, deadline, &mut self.inner, |s| s.try_read(buf))
     }
 }
 
+/// A non-blocking read; in inline mode one engine iteration runs when nothing is
+/// buffered, and the ring is read again.
+pub(super) fn read_polling(s: &mut Stream, buf: &mut [u8]) -> io::Result<usize> {
+    match s.try_read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => match s.stack().inline_driver() {
+            Some(d) => {
+                d.try_drive();
+                s.try_read(buf)
+            }
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// A non-blocking write; in inline mode, bytes the engine has not taken yet (the write's
+/// own doorbell ring drives only when no other thread is driving) get one more iteration,
+/// so they leave before the call returns.
+pub(super) fn write_pushing(s: &mut Stream, buf: &[u8]) -> io::Result<usize> {
+    let r = s.try_write(buf);
+    if r.is_ok() && s.tx_queued() > 0 {
+        if let Some(d) = s.stack().inline_driver() {
+            d.try_drive();
+        }
+    }
+    r
+}
+
 impl Write for TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.nonblocking {
-            return self.inner.try_write(buf);
+            return write_pushing(&mut self.inner, buf);
         }
         let deadline = self.write_timeout.map(|t| Instant::now() + t);
-        block_on_stream(self.spin, deadline, &mut self.inner, |s| s.try_write(buf))
+        block_on_stream(self.spin, deadline, &mut self.inner, |s| {
+            write_pushing(s, buf)
+        })
     }
 
     /// Data is handed to the engine by `write` already; nothing to flush.
@@ -406,7 +444,9 @@ fn block_on_stream<T>(
     s: &mut Stream,
     mut op: impl FnMut(&mut Stream) -> io::Result<T>,
 ) -> io::Result<T> {
-    let spin_until = Instant::now() + spin;
+    let driver = s.stack().inline_driver().cloned();
+    let driver = driver.as_ref();
+    let spin_until = Instant::now() + spin_budget(driver, spin);
     loop {
         match op(s) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -420,9 +460,10 @@ fn block_on_stream<T>(
             ));
         }
         if now < spin_until {
-            std::hint::spin_loop();
+            spin_round(driver);
             continue;
         }
+        before_sleep(driver);
         s.wait(deadline)?;
     }
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use xwarp_poll_driver::engine::InlineDriver;
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::{KeepAlive, SocketOptions, StackConfig};
@@ -29,6 +30,8 @@ pub struct StackHandle {
     cmds: Sender<Command>,
     next_id: Arc<AtomicU64>,
     kick: Arc<OnceLock<Kick>>,
+    /// The engine's inline driver when it runs in inline mode (set by the builder).
+    inline: Arc<OnceLock<InlineDriver>>,
     config: Arc<StackConfig>,
     stats: Arc<StatsCell>,
 }
@@ -50,6 +53,7 @@ impl StackHandle {
             cmds,
             next_id,
             kick: Arc::new(OnceLock::new()),
+            inline: Arc::new(OnceLock::new()),
             config,
             stats,
         }
@@ -59,6 +63,18 @@ impl StackHandle {
     /// engine is expected to poll on its own.
     pub fn set_kick(&self, kick: Kick) {
         let _ = self.kick.set(kick);
+    }
+
+    /// Install the engine's inline driver (an engine in
+    /// `xwarp_poll_driver::engine::EngineMode::Inline`). Only the first call has an effect.
+    pub fn set_inline_driver(&self, driver: InlineDriver) {
+        let _ = self.inline.set(driver);
+    }
+
+    /// The engine's inline driver: `Some` when application threads are to drive the
+    /// engine from their blocking and polling calls (`xwarp::net` does).
+    pub fn inline_driver(&self) -> Option<&InlineDriver> {
+        self.inline.get()
     }
 
     /// The engine's configuration.
@@ -208,6 +224,11 @@ impl Stream {
             tx: c.tx,
             write_shut: false,
         }
+    }
+
+    /// The handle of the engine this stream belongs to.
+    pub fn stack(&self) -> &StackHandle {
+        &self.handle
     }
 
     /// Connection phase.

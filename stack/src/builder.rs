@@ -202,6 +202,9 @@ impl<B: Backend + Send + 'static> EngineBuilder<B> {
         )?;
         let bell = engine.doorbell();
         stack.set_kick(Arc::new(move || bell.ring()));
+        if let Some(d) = engine.inline_driver() {
+            stack.set_inline_driver(d);
+        }
         Ok(RunningEngine { stack, engine })
     }
 }

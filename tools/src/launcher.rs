@@ -4,6 +4,7 @@
 //! ```text
 //! xwarp run [--iface IF] [--addr A.B.C.D/P] [--addr6 X::Y/P] [--gateway A.B.C.D]
 //!           [--ports LIST] [--connect subnet|all|none] [--spin-us N]
+//!           [--mode thread|inline] [--profile latency]
 //!           [--log FILTER] [--strict] [--pcap FILE] [--preload PATH]
 //!           [--rdma-lib PATH | --no-rdma]
 //!           -- CMD [ARGS...]
@@ -81,6 +82,16 @@ struct Cli {
     /// Spin budget of blocking calls in microseconds [XWARP_SPIN_US].
     #[arg(long = "spin-us", value_name = "N")]
     spin_us: Option<OsString>,
+    /// Who runs the engine: `thread` (default: an engine thread, for programs with many
+    /// threads) or `inline` (the program's threads drive it from their socket calls, no
+    /// thread hand-off: for single-threaded servers) [XWARP_MODE].
+    #[arg(long, value_name = "MODE", value_parser = ["thread", "inline"])]
+    mode: Option<String>,
+    /// A preset: `latency` = `--mode inline` (with its 200 µs spin of blocking calls)
+    /// and an engine keeper that yields its core while it spins. Options given
+    /// explicitly win.
+    #[arg(long, value_name = "NAME", value_parser = ["latency"])]
+    profile: Option<String>,
     /// The shim's log filter, env_logger syntax: a level (off, error, warn (default),
     /// info, debug, trace) or `target=level,...` (e.g. `xwarp_preload=debug,smoltcp=trace`)
     /// [XWARP_LOG].
@@ -129,6 +140,18 @@ impl Cli {
         .collect();
         if self.strict {
             out.push(("XWARP_STRICT".into(), "1".into()));
+        }
+        let mode = self
+            .mode
+            .take()
+            .or_else(|| self.profile.as_ref().map(|_| "inline".to_string()));
+        if let Some(m) = mode {
+            out.push(("XWARP_MODE".into(), m.into()));
+        }
+        if self.profile.take().is_some() {
+            // latency: the keeper (inline mode) or the engine thread gives its core away
+            // while it spins, so the program's own thread gets it back at once.
+            out.push(("XWARP_YIELD".into(), "1".into()));
         }
         out
     }
@@ -359,6 +382,35 @@ mod tests {
             get("LD_PRELOAD").unwrap(),
             "/opt/xwarp/lib/libxwarp_preload.so:/other.so"
         );
+    }
+
+    #[test]
+    fn mode_and_latency_profile_set_xwarp_mode() {
+        let run = |args: &[&str]| {
+            plan(&os(args), env_of(&[]), Path::new("/opt/xwarp/bin"), |p| {
+                p == Path::new("/opt/xwarp/lib/libxwarp_preload.so")
+            })
+            .unwrap()
+        };
+        let get = |p: &Plan, k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let p = run(&["--iface", "v", "--mode", "inline", "--", "redis-server"]);
+        assert_eq!(get(&p, "XWARP_MODE").unwrap(), "inline");
+        assert_eq!(get(&p, "XWARP_YIELD"), None);
+        let p = run(&["--iface", "v", "--profile", "latency", "--", "redis-server"]);
+        assert_eq!(get(&p, "XWARP_MODE").unwrap(), "inline");
+        assert_eq!(get(&p, "XWARP_YIELD").unwrap(), "1");
+        let p = run(&[
+            "--iface",
+            "v",
+            "--profile=latency",
+            "--mode=thread",
+            "--",
+            "x",
+        ]);
+        assert_eq!(get(&p, "XWARP_MODE").unwrap(), "thread");
+        let p = run(&["--iface", "v", "--", "x"]);
+        assert_eq!(get(&p, "XWARP_MODE"), None);
+        assert!(parse_cli(&os(&["--mode", "fast", "--", "x"])).is_err());
     }
 
     #[test]

@@ -200,6 +200,7 @@ impl Device {
     pub fn create_cq(&self, depth: usize) -> io::Result<CompletionQueue> {
         Ok(CompletionQueue {
             shared: Arc::new(CqShared::new(depth)?),
+            driver: self.inner.bell.inline_driver().cloned(),
         })
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use xwarp_poll_driver::engine::InlineDriver;
 use xwarp_rdmap::verbs::CompletionStatus;
 use xwarp_rdmap::Stag;
 use xwarp_stack::Readiness;
@@ -65,9 +66,17 @@ impl CqShared {
 }
 
 /// A completion queue.
+///
+/// When the engine runs in inline mode (`EngineMode::Inline`, `XWARP_MODE=inline`), the
+/// polls drive it: [`CompletionQueue::poll_one`] and [`CompletionQueue::poll`] run one
+/// engine iteration on the calling thread when the queue is empty and look again, and
+/// [`CompletionQueue::next_polling`] drives while it polls, then parks (the engine's
+/// keeper takes over) before it sleeps on the fd.
 #[derive(Clone)]
 pub struct CompletionQueue {
     pub(crate) shared: Arc<CqShared>,
+    /// The engine's inline driver (inline mode).
+    pub(crate) driver: Option<InlineDriver>,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -79,9 +88,20 @@ impl std::fmt::Debug for CompletionQueue {
 }
 
 impl CompletionQueue {
-    /// Take one completion.
+    /// Take one completion (in inline mode, an empty queue runs one engine iteration
+    /// first and is looked at again).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        if let Ok(wc) = self.shared.rx.try_recv() {
+            return Some(wc);
+        }
+        let d = self.driver.as_ref()?;
+        d.try_drive();
         self.shared.rx.try_recv().ok()
+    }
+
+    /// The engine's inline driver when it runs in inline mode (`None` in thread mode).
+    pub fn inline_driver(&self) -> Option<&InlineDriver> {
+        self.driver.as_ref()
     }
 
     /// How many completions are waiting to be polled.
@@ -89,8 +109,14 @@ impl CompletionQueue {
         self.shared.rx.len()
     }
 
-    /// Append up to `max` completions to `out`; returns how many.
+    /// Append up to `max` completions to `out`; returns how many (in inline mode, an
+    /// empty queue runs one engine iteration first and is looked at again).
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        if max > 0 && self.shared.rx.is_empty() {
+            if let Some(d) = &self.driver {
+                d.try_drive();
+            }
+        }
         let mut n = 0;
         while n < max {
             match self.shared.rx.try_recv() {
@@ -124,6 +150,10 @@ impl CompletionQueue {
     /// Sleep until the armed notification fired or `timeout` passed (`Ok(false)`).
     /// Typical use: `req_notify`, poll again, then `wait`.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        // Inline mode: the keeper runs the engine while this thread sleeps.
+        if let Some(d) = &self.driver {
+            d.park();
+        }
         self.shared.ready.wait(timeout.map(|t| Instant::now() + t))
     }
 
@@ -140,6 +170,7 @@ impl CompletionQueue {
     /// thread (an eventfd write, an IPI when it runs on another core).
     pub fn next_polling(&self, timeout: Duration, poll: Duration) -> io::Result<WorkCompletion> {
         let deadline = Instant::now() + timeout;
+        let poll = self.driver.as_ref().map_or(poll, |d| poll.max(d.spin()));
         let spin_until = Instant::now() + poll;
         loop {
             if let Some(wc) = self.poll_one() {
@@ -150,6 +181,10 @@ impl CompletionQueue {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "no completion"));
             }
             if now < spin_until {
+                if self.driver.is_some() {
+                    // `poll_one` drove the engine: this thread is the engine.
+                    continue;
+                }
                 // Yield rather than busy-spin: the engine that produces the completion
                 // may share this core (2 engines and 2 applications on 2 cores in the
                 // benchmarks); a busy spin would keep it off the core for the whole
@@ -160,6 +195,9 @@ impl CompletionQueue {
             self.req_notify(false);
             if let Some(wc) = self.poll_one() {
                 return Ok(wc);
+            }
+            if let Some(d) = &self.driver {
+                d.park();
             }
             self.shared.ready.wait(Some(deadline))?;
         }

@@ -94,7 +94,9 @@ impl QueuePair {
 
     /// Post send work. Errors found here (SGL shape, inline size) are returned; a full
     /// send queue is found by the engine and completes the request with
-    /// `LocalQpOperationError`.
+    /// `LocalQpOperationError`. In inline mode the doorbell ring of the post runs an
+    /// engine iteration on the calling thread (unless another thread is driving), so the
+    /// work request leaves before the call returns.
     pub fn post_send(&self, wr: SendRequest) -> Result<(), PostError> {
         if let Some(data) = &wr.inline {
             if data.len() > self.max_inline.load(Ordering::Relaxed)

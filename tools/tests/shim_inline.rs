@@ -1,0 +1,182 @@
+//! Programs under the LD_PRELOAD shim with `XWARP_MODE=inline`: the program's own threads
+//! drive the engine from their socket calls (`preload/README.md`). The same topology and
+//! helpers as `preload_programs.rs`: the program in namespace A on the engine, kernel
+//! peers in B, data verified by SHA-256. Root and AF_XDP are required (`SKIPPED:`
+//! otherwise).
+#![cfg(target_os = "linux")]
+
+#[macro_use]
+#[path = "../../tests/support/afxdp_skip.rs"]
+mod afxdp_skip;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+#[path = "support/shim_env.rs"]
+mod shim_env;
+
+use shim_env::*;
+
+/// Kernel clients in B: `conns` concurrent connections, each sending a distinct random
+/// payload and checking the echo's SHA-256.
+fn echo_clients(net: &Net, port: u16, conns: usize, base: usize) {
+    let script = format!(
+        r#"
+import hashlib, os, socket, threading, sys
+errs = []
+def one(i):
+    try:
+        data = os.urandom({base} + 4099 * i)
+        s = socket.create_connection(("{ip}", {port}), timeout=20)
+        def tx():
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        t = threading.Thread(target=tx); t.start()
+        got = bytearray()
+        while True:
+            b = s.recv(1 << 16)
+            if not b: break
+            got += b
+        t.join(); s.close()
+        if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
+            errs.append(f"conn {{i}}: echo differs ({{len(got)}} of {{len(data)}} bytes)")
+    except Exception as e:
+        errs.append(f"conn {{i}}: {{e!r}}")
+ts = [threading.Thread(target=one, args=(i,)) for i in range({conns})]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
+"#,
+        ip = net.engine
+    );
+    run(
+        net.kernel(false, 60, "python3", &["-c", &script]),
+        "echo clients",
+    );
+}
+
+fn inline(mut c: Command) -> Command {
+    c.env("XWARP_MODE", "inline");
+    c
+}
+
+#[test]
+fn inline_c_program_mixes_kernel_and_xwarp_fds_in_one_edge_triggered_epoll_set() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let dir = scratch("epoll-inline");
+    let bin = dir.join("epoll_mix");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/epoll_mix.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc epoll_mix.c");
+    let net = Net::new(176);
+    let conns = 8;
+    let srv = spawn(
+        inline(net.shimmed(60, bin.to_str().unwrap(), &["7000", &conns.to_string()])),
+        "epoll_mix",
+    );
+    wait_port(&net, net.engine, 7000);
+    let udp = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
+"#;
+    let u = run(net.kernel(true, 10, "python3", &["-c", udp]), "udp probe");
+    assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
+    // wait_port's probe connection counts as one.
+    let clients = conns - 1;
+    echo_clients(&net, 7000, clients, 1_000_000);
+    let out = srv.wait_output(Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "epoll_mix failed: {text} {err}");
+    assert!(err.contains("inline mode"), "engine not inline: {err}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("OK "))
+        .unwrap_or_else(|| panic!("no result: {text} {err}"));
+    let field = |k: &str| -> i64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing in {line}"))
+    };
+    assert_eq!(field("conns"), conns as i64);
+    let expect: i64 = (0..clients).map(|i| 1_000_000 + 4099 * i as i64).sum();
+    assert_eq!(field("bytes"), expect, "bytes echoed");
+    assert_eq!(
+        field("pipe"),
+        5,
+        "pipe events (kernel fd in the same ET set)"
+    );
+    assert!(field("timer") >= 1, "timerfd events");
+    assert_eq!(field("udp"), 1, "UDP datagrams (kernel fallback)");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A single-threaded python server (blocking accept, `selectors` over the connections:
+/// `epoll_wait` plus non-blocking reads and writes) echoes 16 concurrent clients.
+#[test]
+fn inline_python_selectors_echo_server_serves_concurrent_clients() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let net = Net::new(177);
+    let conns = 16;
+    let server = format!(
+        r#"
+import selectors, socket, sys
+sel = selectors.DefaultSelector()
+ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("{ip}", 7100)); ls.listen(64); ls.setblocking(False)
+sel.register(ls, selectors.EVENT_READ)
+pending = {{}}
+closed = 0
+while closed < {conns} + 1:
+    for key, ev in sel.select(timeout=30):
+        s = key.fileobj
+        if s is ls:
+            c, _ = ls.accept(); c.setblocking(False)
+            pending[c] = bytearray()
+            sel.register(c, selectors.EVENT_READ)
+            continue
+        if ev & selectors.EVENT_READ:
+            try:
+                b = s.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if not b:
+                out = pending[s]
+                s.setblocking(True); s.sendall(out); s.close()
+                sel.unregister(s); del pending[s]; closed += 1
+                continue
+            pending[s] += b
+            # Echo what is in hand as we go, the rest at the end.
+            try:
+                n = s.send(pending[s])
+                del pending[s][:n]
+            except BlockingIOError:
+                pass
+print("served", closed)
+"#,
+        ip = net.engine,
+        conns = conns
+    );
+    let srv = spawn(
+        inline(net.shimmed(60, "python3", &["-c", &server])),
+        "python selectors server",
+    );
+    wait_port(&net, net.engine, 7100);
+    echo_clients(&net, 7100, conns, 300_000);
+    let out = srv.wait_output(Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "server failed: {text} {err}");
+    assert!(
+        text.contains(&format!("served {}", conns + 1)),
+        "{text} {err}"
+    );
+    assert!(err.contains("inline mode"), "engine not inline: {err}");
+}
