@@ -1581,10 +1581,12 @@ impl Connection {
         }
     }
 
-    /// The window to advertise now: the sink's room (less the in-order bytes it has not
-    /// taken), receiver SWS avoidance (RFC 9293 §3.8.6.2.2), never moving the right edge
-    /// left (§3.8.6, RFC 7323 §2.4). Returns the field value; updates RCV.ADV.
-    fn window_field(&mut self) -> u16 {
+    /// The window that would be advertised now, without advertising it: the sink's room
+    /// (less the in-order bytes it has not taken), rounded down to the window-scale unit
+    /// and capped at `0xffff << shift`, receiver SWS avoidance (RFC 9293 §3.8.6.2.2),
+    /// never moving the right edge left (§3.8.6, RFC 7323 §2.4). Returns (the window chosen
+    /// before rounding the field up, the field value, the right edge it advertises).
+    fn advertisable(&self) -> (u32, u32, Seq) {
         let s = self.rcv_wscale as u32;
         let rcv_nxt = self.rx.rcv_nxt();
         let pending = rcv_nxt.since(self.delivered_seq) as usize;
@@ -1593,11 +1595,7 @@ impl Connection {
             .saturating_sub(pending)
             .min(self.cfg.rx_window_max as usize)
             .min((0xffffusize) << s) as u32;
-        let cur = if self.rcv_adv.after(rcv_nxt) {
-            self.rcv_adv.since(rcv_nxt)
-        } else {
-            0
-        };
+        let cur = self.advertised_now();
         let new = free & !((1u32 << s) - 1);
         let step = self.sws_step();
         let wnd = if new > cur && new - cur >= step.max(1) {
@@ -1606,7 +1604,22 @@ impl Connection {
             cur
         };
         let field = (wnd as u64).div_ceil(1u64 << s).min(0xffff) as u32;
-        let edge = rcv_nxt.wrapping_add(field << s);
+        (wnd, field, rcv_nxt.wrapping_add(field << s))
+    }
+
+    /// RCV.ADV − RCV.NXT: the window the peer was last told (0 when passed).
+    fn advertised_now(&self) -> u32 {
+        let rcv_nxt = self.rx.rcv_nxt();
+        if self.rcv_adv.after(rcv_nxt) {
+            self.rcv_adv.since(rcv_nxt)
+        } else {
+            0
+        }
+    }
+
+    /// The window field to send now (see [`Self::advertisable`]); updates RCV.ADV.
+    fn window_field(&mut self) -> u16 {
+        let (_, field, edge) = self.advertisable();
         if edge.after(self.rcv_adv) {
             self.rcv_adv = edge;
         }
@@ -1632,20 +1645,13 @@ impl Connection {
         (self.rx_buffer() / 2).min(self.cfg.mss as u32).max(1)
     }
 
-    /// Whether freed room makes a window update worth an ACK of its own.
+    /// Whether freed room makes a window update worth an ACK of its own: the window that
+    /// would actually be advertised (rounding, scale cap and SWS step included) moves the
+    /// right edge, and the window last advertised is below half the buffer.
     fn window_update_due(&self) -> bool {
-        let rcv_nxt = self.rx.rcv_nxt();
-        let pending = rcv_nxt.since(self.delivered_seq) as usize;
-        let free = self
-            .rx_free
-            .saturating_sub(pending)
-            .min(self.cfg.rx_window_max as usize) as u32;
-        let cur = if self.rcv_adv.after(rcv_nxt) {
-            self.rcv_adv.since(rcv_nxt)
-        } else {
-            0
-        };
-        free > cur && free - cur >= self.sws_step() && cur < self.rx_buffer() / 2
+        let cur = self.advertised_now();
+        let (wnd, _, edge) = self.advertisable();
+        wnd > cur && edge.after(self.rcv_adv) && cur < self.rx_buffer() / 2
     }
 
     /// A segment of the synchronized states carrying ACK, window, SACK and timestamps.

@@ -1271,3 +1271,51 @@ fn rfc9293_3_10_7_4_zero_window_still_takes_acks() {
     assert_eq!(t.sink.data.len(), 1000);
     assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1001]);
 }
+
+// ------------------------------------------------------------------ review fixes
+
+/// Calls `poll_transmit` until `None`, at most `max` times; the segments, or a panic.
+fn out_bounded(t: &mut T, max: usize) -> Vec<Segment> {
+    let mut v = Vec::new();
+    while let Some(s) = t.c.poll_transmit(t.now, &t.tx, &mut t.sink) {
+        if let Some(ts) = s.repr.timestamp {
+            t.tsecr = ts.tsval;
+        }
+        v.push(s);
+        assert!(
+            v.len() <= max,
+            "poll_transmit did not stop: {} segments",
+            v.len()
+        );
+    }
+    v
+}
+
+#[test]
+fn rfc9293_3_8_6_2_2_window_update_only_when_the_advertised_window_changes() {
+    // No window scaling and far more room than 65535 + MSS: the field stays at 0xffff, so
+    // no window update is ever due.
+    let c = ConnConfig {
+        window_scaling: false,
+        rx_window_max: 1 << 20,
+        ..cfg()
+    };
+    let mut t = T::open_with_room(c, 1 << 20);
+    t.data_at(0, &[1; 1000]);
+    t.wait(Duration::from_millis(50));
+    assert_eq!(out_bounded(&mut t, 2).len(), 1);
+    t.sink.data.clear();
+    assert!(out_bounded(&mut t, 1).len() <= 1);
+    assert!(out_bounded(&mut t, 0).is_empty());
+    // A slowly draining sink with window scaling: every drain step ends after at most one
+    // update.
+    let mut t = T::open_with_room(cfg(), 20_000);
+    t.data_at(0, &[2; 20_000]);
+    t.wait(Duration::from_millis(50));
+    out_bounded(&mut t, 2);
+    for _ in 0..200 {
+        t.sink.data.drain(..100);
+        out_bounded(&mut t, 1);
+    }
+    assert!(out_bounded(&mut t, 0).is_empty());
+}
