@@ -497,11 +497,17 @@ fn rfc5681_4_2_hole_filling_segment_acked_immediately() {
 
 #[test]
 fn rfc5681_4_2_ack_at_least_every_second_full_segment() {
+    // With timestamps a full-sized segment carries 1448 bytes (1460 − 12 of options).
     let mut t = T::open(cfg());
-    t.data_at(0, &[1; 1460]);
-    assert!(t.out().is_empty(), "first segment: ACK delayed");
-    t.data_at(1460, &[1; 1460]);
-    assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1 + 2920]);
+    assert!(t.ts.is_some());
+    let mut off = 0;
+    for _ in 0..3 {
+        t.data_at(off, &[1; 1448]);
+        assert!(t.out().is_empty(), "first segment: ACK delayed");
+        t.data_at(off + 1448, &[1; 1448]);
+        off += 2896;
+        assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1 + off]);
+    }
 }
 
 #[test]
@@ -1318,4 +1324,58 @@ fn rfc9293_3_8_6_2_2_window_update_only_when_the_advertised_window_changes() {
         out_bounded(&mut t, 1);
     }
     assert!(out_bounded(&mut t, 0).is_empty());
+}
+
+#[test]
+fn rfc9293_3_7_1_mss_from_the_mtu_per_address_family() {
+    assert_eq!(ConnConfig::mss_for_mtu(1500, false), 1460);
+    assert_eq!(ConnConfig::mss_for_mtu(1500, true), 1440);
+    let v6 = IpEndpoint::new(
+        IpAddress::Ipv6(smoltcp::wire::Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+        80,
+    );
+    let me6 = IpEndpoint::new(
+        IpAddress::Ipv6(smoltcp::wire::Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+        4000,
+    );
+    let mut c = Connection::connect(cfg(), me6, v6, Seq(ISS), Instant::from_secs(1)).unwrap();
+    let mut tx = RingTx::new(16);
+    let mut sink = VecSink {
+        data: Vec::new(),
+        cap: 1 << 16,
+    };
+    let syn = c
+        .poll_transmit(Instant::from_secs(1), &mut tx, &mut sink)
+        .unwrap();
+    assert_eq!(syn.repr.max_seg_size, Some(1440));
+    let t = T::open(cfg());
+    assert_eq!(t.c.info().snd_mss, 1448);
+    assert!(ConnConfig { mtu: 100, ..cfg() }.validate().is_err());
+}
+
+#[test]
+fn rfc2018_3_data_segments_with_sack_blocks_fit_the_mtu() {
+    // Out-of-order data from the peer: every segment we send carries up to three SACK
+    // blocks; with timestamps, payload + options must stay within the 1460-byte MSS.
+    let mut t = T::open(cfg());
+    for i in 0..3u32 {
+        t.data_at(1000 + i * 200, &[1; 100]);
+    }
+    t.out();
+    let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+    t.tx.write(&data);
+    let out = t.out();
+    assert!(out.iter().any(|s| s.payload_len > 0));
+    for s in &out {
+        assert!(s.repr.sack_ranges[2].is_some(), "three SACK blocks");
+        assert!(s.buffer_len() <= 1480, "{} bytes of TCP", s.buffer_len());
+    }
+    // A retransmission keeps its original (full) size and drops SACK blocks instead.
+    t.wait(Duration::from_secs(2));
+    let out = t.out();
+    let r = out
+        .iter()
+        .find(|s| s.payload_len > 0)
+        .expect("RTO retransmission");
+    assert!(r.buffer_len() <= 1480, "{} bytes of TCP", r.buffer_len());
 }
