@@ -1234,7 +1234,7 @@ impl Connection {
             } else {
                 None
             };
-            self.rack.on_ack(
+            let rack_sample = self.rack.on_ack(
                 now,
                 ack,
                 valid,
@@ -1246,12 +1246,17 @@ impl Connection {
                 self.info.dsacks += 1;
                 self.on_dsack_for_undo(now, d);
             }
-            // RTT: Karn's sampler (RFC 6298 §3: one timed segment, never a retransmitted
-            // one; microseconds), else the echoed timestamp (RFC 7323 §4; whole
+            // RTT: the send time of the newest never-retransmitted segment this ACK
+            // delivered (RACK's records, cumulative or SACK; microseconds, Karn-safe),
+            // else Karn's sampler, else the echoed timestamp (RFC 7323 §4; whole
             // milliseconds, so a sub-millisecond path would read 0 from it alone).
-            let mut sample = None;
-            if info.acked > 0 {
-                sample = self.karn.on_ack(ack, now);
+            let karn = if info.acked > 0 {
+                self.karn.on_ack(ack, now)
+            } else {
+                None
+            };
+            let mut sample = rack_sample.or(karn);
+            if sample.is_some() || info.acked > 0 {
                 if sample.is_none() && self.ts_ok {
                     if let Some(t) = repr.timestamp.filter(|t| t.tsecr != 0) {
                         sample = self.ts_clock.rtt_from_tsecr(now, t.tsecr);

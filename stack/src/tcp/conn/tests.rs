@@ -80,6 +80,11 @@ impl T {
 
     /// The same with a sink of `room` bytes.
     fn open_with_room(cfg: ConnConfig, room: usize) -> T {
+        T::open_after(cfg, room, Duration::ZERO)
+    }
+
+    /// The same with the SYN-ACK arriving `rtt` after the SYN.
+    fn open_after(cfg: ConnConfig, room: usize, rtt: Duration) -> T {
         let now = Instant::from_secs(10);
         let c = Connection::connect(cfg, ep(1, 4000), ep(2, 80), Seq(ISS), now).unwrap();
         let mut t = T {
@@ -100,6 +105,7 @@ impl T {
         let out = t.out();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].repr.control, TcpControl::Syn);
+        t.wait(rtt);
         let mut synack = T::syn(cfg.timestamps);
         synack.ack_number = Some(Seq(ISS + 1).into());
         t.pack = Seq(ISS + 1);
@@ -1378,4 +1384,27 @@ fn rfc2018_3_data_segments_with_sack_blocks_fit_the_mtu() {
         .find(|s| s.payload_len > 0)
         .expect("RTO retransmission");
     assert!(r.buffer_len() <= 1480, "{} bytes of TCP", r.buffer_len());
+}
+
+#[test]
+fn rfc6298_3_sub_millisecond_rtt_sampled_in_microseconds() {
+    // A 100 µs path: every ACK covers one never-retransmitted segment, timed from its send
+    // time; the echoed timestamps (whole ms) would read 0.
+    let mut t = T::open_after(cfg(), 1 << 20, Duration::from_micros(100));
+    let data = vec![7u8; 10 * 1448];
+    t.tx.write(&data);
+    let out = t.out();
+    assert_eq!(out.len(), 10);
+    t.wait(Duration::from_micros(100));
+    for s in &out {
+        let end = Seq::from(s.repr.seq_number).wrapping_add(s.payload_len as u32);
+        t.ack(end);
+    }
+    let info = t.c.info();
+    assert_eq!(info.min_rtt, Some(Duration::from_micros(100)), "{info:?}");
+    let srtt = info.srtt.unwrap();
+    assert!(
+        srtt >= Duration::from_micros(100) && srtt < Duration::from_millis(1),
+        "{srtt}"
+    );
 }
