@@ -472,13 +472,15 @@ impl Tlp {
             self.end_seq = None;
             return TlpVerdict::NoLoss;
         }
-        if ack.after_eq(end) {
+        if !self.is_retrans && ack.after_eq(end) {
             self.end_seq = None;
-            return if self.is_retrans {
-                TlpVerdict::RepairedLoss
-            } else {
-                TlpVerdict::NoLoss
-            };
+            return TlpVerdict::NoLoss;
+        }
+        // A retransmitted probe repaired a loss only when the ACK passes its end (Linux
+        // tcp_process_tlp_ack): at exactly the end a DSACK may still show it was a copy.
+        if self.is_retrans && ack.after(end) {
+            self.end_seq = None;
+            return TlpVerdict::RepairedLoss;
         }
         TlpVerdict::Pending
     }
@@ -688,11 +690,12 @@ mod tests {
     }
 
     #[test]
-    fn rfc8985_7_4_probe_ack_without_dsack_repaired_loss() {
+    fn rfc8985_7_4_probe_ack_beyond_probe_end_without_dsack_repaired_loss() {
         let mut t = Tlp::new();
         t.on_probe_sent(Seq(300), true);
         assert_eq!(t.on_ack(Seq(200), None), TlpVerdict::Pending);
-        assert_eq!(t.on_ack(Seq(300), None), TlpVerdict::RepairedLoss);
+        assert_eq!(t.on_ack(Seq(300), None), TlpVerdict::Pending);
+        assert_eq!(t.on_ack(Seq(301), None), TlpVerdict::RepairedLoss);
         let mut t = Tlp::new();
         t.on_probe_sent(Seq(400), false);
         assert_eq!(t.on_ack(Seq(400), None), TlpVerdict::NoLoss);

@@ -111,6 +111,9 @@ pub struct ConnConfig {
     pub nagle: bool,
     /// Delayed ACK timeout (`None`: ACK every segment).
     pub ack_delay: Option<Duration>,
+    /// The peer's largest delayed-ACK time, for the TLP PTO with one segment in flight
+    /// (RFC 8985 §7.2 WCDelAckT; Linux peers delay 40–200 ms, so 200 ms by default).
+    pub peer_max_ack_delay: Duration,
     /// RTO parameters (RFC 6298; `min_rto` is the floor).
     pub rtt: RttConfig,
     /// Out-of-order store bounds.
@@ -148,6 +151,7 @@ impl Default for ConnConfig {
             timestamps: true,
             nagle: false,
             ack_delay: Some(Duration::from_millis(1)),
+            peer_max_ack_delay: Duration::from_millis(200),
             rtt: RttConfig::default(),
             ooo: ReassemblyConfig::default(),
             cc: cc::Algorithm::Cubic,
@@ -1430,7 +1434,7 @@ impl Connection {
         {
             let rto_left = self.rto_timer.deadline().map(|d| elapsed(now, d));
             let one = self.snd_nxt.since(self.snd_una) <= self.snd_mss;
-            let ack_delay = self.cfg.ack_delay.map(|d| d.max(Duration::from_millis(1)));
+            let ack_delay = Some(self.cfg.peer_max_ack_delay);
             let pto = Tlp::pto(self.rtt.srtt(), one, ack_delay, rto_left).max(MIN_PTO);
             self.pto_at = Some(now + pto);
         } else if !self.board.in_recovery() {
