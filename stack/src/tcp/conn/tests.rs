@@ -1352,13 +1352,13 @@ fn rfc9293_3_7_1_mss_from_the_mtu_per_address_family() {
         4000,
     );
     let mut c = Connection::connect(cfg(), me6, v6, Seq(ISS), Instant::from_secs(1)).unwrap();
-    let mut tx = RingTx::new(16);
+    let tx = RingTx::new(16);
     let mut sink = VecSink {
         data: Vec::new(),
         cap: 1 << 16,
     };
     let syn = c
-        .poll_transmit(Instant::from_secs(1), &mut tx, &mut sink)
+        .poll_transmit(Instant::from_secs(1), &tx, &mut sink)
         .unwrap();
     assert_eq!(syn.repr.max_seg_size, Some(1440));
     let t = T::open(cfg());
