@@ -754,7 +754,12 @@ impl Connection {
 
     /// Abort: a RST leaves on the next [`Self::poll_transmit`], then CLOSED (§3.10.5).
     pub fn abort(&mut self) {
-        if self.state.synchronized() || self.state == State::SynReceived {
+        // RFC 9293 §3.10.5: in CLOSING, LAST-ACK and TIME-WAIT just delete the connection.
+        let rst = match self.state {
+            State::Closing | State::LastAck | State::TimeWait => false,
+            s => s.synchronized() || s == State::SynReceived,
+        };
+        if rst {
             self.pending = Some(Pending::Rst(self.snd_nxt, Some(self.rcv_nxt())));
         }
         self.enter_closed(Some(ConnError::Aborted));

@@ -1433,3 +1433,18 @@ fn rfc8985_7_2_pto_one_segment_in_flight_adds_peer_max_ack_delay() {
     assert_eq!(t.out().len(), 1);
     assert_eq!(t.c.poll_at(), Some(t.now + Duration::from_millis(25)));
 }
+
+#[test]
+fn rfc9293_3_10_5_abort_in_time_wait_just_deletes() {
+    let mut t = T::open(cfg());
+    t.c.close();
+    assert_eq!(t.out()[0].repr.control, TcpControl::Fin);
+    t.ack(Seq(ISS + 2));
+    let r = t.repr(t.pseq, TcpControl::Fin);
+    t.feed(r, &[]);
+    assert_eq!(t.c.state(), State::TimeWait);
+    t.out();
+    t.c.abort();
+    assert_eq!(t.c.state(), State::Closed);
+    assert!(t.out().is_empty(), "no RST from TIME-WAIT");
+}
