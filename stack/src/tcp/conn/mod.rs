@@ -399,6 +399,8 @@ pub struct Connection {
     pto_at: Option<Instant>,
     persist_at: Option<Instant>,
     persist_backoff: u32,
+    /// Zero-window probes sent without an ACK since (timed out like Linux tcp_retries2).
+    persist_probes: u32,
     persist_due: bool,
     last_send: Option<Instant>,
     syn_due: bool,
@@ -536,6 +538,7 @@ impl Connection {
             pto_at: None,
             persist_at: None,
             persist_backoff: 0,
+            persist_probes: 0,
             persist_due: false,
             last_send: None,
             syn_due: true,
@@ -1190,6 +1193,8 @@ impl Connection {
         payload_len: u32,
         out: &mut SegmentOutcome,
     ) {
+        // Any ACK answers the zero-window probes.
+        self.persist_probes = 0;
         // Window update (SND.WL1/WL2 rule).
         if self.snd_wl1.before(seq) || (self.snd_wl1 == seq && self.snd_wl2.before_eq(ack)) {
             let w = ((repr.window_len as u64) << self.snd_wscale).min(MAX_WINDOW as u64) as u32;
@@ -1958,6 +1963,12 @@ impl Connection {
             && matches!(self.state, State::Established | State::CloseWait);
         if blocked && self.persist_due {
             self.persist_due = false;
+            if self.persist_probes >= self.cfg.max_rto_retries {
+                // The peer keeps its window shut and answers nothing: give up.
+                self.enter_closed(Some(ConnError::TimedOut));
+                return None;
+            }
+            self.persist_probes += 1;
             self.persist_backoff = (self.persist_backoff + 1).min(10);
             self.persist_at = Some(now + self.persist_interval());
             return Some(self.probe_segment(now));

@@ -1448,3 +1448,27 @@ fn rfc9293_3_10_5_abort_in_time_wait_just_deletes() {
     assert_eq!(t.c.state(), State::Closed);
     assert!(t.out().is_empty(), "no RST from TIME-WAIT");
 }
+
+#[test]
+fn rfc9293_3_8_6_1_unanswered_zero_window_probes_time_out() {
+    let c = ConnConfig {
+        max_rto_retries: 3,
+        ..cfg()
+    };
+    let mut t = T::open(c);
+    t.pwin = 0;
+    t.ack(Seq(ISS + 1));
+    t.tx.write(&[1; 100]);
+    assert!(t.out().is_empty());
+    let mut probes = 0;
+    for _ in 0..20 {
+        let Some(p) = t.c.poll_at() else { break };
+        t.now = p;
+        probes += t.out().len();
+        if t.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(probes, 3);
+    assert_eq!(t.c.error(), Some(ConnError::TimedOut));
+}
