@@ -189,6 +189,10 @@ impl Rack {
     /// SACK blocks (no DSACK block among them), whether it carried a DSACK, and
     /// `ts_echo`: the send time of the TSval its TSecr echoes, when timestamps are on.
     /// `min_rtt` is the connection's minimum RTT (for the step 2 ambiguity check).
+    ///
+    /// Returns an RTT sample in microseconds from the recorded send time of the most
+    /// recently sent never-retransmitted segment this ACK delivered (cumulatively or by
+    /// SACK): Karn-safe (RFC 6298 §3), and finer than the echoed timestamp's milliseconds.
     pub fn on_ack(
         &mut self,
         now: Instant,
@@ -197,7 +201,7 @@ impl Rack {
         dsack: bool,
         ts_echo: Option<Instant>,
         min_rtt: Option<Duration>,
-    ) {
+    ) -> Option<Duration> {
         let mut delivered: Vec<(Instant, Seq, bool)> = Vec::new();
         // Cumulatively acknowledged records leave.
         while let Some(front) = self.segs.front() {
@@ -240,6 +244,11 @@ impl Rack {
             }
         }
         delivered.sort_by_key(|d| d.0);
+        let sample = delivered
+            .iter()
+            .rev()
+            .find(|d| !d.2)
+            .map(|d| elapsed(d.0, now));
         for &(ts, end, retx) in &delivered {
             // Step 2: skip ambiguous deliveries of retransmitted segments.
             if retx {
@@ -285,6 +294,7 @@ impl Rack {
             self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1);
             self.reo_wnd_persist = self.cfg.reo_wnd_persist;
         }
+        sample
     }
 
     /// RFC 8985 §6.2 step 4: a fast or timeout recovery ended; after `reo_wnd_persist`
@@ -462,13 +472,15 @@ impl Tlp {
             self.end_seq = None;
             return TlpVerdict::NoLoss;
         }
-        if ack.after_eq(end) {
+        if !self.is_retrans && ack.after_eq(end) {
             self.end_seq = None;
-            return if self.is_retrans {
-                TlpVerdict::RepairedLoss
-            } else {
-                TlpVerdict::NoLoss
-            };
+            return TlpVerdict::NoLoss;
+        }
+        // A retransmitted probe repaired a loss only when the ACK passes its end (Linux
+        // tcp_process_tlp_ack): at exactly the end a DSACK may still show it was a copy.
+        if self.is_retrans && ack.after(end) {
+            self.end_seq = None;
+            return TlpVerdict::RepairedLoss;
         }
         TlpVerdict::Pending
     }
@@ -678,11 +690,12 @@ mod tests {
     }
 
     #[test]
-    fn rfc8985_7_4_probe_ack_without_dsack_repaired_loss() {
+    fn rfc8985_7_4_probe_ack_beyond_probe_end_without_dsack_repaired_loss() {
         let mut t = Tlp::new();
         t.on_probe_sent(Seq(300), true);
         assert_eq!(t.on_ack(Seq(200), None), TlpVerdict::Pending);
-        assert_eq!(t.on_ack(Seq(300), None), TlpVerdict::RepairedLoss);
+        assert_eq!(t.on_ack(Seq(300), None), TlpVerdict::Pending);
+        assert_eq!(t.on_ack(Seq(301), None), TlpVerdict::RepairedLoss);
         let mut t = Tlp::new();
         t.on_probe_sent(Seq(400), false);
         assert_eq!(t.on_ack(Seq(400), None), TlpVerdict::NoLoss);

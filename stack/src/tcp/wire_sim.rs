@@ -96,6 +96,9 @@ pub(crate) struct WireConfig {
     pub reorder_extra: Duration,
     /// RNG seed.
     pub seed: u64,
+    /// IP MTU of the link: longer packets are dropped and counted (`LinkStats::oversized`),
+    /// as a veth or NIC drops them. 0: no limit.
+    pub mtu: usize,
 }
 
 impl WireConfig {
@@ -113,6 +116,7 @@ impl WireConfig {
             reorder: 0.0,
             reorder_extra: Duration::from_micros(0),
             seed: 1,
+            mtu: 1500,
         }
     }
 }
@@ -134,6 +138,8 @@ pub(crate) struct LinkStats {
     pub reordered: u64,
     /// Handed over but not IPv4/IPv6 (dropped: an endpoint bug).
     pub not_ip: u64,
+    /// Longer than the MTU (dropped: an endpoint bug).
+    pub oversized: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -177,6 +183,10 @@ impl Wire {
         self.stats[from].sent += 1;
         if !matches!(packet.first().map(|b| b >> 4), Some(4) | Some(6)) {
             self.stats[from].not_ip += 1;
+            return;
+        }
+        if self.cfg.mtu > 0 && packet.len() > self.cfg.mtu {
+            self.stats[from].oversized += 1;
             return;
         }
         if self.rng.chance(self.cfg.duplicate) {
@@ -1095,6 +1105,19 @@ mod tests {
     }
 
     #[test]
+    fn wire_drops_and_counts_packets_above_the_mtu() {
+        let mut w = Wire::new(lossless(0, 10));
+        w.send(Instant::ZERO, 0, ip_packet(1500));
+        w.send(Instant::ZERO, 0, ip_packet(1501));
+        assert_eq!(w.stats()[0].oversized, 1);
+        assert_eq!(
+            w.pop_due(Instant::from_micros(10)).map(|p| p.1.len()),
+            Some(1500)
+        );
+        assert_eq!(w.pop_due(Instant::from_micros(10)), None);
+    }
+
+    #[test]
     fn wire_drops_what_is_not_ip() {
         let mut w = Wire::new(lossless(0, 10));
         w.send(Instant::ZERO, 0, vec![0x00; 20]);
@@ -1204,6 +1227,7 @@ mod tests {
         assert_eq!(r.a.first_mismatch, None);
         assert_eq!(r.b.first_mismatch, None);
         assert_eq!(r.a.acked, ba.max(r.a.send_total));
+        assert_eq!(r.wire[0].oversized + r.wire[1].oversized, 0, "{r:#?}");
     }
 
     #[test]

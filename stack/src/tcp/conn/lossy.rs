@@ -89,6 +89,8 @@ pub(super) struct WireParams {
     /// Bits per second.
     pub rate: u64,
     pub seed: u64,
+    /// IP MTU: longer packets are dropped and counted (`RunResult::oversized`).
+    pub mtu: usize,
 }
 
 impl WireParams {
@@ -101,6 +103,7 @@ impl WireParams {
             one_way: Duration::from_millis(5),
             rate: 100_000_000,
             seed,
+            mtu: 1500,
         }
     }
 }
@@ -145,6 +148,9 @@ pub(super) struct RunResult {
     pub frames: u64,
     pub dropped: u64,
     pub short_takes: u64,
+    /// Packets above the MTU (dropped; `run` asserts there are none).
+    #[allow(dead_code)]
+    pub oversized: u64,
 }
 
 struct Rng(u64);
@@ -173,7 +179,6 @@ pub(super) fn addrs(v6: bool) -> (IpAddress, IpAddress) {
 
 pub(super) fn test_cfg() -> ConnConfig {
     ConnConfig {
-        mss: 1460,
         rx_window_max: 512 * 1024,
         time_wait: Duration::from_secs(1),
         ..ConnConfig::default()
@@ -238,6 +243,8 @@ pub(super) fn run_with_reader(
     let mut n = 0u64;
     let mut frames = 0u64;
     let mut dropped = 0u64;
+    let mut oversized = 0u64;
+    let ip_header = if v6 { 40 } else { 20 };
     let start = now;
     let deadline = now + Duration::from_secs(600);
     let mut steps = 0u64;
@@ -258,6 +265,10 @@ pub(super) fn run_with_reader(
                 let mut buf = vec![0u8; seg.buffer_len()];
                 seg.emit(&mut buf, &src, &dst, &side.tx).unwrap();
                 frames += 1;
+                if buf.len() + ip_header > wire.mtu {
+                    oversized += 1;
+                    continue;
+                }
                 // Serialisation at the wire rate (plus 40 bytes of IP header).
                 let ser = ((buf.len() as u64 + 40) * 8 * 1_000_000 / wire.rate) as i64;
                 let t0 = busy[i].max(now.total_micros()) + ser;
@@ -337,6 +348,7 @@ pub(super) fn run_with_reader(
             side.tx.release(out.acked);
         }
     }
+    assert_eq!(oversized, 0, "segments above the {}-byte MTU", wire.mtu);
     for s in &sides {
         assert_eq!(s.sink.bad, 0, "corrupted bytes");
         assert_eq!(s.sink.off, total);
@@ -350,6 +362,7 @@ pub(super) fn run_with_reader(
         frames,
         dropped,
         short_takes: sides[0].sink.short_takes + sides[1].sink.short_takes,
+        oversized,
     }
 }
 

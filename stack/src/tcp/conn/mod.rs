@@ -92,9 +92,13 @@ pub enum ConnError {
 /// Configuration of one connection.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConnConfig {
-    /// Largest payload per segment we receive (advertised MSS) and send (capped by the
-    /// peer's MSS).
+    /// Upper bound on the MSS (payload plus TCP options per segment) we advertise and
+    /// send; the MSS in use is `min(mss, mtu − IP header − 20)` for the connection's address
+    /// family (see [`ConnConfig::mss_for_mtu`]), further capped by the peer's MSS. The
+    /// default (`u16::MAX`) leaves it to the MTU: 1460 for IPv4, 1440 for IPv6 at 1500.
     pub mss: u16,
+    /// The local link's IP MTU: no segment we send, options included, exceeds it.
+    pub mtu: u16,
     /// Largest receive window we will ever advertise (picks the window scale).
     pub rx_window_max: u32,
     /// Offer window scaling (RFC 7323 §2).
@@ -107,6 +111,9 @@ pub struct ConnConfig {
     pub nagle: bool,
     /// Delayed ACK timeout (`None`: ACK every segment).
     pub ack_delay: Option<Duration>,
+    /// The peer's largest delayed-ACK time, for the TLP PTO with one segment in flight
+    /// (RFC 8985 §7.2 WCDelAckT; Linux peers delay 40–200 ms, so 200 ms by default).
+    pub peer_max_ack_delay: Duration,
     /// RTO parameters (RFC 6298; `min_rto` is the floor).
     pub rtt: RttConfig,
     /// Out-of-order store bounds.
@@ -136,13 +143,15 @@ pub struct ConnConfig {
 impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
-            mss: 1460,
+            mss: u16::MAX,
+            mtu: 1500,
             rx_window_max: 1 << 20,
             window_scaling: true,
             sack: true,
             timestamps: true,
             nagle: false,
             ack_delay: Some(Duration::from_millis(1)),
+            peer_max_ack_delay: Duration::from_millis(200),
             rtt: RttConfig::default(),
             ooo: ReassemblyConfig::default(),
             cc: cc::Algorithm::Cubic,
@@ -162,7 +171,7 @@ impl Default for ConnConfig {
 /// A configuration or opening error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigError {
-    /// `mss` below 64.
+    /// `mss` below 64, or an `mtu` leaving less than 64 bytes for it.
     MssTooSmall,
     /// `rx_window_max` zero or above 2^30.
     BadWindow,
@@ -189,9 +198,21 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ConnConfig {
+    /// The MSS an IP MTU leaves for TCP (RFC 9293 §3.7.1, RFC 8200 §5): the MTU less the
+    /// IP header (20 bytes IPv4, 40 IPv6) and the 20-byte TCP header; 0 if it leaves none.
+    pub fn mss_for_mtu(mtu: u16, ipv6: bool) -> u16 {
+        mtu.saturating_sub(if ipv6 { 40 } else { 20 } + 20)
+    }
+
+    /// The MSS used toward `remote`'s address family: `min(mss, mss_for_mtu(mtu))`.
+    pub fn local_mss(&self, remote: &IpAddress) -> u16 {
+        let v6 = matches!(remote, IpAddress::Ipv6(_));
+        self.mss.min(Self::mss_for_mtu(self.mtu, v6))
+    }
+
     /// Check the bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.mss < 64 {
+        if self.mss < 64 || Self::mss_for_mtu(self.mtu, true) < 64 {
             return Err(ConfigError::MssTooSmall);
         }
         if self.rx_window_max == 0 || self.rx_window_max > MAX_WINDOW {
@@ -357,6 +378,11 @@ pub struct Connection {
     snd_wl2: Seq,
     snd_wscale: u8,
     snd_mss: u32,
+    /// Our MSS from the config and MTU (advertised in the SYN).
+    local_mss: u32,
+    /// Effective MSS: min(peer MSS, local MSS), the most payload + TCP options a segment
+    /// may carry (Linux's `tcp_current_mss` subtracts the options of each segment from it).
+    seg_max: u32,
     /// Offset (in the source) of the byte at `snd_una`, counted in acked bytes.
     fin_queued: bool,
     fin_seq: Option<Seq>,
@@ -373,6 +399,8 @@ pub struct Connection {
     pto_at: Option<Instant>,
     persist_at: Option<Instant>,
     persist_backoff: u32,
+    /// Zero-window probes sent without an ACK since (timed out like Linux tcp_retries2).
+    persist_probes: u32,
     persist_due: bool,
     last_send: Option<Instant>,
     syn_due: bool,
@@ -406,6 +434,9 @@ pub struct Connection {
     ack_now: bool,
     delack_at: Option<Instant>,
     unacked_bytes: u32,
+    /// Largest payload seen from the peer (starts at 536): what RFC 5681 §4.2 counts as a
+    /// full-sized segment.
+    rcv_mss: u32,
 
     // Options.
     sack_ok: bool,
@@ -466,7 +497,7 @@ impl Connection {
         if std::mem::discriminant(&local.addr) != std::mem::discriminant(&remote.addr) {
             return Err(ConfigError::AddressMismatch);
         }
-        let mss = cfg.mss as u32;
+        let mss = cfg.local_mss(&remote.addr) as u32;
         let rtt = RttEstimator::new(cfg.rtt).map_err(ConfigError::Rtt)?;
         Ok(Connection {
             cfg,
@@ -483,6 +514,8 @@ impl Connection {
             snd_wl2: iss,
             snd_wscale: 0,
             snd_mss: 536.min(mss),
+            local_mss: mss,
+            seg_max: 536.min(mss),
             fin_queued: false,
             fin_seq: None,
             board: Scoreboard::new(iss.wrapping_add(1), ScoreboardConfig::default()),
@@ -505,6 +538,7 @@ impl Connection {
             pto_at: None,
             persist_at: None,
             persist_backoff: 0,
+            persist_probes: 0,
             persist_due: false,
             last_send: None,
             syn_due: true,
@@ -532,6 +566,7 @@ impl Connection {
             ack_now: false,
             delack_at: None,
             unacked_bytes: 0,
+            rcv_mss: 536.min(mss),
             sack_ok: false,
             ts_ok: false,
             ws_ok: false,
@@ -612,11 +647,8 @@ impl Connection {
             IpAddress::Ipv6(_) => 1220,
         };
         let peer_mss = syn.max_seg_size.map_or(default, |m| m as u32).max(64);
-        let opt = if self.ts_ok { 12 } else { 0 };
-        self.snd_mss = peer_mss
-            .min(self.cfg.mss as u32)
-            .saturating_sub(opt)
-            .max(32);
+        self.seg_max = peer_mss.min(self.local_mss).max(64);
+        self.snd_mss = self.seg_max.saturating_sub(self.options_len(0)).max(32);
         // The SYN's window is never scaled (RFC 7323 §2.2).
         self.snd_wnd = syn.window_len as u32;
         self.max_snd_wnd = self.snd_wnd;
@@ -725,7 +757,12 @@ impl Connection {
 
     /// Abort: a RST leaves on the next [`Self::poll_transmit`], then CLOSED (§3.10.5).
     pub fn abort(&mut self) {
-        if self.state.synchronized() || self.state == State::SynReceived {
+        // RFC 9293 §3.10.5: in CLOSING, LAST-ACK and TIME-WAIT just delete the connection.
+        let rst = match self.state {
+            State::Closing | State::LastAck | State::TimeWait => false,
+            s => s.synchronized() || s == State::SynReceived,
+        };
+        if rst {
             self.pending = Some(Pending::Rst(self.snd_nxt, Some(self.rcv_nxt())));
         }
         self.enter_closed(Some(ConnError::Aborted));
@@ -1075,11 +1112,14 @@ impl Connection {
                     self.ack_now = true;
                 } else {
                     self.unacked_bytes = self.unacked_bytes.saturating_add(len);
+                    // The peer's full segment size as seen (Linux `rcv_mss`): with
+                    // timestamps a full segment is 1448 bytes, not the MSS.
+                    if len > self.rcv_mss {
+                        self.rcv_mss = len.min(self.local_mss);
+                    }
                     match self.cfg.ack_delay {
                         None => self.ack_now = true,
-                        Some(_) if self.unacked_bytes >= 2 * self.cfg.mss as u32 => {
-                            self.ack_now = true
-                        }
+                        Some(_) if self.unacked_bytes >= 2 * self.rcv_mss => self.ack_now = true,
                         Some(d) => {
                             if self.delack_at.is_none() {
                                 self.delack_at = Some(now + d);
@@ -1153,6 +1193,8 @@ impl Connection {
         payload_len: u32,
         out: &mut SegmentOutcome,
     ) {
+        // Any ACK answers the zero-window probes.
+        self.persist_probes = 0;
         // Window update (SND.WL1/WL2 rule).
         if self.snd_wl1.before(seq) || (self.snd_wl1 == seq && self.snd_wl2.before_eq(ack)) {
             let w = ((repr.window_len as u64) << self.snd_wscale).min(MAX_WINDOW as u64) as u32;
@@ -1206,7 +1248,7 @@ impl Connection {
             } else {
                 None
             };
-            self.rack.on_ack(
+            let rack_sample = self.rack.on_ack(
                 now,
                 ack,
                 valid,
@@ -1218,12 +1260,17 @@ impl Connection {
                 self.info.dsacks += 1;
                 self.on_dsack_for_undo(now, d);
             }
-            // RTT: Karn's sampler (RFC 6298 §3: one timed segment, never a retransmitted
-            // one; microseconds), else the echoed timestamp (RFC 7323 §4; whole
+            // RTT: the send time of the newest never-retransmitted segment this ACK
+            // delivered (RACK's records, cumulative or SACK; microseconds, Karn-safe),
+            // else Karn's sampler, else the echoed timestamp (RFC 7323 §4; whole
             // milliseconds, so a sub-millisecond path would read 0 from it alone).
-            let mut sample = None;
-            if info.acked > 0 {
-                sample = self.karn.on_ack(ack, now);
+            let karn = if info.acked > 0 {
+                self.karn.on_ack(ack, now)
+            } else {
+                None
+            };
+            let mut sample = rack_sample.or(karn);
+            if sample.is_some() || info.acked > 0 {
                 if sample.is_none() && self.ts_ok {
                     if let Some(t) = repr.timestamp.filter(|t| t.tsecr != 0) {
                         sample = self.ts_clock.rtt_from_tsecr(now, t.tsecr);
@@ -1397,7 +1444,7 @@ impl Connection {
         {
             let rto_left = self.rto_timer.deadline().map(|d| elapsed(now, d));
             let one = self.snd_nxt.since(self.snd_una) <= self.snd_mss;
-            let ack_delay = self.cfg.ack_delay.map(|d| d.max(Duration::from_millis(1)));
+            let ack_delay = Some(self.cfg.peer_max_ack_delay);
             let pto = Tlp::pto(self.rtt.srtt(), one, ack_delay, rto_left).max(MIN_PTO);
             self.pto_at = Some(now + pto);
         } else if !self.board.in_recovery() {
@@ -1520,6 +1567,35 @@ impl Connection {
         }
     }
 
+    /// TCP option bytes of a synchronized-state segment with `sack_blocks` SACK blocks
+    /// (timestamps 10, SACK 2 + 8 per block, padded to 4 as `TcpRepr::header_len` does).
+    fn options_len(&self, sack_blocks: usize) -> u32 {
+        let ts = if self.ts_ok { 10 } else { 0 };
+        let sack = if sack_blocks > 0 {
+            2 + 8 * sack_blocks as u32
+        } else {
+            0
+        };
+        (ts + sack).div_ceil(4) * 4
+    }
+
+    /// At most the SACK blocks the next segment carries (RFC 2018: up to three).
+    fn sack_blocks_owed(&self) -> usize {
+        if self.sack_ok {
+            (self.rx.range_count() + self.rx.dsack_pending() as usize).min(3)
+        } else {
+            0
+        }
+    }
+
+    /// Most payload a new segment may carry now: the effective MSS less the options this
+    /// segment carries (Linux `tcp_current_mss`).
+    fn current_mss(&self) -> u32 {
+        self.seg_max
+            .saturating_sub(self.options_len(self.sack_blocks_owed()))
+            .clamp(1, self.snd_mss)
+    }
+
     fn base_repr(&self, seq: Seq, control: TcpControl, ack: Option<Seq>) -> TcpRepr<'static> {
         TcpRepr {
             src_port: self.local.port,
@@ -1554,7 +1630,7 @@ impl Connection {
             .min(self.cfg.rx_window_max as usize)
             .min(0xffff);
         r.window_len = free as u16;
-        r.max_seg_size = Some(self.cfg.mss);
+        r.max_seg_size = Some(self.local_mss as u16);
         let (ws, sack, ts) = if passive {
             (self.ws_ok, self.sack_ok, self.ts_ok)
         } else {
@@ -1581,10 +1657,12 @@ impl Connection {
         }
     }
 
-    /// The window to advertise now: the sink's room (less the in-order bytes it has not
-    /// taken), receiver SWS avoidance (RFC 9293 §3.8.6.2.2), never moving the right edge
-    /// left (§3.8.6, RFC 7323 §2.4). Returns the field value; updates RCV.ADV.
-    fn window_field(&mut self) -> u16 {
+    /// The window that would be advertised now, without advertising it: the sink's room
+    /// (less the in-order bytes it has not taken), rounded down to the window-scale unit
+    /// and capped at `0xffff << shift`, receiver SWS avoidance (RFC 9293 §3.8.6.2.2),
+    /// never moving the right edge left (§3.8.6, RFC 7323 §2.4). Returns (the window chosen
+    /// before rounding the field up, the field value, the right edge it advertises).
+    fn advertisable(&self) -> (u32, u32, Seq) {
         let s = self.rcv_wscale as u32;
         let rcv_nxt = self.rx.rcv_nxt();
         let pending = rcv_nxt.since(self.delivered_seq) as usize;
@@ -1593,11 +1671,7 @@ impl Connection {
             .saturating_sub(pending)
             .min(self.cfg.rx_window_max as usize)
             .min((0xffffusize) << s) as u32;
-        let cur = if self.rcv_adv.after(rcv_nxt) {
-            self.rcv_adv.since(rcv_nxt)
-        } else {
-            0
-        };
+        let cur = self.advertised_now();
         let new = free & !((1u32 << s) - 1);
         let step = self.sws_step();
         let wnd = if new > cur && new - cur >= step.max(1) {
@@ -1606,7 +1680,22 @@ impl Connection {
             cur
         };
         let field = (wnd as u64).div_ceil(1u64 << s).min(0xffff) as u32;
-        let edge = rcv_nxt.wrapping_add(field << s);
+        (wnd, field, rcv_nxt.wrapping_add(field << s))
+    }
+
+    /// RCV.ADV − RCV.NXT: the window the peer was last told (0 when passed).
+    fn advertised_now(&self) -> u32 {
+        let rcv_nxt = self.rx.rcv_nxt();
+        if self.rcv_adv.after(rcv_nxt) {
+            self.rcv_adv.since(rcv_nxt)
+        } else {
+            0
+        }
+    }
+
+    /// The window field to send now (see [`Self::advertisable`]); updates RCV.ADV.
+    fn window_field(&mut self) -> u16 {
+        let (_, field, edge) = self.advertisable();
         if edge.after(self.rcv_adv) {
             self.rcv_adv = edge;
         }
@@ -1629,23 +1718,16 @@ impl Connection {
     /// Receiver SWS avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only by at least
     /// min(RCV.BUFF / 2, MSS).
     fn sws_step(&self) -> u32 {
-        (self.rx_buffer() / 2).min(self.cfg.mss as u32).max(1)
+        (self.rx_buffer() / 2).min(self.local_mss).max(1)
     }
 
-    /// Whether freed room makes a window update worth an ACK of its own.
+    /// Whether freed room makes a window update worth an ACK of its own: the window that
+    /// would actually be advertised (rounding, scale cap and SWS step included) moves the
+    /// right edge, and the window last advertised is below half the buffer.
     fn window_update_due(&self) -> bool {
-        let rcv_nxt = self.rx.rcv_nxt();
-        let pending = rcv_nxt.since(self.delivered_seq) as usize;
-        let free = self
-            .rx_free
-            .saturating_sub(pending)
-            .min(self.cfg.rx_window_max as usize) as u32;
-        let cur = if self.rcv_adv.after(rcv_nxt) {
-            self.rcv_adv.since(rcv_nxt)
-        } else {
-            0
-        };
-        free > cur && free - cur >= self.sws_step() && cur < self.rx_buffer() / 2
+        let cur = self.advertised_now();
+        let (wnd, _, edge) = self.advertisable();
+        wnd > cur && edge.after(self.rcv_adv) && cur < self.rx_buffer() / 2
     }
 
     /// A segment of the synchronized states carrying ACK, window, SACK and timestamps.
@@ -1691,7 +1773,14 @@ impl Connection {
         } else {
             TcpControl::None
         };
-        let repr = self.data_repr(now, start, control);
+        let mut repr = self.data_repr(now, start, control);
+        // A retransmission keeps its original size: fewer SACK blocks then, so the segment
+        // never exceeds the effective MSS (and the MTU).
+        let mut n = repr.sack_ranges.iter().filter(|b| b.is_some()).count();
+        while n > 0 && len + self.options_len(n) > self.seg_max {
+            n -= 1;
+            repr.sack_ranges[n] = None;
+        }
         self.info.bytes_sent += len as u64;
         self.last_send = Some(now);
         Segment {
@@ -1737,11 +1826,10 @@ impl Connection {
         } else {
             0
         };
+        let mss = self.current_mss();
         let full = match tx.next_boundary(sent) {
-            Some(b) if b > sent => avail
-                .min(self.snd_mss)
-                .min((b - sent).min(MAX_WINDOW as u64) as u32),
-            _ => avail.min(self.snd_mss),
+            Some(b) if b > sent => avail.min(mss).min((b - sent).min(MAX_WINDOW as u64) as u32),
+            _ => avail.min(mss),
         };
         let pipe = self.board.pipe();
         let quota = if ignore_cwnd {
@@ -1766,7 +1854,7 @@ impl Connection {
             if !outstanding && !window_limited && quota < full && pipe > 0 {
                 return None;
             }
-        } else if self.cfg.nagle && len < self.snd_mss && outstanding && all && !fin {
+        } else if self.cfg.nagle && len < mss && outstanding && all && !fin {
             // Nagle (§3.7.4): one small segment in flight at a time.
             return None;
         }
@@ -1875,6 +1963,12 @@ impl Connection {
             && matches!(self.state, State::Established | State::CloseWait);
         if blocked && self.persist_due {
             self.persist_due = false;
+            if self.persist_probes >= self.cfg.max_rto_retries {
+                // The peer keeps its window shut and answers nothing: give up.
+                self.enter_closed(Some(ConnError::TimedOut));
+                return None;
+            }
+            self.persist_probes += 1;
             self.persist_backoff = (self.persist_backoff + 1).min(10);
             self.persist_at = Some(now + self.persist_interval());
             return Some(self.probe_segment(now));

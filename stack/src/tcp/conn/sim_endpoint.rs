@@ -306,7 +306,6 @@ impl SimEndpoint for OwnEndpoint {
 
 fn own_cfg() -> ConnConfig {
     ConnConfig {
-        mss: 1460,
         rx_window_max: 1 << 20,
         ..ConnConfig::default()
     }
@@ -316,6 +315,8 @@ fn check_exact(r: &RunReport, ab: u64, ba: u64) {
     assert_eq!(r.stop, Stop::Done, "{r:?}");
     assert_eq!((r.b.delivered, r.b.first_mismatch), (ab, None), "{r:?}");
     assert_eq!((r.a.delivered, r.a.first_mismatch), (ba, None), "{r:?}");
+    // Nothing longer than the wire's 1500-byte MTU (options included).
+    assert_eq!(r.wire[0].oversized + r.wire[1].oversized, 0, "{r:?}");
 }
 
 fn limit() -> Limit {

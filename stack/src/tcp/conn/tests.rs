@@ -80,6 +80,11 @@ impl T {
 
     /// The same with a sink of `room` bytes.
     fn open_with_room(cfg: ConnConfig, room: usize) -> T {
+        T::open_after(cfg, room, Duration::ZERO)
+    }
+
+    /// The same with the SYN-ACK arriving `rtt` after the SYN.
+    fn open_after(cfg: ConnConfig, room: usize, rtt: Duration) -> T {
         let now = Instant::from_secs(10);
         let c = Connection::connect(cfg, ep(1, 4000), ep(2, 80), Seq(ISS), now).unwrap();
         let mut t = T {
@@ -100,6 +105,7 @@ impl T {
         let out = t.out();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].repr.control, TcpControl::Syn);
+        t.wait(rtt);
         let mut synack = T::syn(cfg.timestamps);
         synack.ack_number = Some(Seq(ISS + 1).into());
         t.pack = Seq(ISS + 1);
@@ -497,11 +503,17 @@ fn rfc5681_4_2_hole_filling_segment_acked_immediately() {
 
 #[test]
 fn rfc5681_4_2_ack_at_least_every_second_full_segment() {
+    // With timestamps a full-sized segment carries 1448 bytes (1460 − 12 of options).
     let mut t = T::open(cfg());
-    t.data_at(0, &[1; 1460]);
-    assert!(t.out().is_empty(), "first segment: ACK delayed");
-    t.data_at(1460, &[1; 1460]);
-    assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1 + 2920]);
+    assert!(t.ts.is_some());
+    let mut off = 0;
+    for _ in 0..3 {
+        t.data_at(off, &[1; 1448]);
+        assert!(t.out().is_empty(), "first segment: ACK delayed");
+        t.data_at(off + 1448, &[1; 1448]);
+        off += 2896;
+        assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1 + off]);
+    }
 }
 
 #[test]
@@ -651,7 +663,11 @@ fn rfc9293_3_7_4_nagle_holds_small_segment_while_data_is_unacknowledged() {
 
 #[test]
 fn rfc6298_5_rto_retransmits_with_floor_and_backoff() {
-    let mut t = T::open(cfg());
+    // A peer that delays ACKs by 20 ms at most: the probe fires before the RTO.
+    let mut t = T::open(ConnConfig {
+        peer_max_ack_delay: Duration::from_millis(20),
+        ..cfg()
+    });
     t.tx.write(&[7; 100]);
     let out = t.out();
     assert_eq!(out.len(), 1);
@@ -682,7 +698,9 @@ fn rfc6298_5_rto_retransmits_with_floor_and_backoff() {
         }
         rtos = t.c.info().rto_count;
     }
-    assert_eq!(t.c.info().tlp_count, 2);
+    // The ACK at exactly the first probe's end leaves its verdict open (a DSACK may
+    // follow, RFC 8985 §7.4.2 / Linux tcp_process_tlp_ack), so no second probe is armed.
+    assert_eq!(t.c.info().tlp_count, 1, "{gaps:?} {:?}", t.c.info());
     // After the probe the retransmissions back off: 200 ms floor, then 400, 800.
     let ms: Vec<u64> = gaps.iter().map(|g| g.total_millis()).collect();
     assert!(ms.ends_with(&[400, 800]), "{ms:?}");
@@ -691,10 +709,11 @@ fn rfc6298_5_rto_retransmits_with_floor_and_backoff() {
 #[test]
 fn rfc8985_7_tail_loss_probe_before_rto() {
     let mut t = T::open(cfg());
-    t.tx.write(&[1; 2896]);
+    t.tx.write(&[1; 3 * 1448]);
     t.out();
     t.wait(Duration::from_millis(10));
-    t.ack(Seq(ISS + 1 + 1448)); // first one acked, SRTT 10 ms
+    // First one acked, SRTT 10 ms; two in flight: PTO = 2·SRTT.
+    t.ack(Seq(ISS + 1 + 1448));
     let pto = t.c.poll_at().unwrap();
     assert!(
         pto - t.now < Duration::from_millis(200),
@@ -704,7 +723,7 @@ fn rfc8985_7_tail_loss_probe_before_rto() {
     t.now = pto;
     let out = t.out();
     assert_eq!(out.len(), 1);
-    assert_eq!(seq_of(&out[0]), ISS + 1 + 1448);
+    assert_eq!(seq_of(&out[0]), ISS + 1 + 2 * 1448);
     assert_eq!(t.c.info().tlp_count, 1);
     assert_eq!(t.c.info().rto_count, 0);
 }
@@ -1270,4 +1289,186 @@ fn rfc9293_3_10_7_4_zero_window_still_takes_acks() {
     assert_eq!(o.acked, 500);
     assert_eq!(t.sink.data.len(), 1000);
     assert_eq!(T::acks(&t.out()), vec![PEER_ISS + 1001]);
+}
+
+// ------------------------------------------------------------------ review fixes
+
+/// Calls `poll_transmit` until `None`, at most `max` times; the segments, or a panic.
+fn out_bounded(t: &mut T, max: usize) -> Vec<Segment> {
+    let mut v = Vec::new();
+    while let Some(s) = t.c.poll_transmit(t.now, &t.tx, &mut t.sink) {
+        if let Some(ts) = s.repr.timestamp {
+            t.tsecr = ts.tsval;
+        }
+        v.push(s);
+        assert!(
+            v.len() <= max,
+            "poll_transmit did not stop: {} segments",
+            v.len()
+        );
+    }
+    v
+}
+
+#[test]
+fn rfc9293_3_8_6_2_2_window_update_only_when_the_advertised_window_changes() {
+    // No window scaling and far more room than 65535 + MSS: the field stays at 0xffff, so
+    // no window update is ever due.
+    let c = ConnConfig {
+        window_scaling: false,
+        rx_window_max: 1 << 20,
+        ..cfg()
+    };
+    let mut t = T::open_with_room(c, 1 << 20);
+    t.data_at(0, &[1; 1000]);
+    t.wait(Duration::from_millis(50));
+    assert_eq!(out_bounded(&mut t, 2).len(), 1);
+    t.sink.data.clear();
+    assert!(out_bounded(&mut t, 1).len() <= 1);
+    assert!(out_bounded(&mut t, 0).is_empty());
+    // A slowly draining sink with window scaling: every drain step ends after at most one
+    // update.
+    let mut t = T::open_with_room(cfg(), 20_000);
+    t.data_at(0, &[2; 20_000]);
+    t.wait(Duration::from_millis(50));
+    out_bounded(&mut t, 2);
+    for _ in 0..200 {
+        t.sink.data.drain(..100);
+        out_bounded(&mut t, 1);
+    }
+    assert!(out_bounded(&mut t, 0).is_empty());
+}
+
+#[test]
+fn rfc9293_3_7_1_mss_from_the_mtu_per_address_family() {
+    assert_eq!(ConnConfig::mss_for_mtu(1500, false), 1460);
+    assert_eq!(ConnConfig::mss_for_mtu(1500, true), 1440);
+    let v6 = IpEndpoint::new(
+        IpAddress::Ipv6(smoltcp::wire::Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+        80,
+    );
+    let me6 = IpEndpoint::new(
+        IpAddress::Ipv6(smoltcp::wire::Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+        4000,
+    );
+    let mut c = Connection::connect(cfg(), me6, v6, Seq(ISS), Instant::from_secs(1)).unwrap();
+    let tx = RingTx::new(16);
+    let mut sink = VecSink {
+        data: Vec::new(),
+        cap: 1 << 16,
+    };
+    let syn = c
+        .poll_transmit(Instant::from_secs(1), &tx, &mut sink)
+        .unwrap();
+    assert_eq!(syn.repr.max_seg_size, Some(1440));
+    let t = T::open(cfg());
+    assert_eq!(t.c.info().snd_mss, 1448);
+    assert!(ConnConfig { mtu: 100, ..cfg() }.validate().is_err());
+}
+
+#[test]
+fn rfc2018_3_data_segments_with_sack_blocks_fit_the_mtu() {
+    // Out-of-order data from the peer: every segment we send carries up to three SACK
+    // blocks; with timestamps, payload + options must stay within the 1460-byte MSS.
+    let mut t = T::open(cfg());
+    for i in 0..3u32 {
+        t.data_at(1000 + i * 200, &[1; 100]);
+    }
+    t.out();
+    let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+    t.tx.write(&data);
+    let out = t.out();
+    assert!(out.iter().any(|s| s.payload_len > 0));
+    for s in &out {
+        assert!(s.repr.sack_ranges[2].is_some(), "three SACK blocks");
+        assert!(s.buffer_len() <= 1480, "{} bytes of TCP", s.buffer_len());
+    }
+    // A retransmission keeps its original (full) size and drops SACK blocks instead.
+    t.wait(Duration::from_secs(2));
+    let out = t.out();
+    let r = out
+        .iter()
+        .find(|s| s.payload_len > 0)
+        .expect("RTO retransmission");
+    assert!(r.buffer_len() <= 1480, "{} bytes of TCP", r.buffer_len());
+}
+
+#[test]
+fn rfc6298_3_sub_millisecond_rtt_sampled_in_microseconds() {
+    // A 100 µs path: every ACK covers one never-retransmitted segment, timed from its send
+    // time; the echoed timestamps (whole ms) would read 0.
+    let mut t = T::open_after(cfg(), 1 << 20, Duration::from_micros(100));
+    let data = vec![7u8; 10 * 1448];
+    t.tx.write(&data);
+    let out = t.out();
+    assert_eq!(out.len(), 10);
+    t.wait(Duration::from_micros(100));
+    for s in &out {
+        let end = Seq::from(s.repr.seq_number).wrapping_add(s.payload_len as u32);
+        t.ack(end);
+    }
+    let info = t.c.info();
+    assert_eq!(info.min_rtt, Some(Duration::from_micros(100)), "{info:?}");
+    let srtt = info.srtt.unwrap();
+    assert!(
+        srtt >= Duration::from_micros(100) && srtt < Duration::from_millis(1),
+        "{srtt}"
+    );
+}
+
+#[test]
+fn rfc8985_7_2_pto_one_segment_in_flight_adds_peer_max_ack_delay() {
+    // SRTT 10 ms; one segment in flight: PTO = 2·SRTT + the peer's 200 ms delayed ACK,
+    // capped by the RTO (200 ms floor), not 2·SRTT + our own 40 ms ACK delay.
+    let mut t = T::open_after(cfg(), 1 << 20, Duration::from_millis(10));
+    t.tx.write(&[1; 100]);
+    assert_eq!(t.out().len(), 1);
+    assert_eq!(t.c.poll_at(), Some(t.now + Duration::from_millis(200)));
+    let c = ConnConfig {
+        peer_max_ack_delay: Duration::from_millis(5),
+        ..cfg()
+    };
+    let mut t = T::open_after(c, 1 << 20, Duration::from_millis(10));
+    t.tx.write(&[1; 100]);
+    assert_eq!(t.out().len(), 1);
+    assert_eq!(t.c.poll_at(), Some(t.now + Duration::from_millis(25)));
+}
+
+#[test]
+fn rfc9293_3_10_5_abort_in_time_wait_just_deletes() {
+    let mut t = T::open(cfg());
+    t.c.close();
+    assert_eq!(t.out()[0].repr.control, TcpControl::Fin);
+    t.ack(Seq(ISS + 2));
+    let r = t.repr(t.pseq, TcpControl::Fin);
+    t.feed(r, &[]);
+    assert_eq!(t.c.state(), State::TimeWait);
+    t.out();
+    t.c.abort();
+    assert_eq!(t.c.state(), State::Closed);
+    assert!(t.out().is_empty(), "no RST from TIME-WAIT");
+}
+
+#[test]
+fn rfc9293_3_8_6_1_unanswered_zero_window_probes_time_out() {
+    let c = ConnConfig {
+        max_rto_retries: 3,
+        ..cfg()
+    };
+    let mut t = T::open(c);
+    t.pwin = 0;
+    t.ack(Seq(ISS + 1));
+    t.tx.write(&[1; 100]);
+    assert!(t.out().is_empty());
+    let mut probes = 0;
+    for _ in 0..20 {
+        let Some(p) = t.c.poll_at() else { break };
+        t.now = p;
+        probes += t.out().len();
+        if t.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(probes, 3);
+    assert_eq!(t.c.error(), Some(ConnError::TimedOut));
 }
