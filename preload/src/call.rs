@@ -2,12 +2,11 @@
 //! the xwarp socket behind a descriptor, probing a kernel socket.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use libc::{c_int, socklen_t, ssize_t};
 
 use crate::errno::set_errno;
-use crate::process::config;
+pub(crate) use crate::process::spin;
 use crate::real;
 use crate::sock::{self, lookup, Sock};
 use crate::{epoll, fork};
@@ -54,10 +53,6 @@ pub(crate) fn forget_descriptor(fd: c_int) {
             epoll::forget_epfd(fd);
         }
     }
-}
-
-pub(crate) fn spin() -> Duration {
-    config().map(|c| c.spin).unwrap_or_default()
 }
 
 pub(crate) unsafe fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {

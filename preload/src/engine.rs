@@ -2,7 +2,7 @@
 //! needs it (the configuration and logging are in [`crate::process`]).
 
 use std::io;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
 use xwarp_poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
@@ -37,9 +37,6 @@ pub(crate) enum State {
 }
 
 static ENGINE: Mutex<State> = Mutex::new(State::NotStarted);
-
-/// The running engine, for the lock-free [`driver`] look-up of every socket call.
-static RUNNING: AtomicPtr<Running> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The engine's state, locked: the fork prepare handler takes it first, so that a child
 /// never inherits it held by a thread starting the engine (it would hang on its first
@@ -117,7 +114,9 @@ pub(crate) fn engine() -> Option<&'static Running> {
             // The engine lives as long as the process.
             let r: &'static Running = Box::leak(Box::new(r));
             *st = State::Running(r);
-            RUNNING.store(r as *const Running as *mut Running, Ordering::Release);
+            if let Some(d) = r.driver.as_ref() {
+                crate::inline::install(d);
+            }
             crate::exit::register();
             Some(r)
         }
@@ -142,33 +141,6 @@ pub(crate) fn engine() -> Option<&'static Running> {
             *st = State::Failed;
             None
         }
-    }
-}
-
-/// The running engine's inline driver, if it runs in inline mode (`None` before the
-/// engine started, in thread mode, or with the shim inactive). Lock-free after start.
-pub(crate) fn driver() -> Option<&'static InlineDriver> {
-    let r = RUNNING.load(Ordering::Acquire);
-    if r.is_null() {
-        return None;
-    }
-    // SAFETY: a non-null pointer is a leaked `Running` of this process generation; it
-    // is never freed (after fork the child resets the pointer before using it).
-    unsafe { (*r).driver.as_ref() }
-}
-
-/// Drive the engine once if it runs in inline mode (any thread; returns at once when
-/// another thread drives).
-pub(crate) fn drive() {
-    if let Some(d) = driver() {
-        d.try_drive();
-    }
-}
-
-/// Before a socket call blocks in inline mode: let the engine's keeper take over.
-pub(crate) fn park() {
-    if let Some(d) = driver() {
-        d.park();
     }
 }
 
@@ -210,7 +182,7 @@ fn process_name() -> String {
 /// the lock the prepare handler took across `fork` (`None`: take it here).
 pub(crate) fn after_fork_child(held: Option<&mut EngineGuard>) {
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    RUNNING.store(std::ptr::null_mut(), Ordering::Release);
+    crate::inline::forget();
     match held {
         Some(st) => **st = State::NotStarted,
         None => *lock_engine() = State::NotStarted,

@@ -206,12 +206,12 @@ pub(crate) unsafe fn wait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    let Some(d) = crate::engine::driver() else {
+    let Some(d) = crate::inline::driver() else {
         // SAFETY: same contract.
         return unsafe { wait_blocking(epfd, events, max, timeout, mask) };
     };
     let start = Instant::now();
-    let spin = crate::call::spin();
+    let spin = crate::process::spin();
     let mut round = 0u32;
     loop {
         let busy = d.try_drive();

@@ -110,8 +110,8 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
     if nb {
         return match st.read_once(bufs, peek) {
             // Inline mode: nothing buffered yet, so run the engine once and look again.
-            Err(libc::EAGAIN) if crate::engine::driver().is_some() => {
-                crate::engine::drive();
+            Err(libc::EAGAIN) if crate::inline::driver().is_some() => {
+                crate::inline::drive();
                 st.read_once(bufs, peek)
             }
             r => r,
@@ -159,7 +159,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
         // Inline mode: a non-blocking write (an event loop's) does not run the engine;
         // the loop's next `epoll_wait`/`poll`/read drives once for all the writes it
         // queued (measured: one iteration per write made redis -c 50 0.23x the kernel).
-        if crate::engine::driver().is_some() {
+        if crate::inline::driver().is_some() {
             InlineDriver::deferring(|| st.write_once(bufs))
         } else {
             st.write_once(bufs)
@@ -203,7 +203,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         };
                     }
                     if now < start + spin {
-                        match crate::engine::driver() {
+                        match crate::inline::driver() {
                             Some(d) => {
                                 d.try_drive();
                             }
@@ -211,7 +211,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         }
                         continue;
                     }
-                    crate::engine::park();
+                    crate::inline::park();
                     // The eventfd also fires for readable data the program has not read:
                     // wait in short naps then, instead of spinning on it.
                     if st.available_cached() {
@@ -231,8 +231,8 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
     };
     // Inline mode, blocking write: what the ring still holds leaves in this call (the
     // write's doorbell ring drove already unless another thread was driving).
-    if !nb && matches!(r, Ok(n) if n > 0) && crate::engine::driver().is_some() && st.tx_pending() {
-        crate::engine::drive();
+    if !nb && matches!(r, Ok(n) if n > 0) && crate::inline::driver().is_some() && st.tx_pending() {
+        crate::inline::drive();
     }
     if r == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
         // SAFETY: raising SIGPIPE like the kernel does.

@@ -28,6 +28,7 @@ mod errno;
 mod exit;
 mod fdops;
 mod fork;
+mod inline;
 mod io;
 mod lifecycle;
 mod linger;

@@ -23,12 +23,12 @@ unsafe fn poll_impl(
     timeout: Option<Duration>,
     mask: *const sigset_t,
 ) -> c_int {
-    let Some(d) = crate::engine::driver() else {
+    let Some(d) = crate::inline::driver() else {
         // SAFETY: same contract.
         return unsafe { poll_blocking(fds, n, timeout, mask) };
     };
     let start = Instant::now();
-    let spin = crate::call::spin();
+    let spin = crate::process::spin();
     loop {
         d.try_drive();
         // SAFETY: same contract.

@@ -20,6 +20,11 @@ macro_rules! xlog {
 }
 pub(crate) use xlog;
 
+/// How long a blocking socket call spins (driving an inline engine) before it sleeps.
+pub(crate) fn spin() -> std::time::Duration {
+    config().map(|c| c.spin).unwrap_or_default()
+}
+
 /// The configuration, read at load time (`None`: shim inactive).
 pub(crate) fn config() -> Option<&'static Config> {
     static CFG: OnceLock<Option<Config>> = OnceLock::new();

@@ -143,7 +143,7 @@ pub(crate) fn block_hinted<T>(
     let start = Instant::now();
     let deadline = timeout.map(|t| start + t);
     let spin_end = start + spin;
-    let driver = crate::engine::driver();
+    let driver = crate::inline::driver();
     loop {
         match op() {
             Err(libc::EAGAIN) => {}
