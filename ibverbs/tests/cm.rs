@@ -214,7 +214,15 @@ fn client(net: &Net, program: &str, args: &[&str]) -> Output {
             .output()
             .expect("client");
         let t = text(&o);
-        let not_yet = !o.status.success() && (t.contains("REJECTED") || t.contains("-111"));
+        // Not listening yet: a RST (REJECTED, -ECONNREFUSED), or, when the server's engine
+        // had taken the interface but not yet listened (or the previous server's XDP program
+        // was still attached) under a loaded machine, the connect timing out (UNREACHABLE;
+        // perftest prints the bare event number: "Unexpected CM event bl blka 7").
+        let not_yet = !o.status.success()
+            && (t.contains("REJECTED")
+                || t.contains("-111")
+                || t.contains("UNREACHABLE")
+                || t.contains("Unexpected CM event bl blka 7"));
         if !not_yet || Instant::now() > deadline {
             return o;
         }
