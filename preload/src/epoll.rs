@@ -135,14 +135,29 @@ pub(crate) fn ctl(
     }
 }
 
-/// The descriptor `fd` was closed or replaced: drop its registrations.
+/// The descriptor `fd` is about to be closed or replaced: drop its registrations, in the
+/// kernel's epoll sets too. The kernel keys an epoll item by (open file, fd number) and
+/// drops it only when the file's last reference goes; the engine keeps its own reference
+/// to a lingering socket's readiness eventfd, so an item left behind would keep firing
+/// under the old number and, once `accept` reuses that number, be reported as a second
+/// event of the new socket (a python `selectors` server then called `recv` on a socket it
+/// had just closed: EBADF). Called before the real close, while `fd` still names the
+/// eventfd; allocation-free (close may run in a signal handler).
 pub(crate) fn forget_fd(fd: c_int) {
     if COUNT.load(Ordering::Acquire) == 0 {
         return;
     }
     let mut m = regs();
     let before = m.len();
-    m.retain(|k, _| k.1 != fd);
+    m.retain(|k, _| {
+        if k.1 == fd {
+            // Best effort: ENOENT/EBADF mean there is no item left to remove.
+            let _ = kctl(k.0, libc::EPOLL_CTL_DEL, fd, 0);
+            false
+        } else {
+            true
+        }
+    });
     COUNT.fetch_sub(before - m.len(), Ordering::Release);
 }
 

@@ -120,9 +120,6 @@ s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
 /// A single-threaded python server (blocking accept, `selectors` over the connections:
 /// `epoll_wait` plus non-blocking reads and writes) echoes 16 concurrent clients.
 #[test]
-#[ignore = "known shim bug (thread and inline mode alike): the server's recv on a freshly \
-            accepted socket fails with EBADF in 3 of 4 runs after earlier connections were \
-            closed and unregistered from the selector; run with --ignored while fixing it"]
 fn inline_python_selectors_echo_server_serves_concurrent_clients() {
     require_root_and_afxdp!();
     let _g = serial();
