@@ -246,38 +246,7 @@ s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
     assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
     // wait_port's probe connection counts as one (it sends nothing and closes).
     let clients = conns - 1;
-    let script = format!(
-        r#"
-import hashlib, os, socket, threading, sys
-errs = []
-def one(i):
-    try:
-        data = os.urandom(1_000_000 + 4099 * i)
-        s = socket.create_connection(("{ip}", 7000), timeout=20)
-        def tx():
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-        t = threading.Thread(target=tx); t.start()
-        got = bytearray()
-        while True:
-            b = s.recv(1 << 16)
-            if not b: break
-            got += b
-        t.join(); s.close()
-        if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
-            errs.append(f"conn {{i}}: echo differs ({{len(got)}} of {{len(data)}} bytes)")
-    except Exception as e:
-        errs.append(f"conn {{i}}: {{e!r}}")
-ts = [threading.Thread(target=one, args=(i,)) for i in range({clients})]
-[t.start() for t in ts]; [t.join() for t in ts]
-print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
-"#,
-        ip = net.engine
-    );
-    run(
-        net.kernel(false, 60, "python3", &["-c", &script]),
-        "echo clients",
-    );
+    echo_clients(&net, 7000, clients, 1_000_000);
     let out = srv.wait_output(Duration::from_secs(30));
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -18,43 +18,6 @@ mod shim_env;
 
 use shim_env::*;
 
-/// Kernel clients in B: `conns` concurrent connections, each sending a distinct random
-/// payload and checking the echo's SHA-256.
-fn echo_clients(net: &Net, port: u16, conns: usize, base: usize) {
-    let script = format!(
-        r#"
-import hashlib, os, socket, threading, sys
-errs = []
-def one(i):
-    try:
-        data = os.urandom({base} + 4099 * i)
-        s = socket.create_connection(("{ip}", {port}), timeout=20)
-        def tx():
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-        t = threading.Thread(target=tx); t.start()
-        got = bytearray()
-        while True:
-            b = s.recv(1 << 16)
-            if not b: break
-            got += b
-        t.join(); s.close()
-        if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
-            errs.append(f"conn {{i}}: echo differs ({{len(got)}} of {{len(data)}} bytes)")
-    except Exception as e:
-        errs.append(f"conn {{i}}: {{e!r}}")
-ts = [threading.Thread(target=one, args=(i,)) for i in range({conns})]
-[t.start() for t in ts]; [t.join() for t in ts]
-print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
-"#,
-        ip = net.engine
-    );
-    run(
-        net.kernel(false, 60, "python3", &["-c", &script]),
-        "echo clients",
-    );
-}
-
 fn inline(mut c: Command) -> Command {
     c.env("XWARP_MODE", "inline");
     c
