@@ -111,19 +111,27 @@ def run_role(c: Checks, out: Path, lib: Path, role: str, tests: list[str], siw: 
     if not pcap.exists():
         c.check(f"{label}: capture merged", False, str(pcap))
         return
-    crc = siw == "crc"
+    crc = siw == "crc"  # siw-crc: its Initiator asks for CRC
     streams = tshark_streams(pcap, extra=NO_RPCRDMA)
     mpa = sorted(s for s, st in streams.items() if st["req"] is not None)
     c.eq(f"{label} tshark: two MPA connections per test", len(mpa), 2 * len(tests))
     for sid in mpa:
         st = streams[sid]
         check_stream_clean(c, f"{label} conn {sid}", st)
+        # CRC as the Reply negotiated it (siw-crc's Initiator asks C=1 and our Responder
+        # echoes it; our Initiator asks C=0 and siw-crc's Responder may keep it off).
+        neg = bool(st["rep"] and st["rep"]["c"])
+        print(f"  [case] {label} conn {sid}: Reply C={int(neg)}", flush=True)
+        if role == "server" and crc:
+            c.check(f"{label} conn {sid}: CRC negotiated (siw-crc Initiator)", neg)
         for port, (data, hole) in sorted(stream_bytes(pcap, sid).items()):
-            w = walk_fpdus(data, crc)
+            # The CRC field is always there (zero when CRC is off, RFC 5044 §4.1), so the
+            # walk counts it either way; its values are checked only when negotiated.
+            w = walk_fpdus(data, True)
             c.check(f"{label} conn {sid} port {port}: byte stream complete, whole FPDUs",
                     not hole and w["rest"] == 0,
                     f"{w['fpdus']} FPDUs, hole={hole}, {w['rest']} bytes left")
-            if crc:
+            if neg:
                 c.eq(f"{label} conn {sid} port {port}: every FPDU's CRC32c right "
                      f"({w['fpdus']} FPDUs)", w["bad_crc"], 0)
 
