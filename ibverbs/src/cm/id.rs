@@ -52,6 +52,29 @@ fn first_fpdu_delay() -> Duration {
     })
 }
 
+/// How long `rdma_disconnect` waits before it closes, from `XWARP_DISCONNECT_DELAY_MS`
+/// (0..=10000, default 0). Toward siw: siw completes a Send only after its TX path
+/// returned, and a FIN that arrives right behind the Send's last byte makes that Send
+/// complete with `IBV_WC_LOC_QP_OP_ERR` on siw's side (interop/README.md; a perftest
+/// server on xwarp that disconnects at once after its final control exchange failed siw's
+/// `ib_write_bw` client with `Bad wc status 2`). 500 ms is what xwarp's perftest peer
+/// lingers.
+fn disconnect_delay() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| match std::env::var("XWARP_DISCONNECT_DELAY_MS") {
+        Err(_) => Duration::ZERO,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
+            _ => {
+                crate::ffi::warn_line(&format!(
+                    "XWARP_DISCONNECT_DELAY_MS={v:?}: expected 0..=10000; using 0"
+                ));
+                Duration::ZERO
+            }
+        },
+    })
+}
+
 /// Default listen backlog for `rdma_listen(id, 0)` (the kernel iw_cm's `default_backlog`).
 pub(crate) const DEFAULT_BACKLOG: usize = 256;
 
@@ -791,6 +814,10 @@ pub(crate) fn reject(id: *mut rdma_cm_id, data: &[u8]) -> Result<(), c_int> {
 /// sides. After the connection ended it is a no-op returning 0.
 pub(crate) fn disconnect(id: *mut rdma_cm_id) -> Result<(), c_int> {
     let core = core_of(id)?;
+    let delay = disconnect_delay();
+    if !delay.is_zero() && core.lock().state == IdState::Connected {
+        std::thread::sleep(delay);
+    }
     let sync = {
         let mut g = core.lock();
         live(&g)?;
