@@ -31,11 +31,10 @@ pub(crate) const DEFAULT_FIRST_FPDU_DELAY: Duration = Duration::ZERO;
 /// (100 ms, what xwarp's own rping uses): siw sends its Reply before its QP takes over the
 /// socket, and an FPDU arriving in between stays unread (interop/README.md,
 /// "Reply-before-upcall race"): a preloaded rping client stalled after connecting to siw
-/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default because the
-/// engine counts the held RTR against the send queue (perftest's `ib_write_bw`, which
-/// fills its 128-deep send queue right after ESTABLISHED, then got one
-/// `IBV_WC_LOC_QP_OP_ERR`) and sends held FPDUs only when it next wakes (rdma_client
-/// stalled).
+/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default: it costs every
+/// connection that delay, and `rdma_client` still stalled with it (not diagnosed). (The
+/// held RTR no longer takes a send-queue slot of the program's: `xwarp_rdmap` test
+/// `rfc6581_held_rtr_takes_no_application_send_queue_slot`.)
 fn first_fpdu_delay() -> Duration {
     static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *D.get_or_init(|| match std::env::var("XWARP_FIRST_FPDU_DELAY_MS") {
