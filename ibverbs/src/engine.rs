@@ -84,6 +84,10 @@ static ENGINE: Mutex<State> = Mutex::new(State::NotStarted);
 fn start(s: &EngineSettings) -> std::io::Result<Engine> {
     let mut cfg = XdpEngineConfig::new(&s.iface, s.ipv4, s.prefix);
     cfg.stack.ipv4_gateway = s.gateway;
+    // Consecutive programs (perftest's runs, one engine each) would all start at 49152 and
+    // reuse the 4-tuples of the previous run: the peer may still hold them in TIME_WAIT,
+    // and a merged capture folds the connections together. Spread the start by pid.
+    cfg.stack.ephemeral_ports = ephemeral_start(std::process::id())..=65535;
     cfg.engine.name = "xwarp-ibverbs".into();
     let spin = Duration::from_micros(s.engine_spin_us.unwrap_or(ENGINE_SPIN_US_DEFAULT));
     cfg.engine.spin = if s.yield_spin {
@@ -102,6 +106,11 @@ fn start(s: &EngineSettings) -> std::io::Result<Engine> {
         prefix: s.prefix,
         iface: s.iface.clone(),
     })
+}
+
+/// First ephemeral port of a process's engine: 49152..=65532, spread by process id.
+fn ephemeral_start(pid: u32) -> u16 {
+    49152 + ((pid % 4096) * 4) as u16
 }
 
 /// The process's engine, started on first use (see the module docs).
@@ -133,6 +142,18 @@ pub fn engine() -> Result<&'static Engine, c_int> {
             ));
             *st = State::Failed(libc::ENODEV);
             Err(libc::ENODEV)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ephemeral_start_differs_between_consecutive_pids_and_stays_in_range() {
+        for pid in [0u32, 1, 2, 4095, 4096, 4097, u32::MAX] {
+            let p = super::ephemeral_start(pid);
+            assert!((49152..=65532).contains(&p), "pid {pid}: {p}");
+            assert_ne!(p, super::ephemeral_start(pid.wrapping_add(1)));
         }
     }
 }

@@ -14,8 +14,8 @@ Then rdmacm-utils' synchronous examples: host `rdma_server -s 10.77.0.3` (xwarp)
 xwarp toward siw's `rdma_server`, stalls: ibverbs/README.md, "Toward siw".)
 Checks: every rping on both sides exits 0, every `ping data:` line on both sides (10 per
 run) equals rping's pattern (docs/protocols.md §5.2), no "data mismatch" (-V).
-No tshark checks here: the library's engine writes no XWARP_PCAP capture (tcpdump on tap0
-does not see AF_XDP traffic, interop/README.md).
+No tshark checks here yet (the library's engine does write XWARP_PCAP captures, which
+xwarp_lib_perftest.py checks; tcpdump on tap0 does not see AF_XDP traffic).
 
 Usage: xwarp_lib_rping.py [--out DIR]     (the --peer role is internal)
 """

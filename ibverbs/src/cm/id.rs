@@ -31,11 +31,10 @@ pub(crate) const DEFAULT_FIRST_FPDU_DELAY: Duration = Duration::ZERO;
 /// (100 ms, what xwarp's own rping uses): siw sends its Reply before its QP takes over the
 /// socket, and an FPDU arriving in between stays unread (interop/README.md,
 /// "Reply-before-upcall race"): a preloaded rping client stalled after connecting to siw
-/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default because the
-/// engine counts the held RTR against the send queue (perftest's `ib_write_bw`, which
-/// fills its 128-deep send queue right after ESTABLISHED, then got one
-/// `IBV_WC_LOC_QP_OP_ERR`) and sends held FPDUs only when it next wakes (rdma_client
-/// stalled).
+/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default: it costs every
+/// connection that delay, and `rdma_client` still stalled with it (not diagnosed). (The
+/// held RTR no longer takes a send-queue slot of the program's: `xwarp_rdmap` test
+/// `rfc6581_held_rtr_takes_no_application_send_queue_slot`.)
 fn first_fpdu_delay() -> Duration {
     static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *D.get_or_init(|| match std::env::var("XWARP_FIRST_FPDU_DELAY_MS") {
@@ -47,6 +46,29 @@ fn first_fpdu_delay() -> Duration {
                     "XWARP_FIRST_FPDU_DELAY_MS={v:?}: expected 0..=10000; using 0"
                 ));
                 DEFAULT_FIRST_FPDU_DELAY
+            }
+        },
+    })
+}
+
+/// How long `rdma_disconnect` waits before it closes, from `XWARP_DISCONNECT_DELAY_MS`
+/// (0..=10000, default 0). Toward siw: siw completes a Send only after its TX path
+/// returned, and a FIN that arrives right behind the Send's last byte makes that Send
+/// complete with `IBV_WC_LOC_QP_OP_ERR` on siw's side (interop/README.md; a perftest
+/// server on xwarp that disconnects at once after its final control exchange failed siw's
+/// `ib_write_bw` client with `Bad wc status 2`). 500 ms is what xwarp's perftest peer
+/// lingers.
+fn disconnect_delay() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| match std::env::var("XWARP_DISCONNECT_DELAY_MS") {
+        Err(_) => Duration::ZERO,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
+            _ => {
+                crate::ffi::warn_line(&format!(
+                    "XWARP_DISCONNECT_DELAY_MS={v:?}: expected 0..=10000; using 0"
+                ));
+                Duration::ZERO
             }
         },
     })
@@ -791,6 +813,10 @@ pub(crate) fn reject(id: *mut rdma_cm_id, data: &[u8]) -> Result<(), c_int> {
 /// sides. After the connection ended it is a no-op returning 0.
 pub(crate) fn disconnect(id: *mut rdma_cm_id) -> Result<(), c_int> {
     let core = core_of(id)?;
+    let delay = disconnect_delay();
+    if !delay.is_zero() && core.lock().state == IdState::Connected {
+        std::thread::sleep(delay);
+    }
     let sync = {
         let mut g = core.lock();
         live(&g)?;

@@ -353,3 +353,124 @@ fn rfc6581_read_rtr_sink_is_deregistered_when_the_connection_goes_first() {
     let _ = i2.conn.handle_input(now, &[], &mut i2.res);
     assert!(i2.res.stags.region(sink).is_none(), "sink leaked");
 }
+
+/// RFC 6581 §3: the Initiator's RTR is the connection's own FPDU. Held back by
+/// `first_fpdu_delay` (toward siw), it must not take one of the application's SQ slots:
+/// the ULP may fill the whole queue right after ESTABLISHED (perftest's `ib_write_bw`
+/// posts its full 128-deep queue), and every one of those WRs is carried and completed.
+#[test]
+fn rfc6581_held_rtr_takes_no_application_send_queue_slot() {
+    let now = Instant::now();
+    let (mut i, mut r) = (end(true, now), end(false, now));
+    let mut cfg = i.conn.cfg.clone();
+    cfg.initiator.p2p = Some(xwarp_ddp::mpa::RtrSet::only(RtrType::Write));
+    cfg.first_fpdu_delay = Duration::from_millis(100);
+    i.conn = Connection::initiator(cfg, now).unwrap();
+    let depth = i.conn.cfg.qp.sq_depth;
+    let data: Vec<u8> = (0..depth * 16).map(|k| (k * 7 + 3) as u8).collect();
+    let sink = r
+        .res
+        .stags
+        .register(
+            r.pd,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            0x1000,
+            Box::new(vec![0u8; data.len()]),
+        )
+        .unwrap();
+    let src = i
+        .res
+        .stags
+        .register(i.pd, Access::LOCAL_WRITE, 0x9000, Box::new(data.clone()))
+        .unwrap();
+    let mut accepted = false;
+    for _ in 0..100 {
+        let ab = transmit(&mut i, None);
+        let ba = transmit(&mut r, None);
+        r.conn.handle_input(now, &ab, &mut r.res).unwrap();
+        i.conn.handle_input(now, &ba, &mut i.res).unwrap();
+        while let Some(e) = r.conn.poll_event() {
+            if matches!(e, ConnEvent::ConnectRequest(_)) && !accepted {
+                accepted = true;
+                r.conn
+                    .accept(AcceptParams {
+                        ird: 4,
+                        ord: 4,
+                        private_data: Vec::new(),
+                    })
+                    .unwrap();
+            }
+        }
+        while i.conn.poll_event().is_some() {}
+        if i.conn.is_established() {
+            break;
+        }
+    }
+    assert!(i.conn.is_established(), "the initiator reports ESTABLISHED");
+    assert!(i.conn.poll_timeout().is_some(), "the RTR is still held");
+    for k in 0..depth {
+        let wr = SendWr {
+            wr_id: k as u64,
+            op: SendOp::Write {
+                remote_stag: sink,
+                remote_to: 0x1000 + 16 * k as u64,
+            },
+            sgl: vec![Sge {
+                lkey: src,
+                addr: 0x9000 + 16 * k as u64,
+                len: 16,
+            }],
+            signaled: true,
+            fence: false,
+        };
+        i.conn
+            .post_send(wr)
+            .unwrap_or_else(|e| panic!("WR {k} of a {depth}-deep queue refused: {e:?}"));
+    }
+    let over = SendWr {
+        wr_id: 999,
+        op: SendOp::Write {
+            remote_stag: sink,
+            remote_to: 0x1000,
+        },
+        sgl: Vec::new(),
+        signaled: true,
+        fence: false,
+    };
+    assert!(
+        matches!(i.conn.post_send(over), Err(PostError::QueueFull)),
+        "one WR beyond the depth is refused"
+    );
+    assert!(
+        transmit(&mut i, None).is_empty(),
+        "nothing leaves during the hold"
+    );
+    let later = now + Duration::from_millis(150);
+    i.conn.handle_timeout(later);
+    let mut done = Vec::new();
+    for _ in 0..100 {
+        let ab = transmit(&mut i, None);
+        let ba = transmit(&mut r, None);
+        r.conn.handle_input(later, &ab, &mut r.res).unwrap();
+        i.conn.handle_input(later, &ba, &mut i.res).unwrap();
+        while let Some(c) = i.conn.poll_completion() {
+            done.push(c);
+        }
+        if ab.is_empty() && ba.is_empty() && done.len() == depth {
+            break;
+        }
+    }
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..depth as u64).collect::<Vec<_>>());
+    assert!(done
+        .iter()
+        .all(|c| c.status == crate::verbs::CompletionStatus::Success));
+    let mut placed = vec![0u8; data.len()];
+    r.res
+        .stags
+        .region(sink)
+        .unwrap()
+        .memory()
+        .read_into(0, &mut placed);
+    assert_eq!(placed, data, "every Write placed its pattern");
+}

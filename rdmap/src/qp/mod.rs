@@ -283,7 +283,14 @@ impl QueuePair {
         {
             return Err(PostError::InvalidSgl);
         }
-        if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth {
+        // The connection's internal WR (the RTR, posted before any application WR, so at
+        // the front while outstanding) takes no application slot: held by a
+        // `first_fpdu_delay` it would otherwise refuse the last WR of a full queue.
+        let held_internal = match self.sq_slots.front() {
+            Some(s) => s.internal,
+            None => self.sq_internal.front().copied().unwrap_or(false),
+        };
+        if self.sq.len() + self.sq_slots.len() >= self.cfg.sq_depth + usize::from(held_internal) {
             return Err(PostError::QueueFull);
         }
         let internal = self.take_internal(&wr);
