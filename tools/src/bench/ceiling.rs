@@ -417,35 +417,35 @@ pub fn pingpong(a: &Side<'_>, b: &Side<'_>, s: &PingSettings) -> io::Result<Ping
     let max_run = s.duration + GRACE;
 
     let (core_b, done_b) = (b.core, done.clone());
-    let server = thread::Builder::new()
-        .name("ceiling-pong".into())
-        .spawn(move || -> io::Result<u64> {
-            pin(core_b);
-            let (start, mut echoed) = (Instant::now(), 0u64);
-            while !done_b.load(Ordering::Acquire) {
-                if start.elapsed() > max_run {
-                    return Err(io::Error::other("ceiling pong: run exceeded its bound"));
-                }
-                nic_b.poll_rx()?;
-                let mut seen = Vec::new();
-                while let Some((rx, _)) = nic_b.receive(smoltcp::time::Instant::now()) {
-                    let r = rx.consume(|f: &[u8]| check_ping(f, false));
-                    if let Some(seq) = r? {
-                        seen.push(seq);
+    let server =
+        thread::Builder::new()
+            .name("ceiling-pong".into())
+            .spawn(move || -> io::Result<u64> {
+                pin(core_b);
+                let (start, mut echoed) = (Instant::now(), 0u64);
+                while !done_b.load(Ordering::Acquire) {
+                    if start.elapsed() > max_run {
+                        return Err(io::Error::other("ceiling pong: run exceeded its bound"));
+                    }
+                    nic_b.poll_rx()?;
+                    let mut seen = Vec::new();
+                    while let Some((rx, _)) = nic_b.receive(smoltcp::time::Instant::now()) {
+                        let r = rx.consume(|f: &[u8]| check_ping(f, false));
+                        if let Some(seq) = r? {
+                            seen.push(seq);
+                        }
+                    }
+                    for seq in seen {
+                        send_frame(&mut nic_b, &rep_hdr, &ping_payload(seq, true))?;
+                        echoed += 1;
                     }
                 }
-                for seq in seen {
-                    send_frame(&mut nic_b, &rep_hdr, &ping_payload(seq, true))?;
-                    echoed += 1;
-                }
-            }
-            Ok(echoed)
-        })?;
+                Ok(echoed)
+            })?;
 
     let (core_a, sc) = (a.core, (s.warmup, s.rounds, s.duration));
-    let client = thread::Builder::new()
-        .name("ceiling-ping".into())
-        .spawn(move || -> io::Result<PingOutcome> {
+    let client = thread::Builder::new().name("ceiling-ping".into()).spawn(
+        move || -> io::Result<PingOutcome> {
             pin(core_a);
             let (warmup, rounds, duration) = sc;
             let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3)
@@ -494,7 +494,8 @@ pub fn pingpong(a: &Side<'_>, b: &Side<'_>, s: &PingSettings) -> io::Result<Ping
                 half_rtt_ns: h,
                 resent,
             })
-        });
+        },
+    );
     let out = match client {
         Ok(c) => c
             .join()
@@ -535,8 +536,14 @@ mod tests {
     fn ping_payload_check_accepts_its_own_frames_and_rejects_bad_ones() {
         let h = headers([2; 6], [4; 6], Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 92);
         let frame = |p: [u8; PING_PAYLOAD]| [&h[..], &p[..]].concat();
-        assert_eq!(check_ping(&frame(ping_payload(7, false)), false).unwrap(), Some(7));
-        assert_eq!(check_ping(&frame(ping_payload(7, true)), true).unwrap(), Some(7));
+        assert_eq!(
+            check_ping(&frame(ping_payload(7, false)), false).unwrap(),
+            Some(7)
+        );
+        assert_eq!(
+            check_ping(&frame(ping_payload(7, true)), true).unwrap(),
+            Some(7)
+        );
         // A reply is not a request (direction byte and pattern offset differ).
         assert!(check_ping(&frame(ping_payload(7, true)), false).is_err());
         let mut bad = frame(ping_payload(9, false));

@@ -519,7 +519,7 @@ fn report_engine(name: &str, e: XdpEngine, goodput: u64) -> io::Result<()> {
 }
 
 /// The `afxdp-ceiling` row: one [`super::ceiling::run`]; its threads' CPU is the engine
-/// column (they are the engines), there is no ping-pong (NaN, printed as `-`).
+/// column (they are the engines), its latency is [`super::ceiling::pingpong`] (64-byte UDP ping-pong, both sides spinning).
 fn ceiling_result(
     net: &Net,
     o: &Options,
@@ -575,38 +575,16 @@ fn ceiling_result(
     let gbps = r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9;
     let mut res = result(PairKind::AfxdpCeiling, Vec::new(), ping.half_rtt_ns);
     res.bulk = vec![BulkResult {
-            size: None,
-            gbps,
-            gbps_min: gbps,
-            gbps_max: gbps,
-            bytes: r.bytes,
-            client_cpu_s_per_gb: None,
-            server_cpu_s_per_gb: None,
-            engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
-        }];
+        size: None,
+        gbps,
+        gbps_min: gbps,
+        gbps_max: gbps,
+        bytes: r.bytes,
+        client_cpu_s_per_gb: None,
+        server_cpu_s_per_gb: None,
+        engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
+    }];
     Ok(res)
-}
-
-#[cfg(any())]
-fn _old() {
-    Ok(PairResult {
-        kind: PairKind::AfxdpCeiling,
-        runs: 1,
-        bulk: vec![BulkResult {
-            size: None,
-            gbps,
-            gbps_min: gbps,
-            gbps_max: gbps,
-            bytes: r.bytes,
-            client_cpu_s_per_gb: None,
-            server_cpu_s_per_gb: None,
-            engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
-        }],
-        half_rtt_p50_us: f64::NAN,
-        half_rtt_p99_us: f64::NAN,
-        pingpongs: 0,
-        half_rtt_ns: None,
-    })
 }
 
 #[cfg(test)]
