@@ -12,8 +12,9 @@
 //! | `afxdp-ceiling` | raw AF_XDP socket A | raw AF_XDP socket B |
 //!
 //! `afxdp-ceiling` is no TCP at all: UDP frames from one AF_XDP socket to the other with one
-//! copy at each end ([`super::ceiling`]), the upper bound of the xwarp rows on this path
-//! (bulk only). The engines' socket buffers scale with the MTU ([`socket_buffer`]).
+//! copy at each end ([`super::ceiling`]), the upper bound of the xwarp rows on this path;
+//! its latency is a 64-byte UDP ping-pong between the two sockets with both threads
+//! spinning ([`super::ceiling::pingpong`]), the lower bound of the xwarp rows' half RTT. The engines' socket buffers scale with the MTU ([`socket_buffer`]).
 //!
 //! The kernel baseline runs first, before any XDP program is attached to the pair (an
 //! attached program changes the veth's offloads). Per pair:
