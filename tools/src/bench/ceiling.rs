@@ -19,6 +19,8 @@
 //! sequence number; the receiver checks the pattern bytes at both ends of every payload
 //! against the stream offset the sequence number gives and counts sequence gaps as losses.
 
+pub mod pingpong;
+
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -302,6 +304,213 @@ pub fn run(a: &Side<'_>, b: &Side<'_>, s: &Settings) -> io::Result<Outcome> {
     })
 }
 
+/// UDP payload of one ping-pong frame (as the TCP rows' 64-byte messages).
+pub const PING_PAYLOAD: usize = 64;
+/// How long side A waits for a reply before sending the request again.
+const PING_RESEND: Duration = Duration::from_millis(200);
+/// Resends of one request before the ping-pong gives up.
+const PING_TRIES: u32 = 10;
+
+/// Settings of one ceiling ping-pong run.
+pub struct PingSettings {
+    /// XDP attach mode (as the engines use).
+    pub mode: XdpMode,
+    /// Round trips before the measured ones.
+    pub warmup: u64,
+    /// At most this many measured round trips.
+    pub rounds: u64,
+    /// At most this long for the measured round trips.
+    pub duration: Duration,
+}
+
+/// Result of one ceiling ping-pong run.
+pub struct PingOutcome {
+    /// Half round trips of the measured round trips, ns.
+    pub half_rtt_ns: hdrhistogram::Histogram<u64>,
+    /// Requests sent again after [`PING_RESEND`] without a reply.
+    pub resent: u64,
+}
+
+/// The payload of ping-pong request `seq` (`reply`: of its reply): the sequence number, a
+/// direction byte, then pattern bytes at an offset both give.
+pub fn ping_payload(seq: u64, reply: bool) -> [u8; PING_PAYLOAD] {
+    let mut p = [0u8; PING_PAYLOAD];
+    p[..SEQ_LEN].copy_from_slice(&seq.to_le_bytes());
+    p[SEQ_LEN] = u8::from(reply);
+    let base = seq * PING_PAYLOAD as u64 + u64::from(reply) * 7;
+    for (i, b) in p[SEQ_LEN + 1..].iter_mut().enumerate() {
+        *b = pattern(base + i as u64);
+    }
+    p
+}
+
+/// Check a received ping-pong frame: `Some(seq)` if it is a UDP frame of the ceiling's port
+/// whose payload is exactly [`ping_payload`]`(seq, reply)`, `None` for other frames; an error
+/// for a ceiling frame with a wrong payload.
+pub fn check_ping(frame: &[u8], reply: bool) -> io::Result<Option<u64>> {
+    if frame.len() != HEADERS + PING_PAYLOAD
+        || frame[12..14] != 0x0800u16.to_be_bytes()
+        || frame[23] != 17
+        || frame[36..38] != PORT.to_be_bytes()
+    {
+        return Ok(None);
+    }
+    let data = &frame[HEADERS..];
+    let mut seq = [0u8; SEQ_LEN];
+    seq.copy_from_slice(&data[..SEQ_LEN]);
+    let seq = u64::from_le_bytes(seq);
+    if data != ping_payload(seq, reply) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "ping-pong {} {seq}: payload is not the pattern",
+                if reply { "reply" } else { "request" }
+            ),
+        ));
+    }
+    Ok(Some(seq))
+}
+
+/// Send one frame of `hdr` + `payload` (spinning until a TX slot is free, bounded).
+fn send_frame(nic: &mut AfXdpNic, hdr: &[u8; HEADERS], payload: &[u8]) -> io::Result<()> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(tx) = nic.transmit(smoltcp::time::Instant::now()) {
+            tx.consume(HEADERS + payload.len(), |f: &mut [u8]| {
+                f[..HEADERS].copy_from_slice(hdr);
+                f[HEADERS..].copy_from_slice(payload);
+            });
+            return nic.flush();
+        }
+        nic.flush()?;
+        nic.poll_rx()?;
+        if t0.elapsed() > Duration::from_secs(1) {
+            return Err(io::Error::other("ceiling ping-pong: no TX slot for 1 s"));
+        }
+    }
+}
+
+/// The latency ceiling: 64-byte UDP ping-pong between two raw AF_XDP sockets, side A's
+/// request to side B's engine address, B's reply back, both threads spinning on their
+/// rings (no TCP, no wakeups). Every request and reply payload is checked.
+pub fn pingpong(a: &Side<'_>, b: &Side<'_>, s: &PingSettings) -> io::Result<PingOutcome> {
+    let ip_len = 20 + 8 + PING_PAYLOAD;
+    let cfg = |side: &Side<'_>| {
+        let mut cfg = nic_config(
+            side,
+            &Settings {
+                mtu: 1500,
+                mode: s.mode,
+                duration: Duration::ZERO,
+            },
+        );
+        cfg.rx_frames = cfg.rx_frames.min(512);
+        cfg
+    };
+    let (cfg_a, cfg_b) = (cfg(a), cfg(b));
+    let mut nic_a = a.ns.run(move || AfXdpNic::open(cfg_a))??;
+    let mut nic_b = b.ns.run(move || AfXdpNic::open(cfg_b))??;
+    let (mac_a, mac_b) = (nic_a.mac_address(), nic_b.mac_address());
+    let req_hdr = headers(mac_a, mac_b, a.ip, b.ip, ip_len);
+    let rep_hdr = headers(mac_b, mac_a, b.ip, a.ip, ip_len);
+    let done = Arc::new(AtomicBool::new(false));
+    let max_run = s.duration + GRACE;
+
+    let (core_b, done_b) = (b.core, done.clone());
+    let server =
+        thread::Builder::new()
+            .name("ceiling-pong".into())
+            .spawn(move || -> io::Result<u64> {
+                pin(core_b);
+                let (start, mut echoed) = (Instant::now(), 0u64);
+                while !done_b.load(Ordering::Acquire) {
+                    if start.elapsed() > max_run {
+                        return Err(io::Error::other("ceiling pong: run exceeded its bound"));
+                    }
+                    nic_b.poll_rx()?;
+                    let mut seen = Vec::new();
+                    while let Some((rx, _)) = nic_b.receive(smoltcp::time::Instant::now()) {
+                        let r = rx.consume(|f: &[u8]| check_ping(f, false));
+                        if let Some(seq) = r? {
+                            seen.push(seq);
+                        }
+                    }
+                    for seq in seen {
+                        send_frame(&mut nic_b, &rep_hdr, &ping_payload(seq, true))?;
+                        echoed += 1;
+                    }
+                }
+                Ok(echoed)
+            })?;
+
+    let (core_a, sc) = (a.core, (s.warmup, s.rounds, s.duration));
+    let client = thread::Builder::new().name("ceiling-ping".into()).spawn(
+        move || -> io::Result<PingOutcome> {
+            pin(core_a);
+            let (warmup, rounds, duration) = sc;
+            let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            let mut resent = 0u64;
+            let mut t_end = None;
+            let mut seq = 0u64;
+            loop {
+                let req = ping_payload(seq, false);
+                let mut tries = 0;
+                let rtt = 'reply: loop {
+                    let t = Instant::now();
+                    send_frame(&mut nic_a, &req_hdr, &req)?;
+                    while t.elapsed() < PING_RESEND {
+                        nic_a.poll_rx()?;
+                        let mut got = false;
+                        while let Some((rx, _)) = nic_a.receive(smoltcp::time::Instant::now()) {
+                            // Stale replies (of a resent request) are skipped.
+                            got |= rx.consume(|f: &[u8]| check_ping(f, true))? == Some(seq);
+                        }
+                        if got {
+                            break 'reply t.elapsed();
+                        }
+                    }
+                    tries += 1;
+                    resent += 1;
+                    if tries >= PING_TRIES {
+                        return Err(io::Error::other(format!(
+                            "ceiling ping-pong: no reply to request {seq} after {tries} tries"
+                        )));
+                    }
+                };
+                seq += 1;
+                if seq == warmup {
+                    t_end = Some(Instant::now() + duration);
+                }
+                if seq > warmup {
+                    h.record((rtt.as_nanos() / 2).max(1) as u64)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    if h.len() >= rounds || t_end.is_some_and(|e| Instant::now() >= e) {
+                        break;
+                    }
+                }
+            }
+            Ok(PingOutcome {
+                half_rtt_ns: h,
+                resent,
+            })
+        },
+    );
+    let out = match client {
+        Ok(c) => c
+            .join()
+            .map_err(|_| io::Error::other("ceiling ping panicked")),
+        Err(e) => Err(e),
+    };
+    done.store(true, Ordering::Release);
+    let echoed = server
+        .join()
+        .map_err(|_| io::Error::other("ceiling pong panicked"))?;
+    let out = out??;
+    echoed?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +530,27 @@ mod tests {
         assert_eq!(ip.next_header(), smoltcp::wire::IpProtocol::Udp);
         assert_eq!(u16::from_be_bytes([h[38], h[39]]), 1480);
         assert_eq!(&h[0..6], &[4; 6]);
+    }
+
+    #[test]
+    fn ping_payload_check_accepts_its_own_frames_and_rejects_bad_ones() {
+        let h = headers([2; 6], [4; 6], Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 92);
+        let frame = |p: [u8; PING_PAYLOAD]| [&h[..], &p[..]].concat();
+        assert_eq!(
+            check_ping(&frame(ping_payload(7, false)), false).unwrap(),
+            Some(7)
+        );
+        assert_eq!(
+            check_ping(&frame(ping_payload(7, true)), true).unwrap(),
+            Some(7)
+        );
+        // A reply is not a request (direction byte and pattern offset differ).
+        assert!(check_ping(&frame(ping_payload(7, true)), false).is_err());
+        let mut bad = frame(ping_payload(9, false));
+        bad[HEADERS + 40] ^= 1;
+        assert!(check_ping(&bad, false).is_err());
+        // Not a ceiling frame: ignored.
+        assert_eq!(check_ping(&bad[..bad.len() - 1], false).unwrap(), None);
+        assert_ne!(ping_payload(1, false), ping_payload(2, false));
     }
 }

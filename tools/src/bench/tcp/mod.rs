@@ -12,8 +12,9 @@
 //! | `afxdp-ceiling` | raw AF_XDP socket A | raw AF_XDP socket B |
 //!
 //! `afxdp-ceiling` is no TCP at all: UDP frames from one AF_XDP socket to the other with one
-//! copy at each end ([`super::ceiling`]), the upper bound of the xwarp rows on this path
-//! (bulk only). The engines' socket buffers scale with the MTU ([`socket_buffer`]).
+//! copy at each end ([`super::ceiling`]), the upper bound of the xwarp rows on this path;
+//! its latency is a 64-byte UDP ping-pong between the two sockets with both threads
+//! spinning ([`super::ceiling::pingpong`]), the lower bound of the xwarp rows' half RTT. The engines' socket buffers scale with the MTU ([`socket_buffer`]).
 //!
 //! The kernel baseline runs first, before any XDP program is attached to the pair (an
 //! attached program changes the veth's offloads). Per pair:
@@ -519,14 +520,14 @@ fn report_engine(name: &str, e: XdpEngine, goodput: u64) -> io::Result<()> {
 }
 
 /// The `afxdp-ceiling` row: one [`super::ceiling::run`]; its threads' CPU is the engine
-/// column (they are the engines), there is no ping-pong (NaN, printed as `-`).
+/// column (they are the engines), its latency is [`super::ceiling::pingpong`] (64-byte UDP ping-pong, both sides spinning).
 fn ceiling_result(
     net: &Net,
     o: &Options,
     core_a: Option<usize>,
     core_b: Option<usize>,
 ) -> io::Result<PairResult> {
-    use super::ceiling::{run, Settings, Side};
+    use super::ceiling::{pingpong, run, PingSettings, Settings, Side};
     let v = &net.veth;
     let side_a = Side {
         ns: &v.a,
@@ -555,26 +556,36 @@ fn ceiling_result(
             out.lost, out.sent.frames
         );
     }
+    let ping = pingpong(
+        &side_a,
+        &side_b,
+        &PingSettings {
+            mode: o.xdp_mode,
+            warmup: u64::from(WARMUP),
+            rounds: u64::MAX,
+            duration: o.duration,
+        },
+    )?;
+    if ping.resent > 0 {
+        eprintln!(
+            "xwarp bench tcp: afxdp-ceiling ping-pong: {} requests resent (no reply in 200 ms)",
+            ping.resent
+        );
+    }
     let r = &out.received;
     let gbps = r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9;
-    Ok(PairResult {
-        kind: PairKind::AfxdpCeiling,
-        runs: 1,
-        bulk: vec![BulkResult {
-            size: None,
-            gbps,
-            gbps_min: gbps,
-            gbps_max: gbps,
-            bytes: r.bytes,
-            client_cpu_s_per_gb: None,
-            server_cpu_s_per_gb: None,
-            engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
-        }],
-        half_rtt_p50_us: f64::NAN,
-        half_rtt_p99_us: f64::NAN,
-        pingpongs: 0,
-        half_rtt_ns: None,
-    })
+    let mut res = result(PairKind::AfxdpCeiling, Vec::new(), ping.half_rtt_ns);
+    res.bulk = vec![BulkResult {
+        size: None,
+        gbps,
+        gbps_min: gbps,
+        gbps_max: gbps,
+        bytes: r.bytes,
+        client_cpu_s_per_gb: None,
+        server_cpu_s_per_gb: None,
+        engine_cpu_s_per_gb: per_gb(out.sent.cpu + r.cpu, r.bytes),
+    }];
+    Ok(res)
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
         "Values are medians of the rounds (--repeat); min/max: the bulk spread over the rounds.".into(),
         "bandwidth: bulk goodput at the receiver; latency: 64-byte ping-pong half round trip; ratio_to_kernel: to kernel-kernel (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5).".into(),
         "cpu_*: CPU seconds per GB on the client and server application threads (getrusage RUSAGE_THREAD) and on the engine threads.".into(),
-        "afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP, the most any TCP engine on this AF_XDP path could move (xwarp_tools::bench::ceiling).".into(),
+        "afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP, the most any TCP engine on this AF_XDP path could move; its latency rows: 64-byte UDP ping-pong between the two sockets, both spinning, the least any engine on this path could take (xwarp_tools::bench::ceiling).".into(),
     ];
 }
 
@@ -88,7 +88,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
         o.xdp_mode.name()
     );
     s += &format!(
-        "{:<14} {:>8} {:>9} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
+        "{:<14} {:>8} {:>9} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
         "pair",
         "bytes",
         "Gbit/s",
@@ -98,6 +98,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
         "p50 µs",
         "p99 µs",
         "x kern",
+        "x ceil",
         "cli s/GB",
         "srv s/GB",
         "eng s/GB",
@@ -128,7 +129,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
             let first = i == 0;
             let lat = |v: Option<f64>| if first { fmt_opt(v, 2) } else { String::new() };
             s += &format!(
-                "{:<14} {:>8} {:>9.2} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
+                "{:<14} {:>8} {:>9.2} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
                 name,
                 b.size.map(|s| s.to_string()).unwrap_or_else(|| "MTU".into()),
                 b.value,
@@ -142,6 +143,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
                 lat(p50.map(|r| r.value)),
                 lat(p99),
                 if first { fmt_ratio(p50.and_then(|r| r.ratio_to_kernel)) } else { String::new() },
+                if first { fmt_ratio(p50.and_then(|r| r.ratio_to_ceiling)) } else { String::new() },
                 fmt_opt(cpu("cpu_client"), 3),
                 fmt_opt(cpu("cpu_server"), 3),
                 fmt_opt(cpu("cpu_engine"), 3),
@@ -156,10 +158,11 @@ pub fn table(o: &Options, rep: &Report) -> String {
     s += "\nValues are medians of the rounds (--repeat); (min-max): bulk spread over the rounds.\n";
     s += "Gbit/s: bulk goodput at each write size; p50/p99: 64-byte ping-pong half round trip; x kern:\n\
           ratio to kernel-kernel at the same size (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5);\n\
-          x ceil: ratio to afxdp-ceiling; s/GB: CPU seconds per GB on the client and server application\n\
+          x ceil: ratio to afxdp-ceiling (bulk and p50); s/GB: CPU seconds per GB on the client and server application\n\
           threads (getrusage RUSAGE_THREAD) and on the engine threads.\n\
           afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP,\n\
-          the most any TCP engine on this AF_XDP path could move (xwarp::bench::ceiling).\n";
+          the most any TCP engine on this AF_XDP path could move; its p50/p99: 64-byte UDP ping-pong\n\
+          between the two sockets, both spinning, the least any engine on this path could take.\n";
     s
 }
 
@@ -207,7 +210,7 @@ mod tests {
                 &[(Some(1024), 4.0), (Some(65536), 8.0)],
                 4.0,
             ),
-            pair(PairKind::AfxdpCeiling, &[(None, 16.0)], f64::NAN),
+            pair(PairKind::AfxdpCeiling, &[(None, 16.0)], 2.0),
         ];
         let o = Options::default();
         let mut rep = Report::new("tcp");
@@ -227,10 +230,12 @@ mod tests {
         let lat = rep.find("pingpong", "xwarp-xwarp", "latency_p50").unwrap();
         assert_eq!(lat.ratio_to_kernel, Some(0.4));
         assert_eq!(lat.dist.as_ref().map(|d| d.count), Some(1));
-        // The ceiling has no ping-pong and no application CPU: no such rows.
-        assert!(rep
+        // The ceiling's ping-pong bounds the latency rows; it has no application CPU.
+        assert_eq!(lat.ratio_to_ceiling, Some(2.0));
+        let ceil = rep
             .find("pingpong", "afxdp-ceiling", "latency_p50")
-            .is_none());
+            .unwrap();
+        assert_eq!(ceil.ratio_to_kernel, Some(0.2));
         assert!(rep.find("bulk", "afxdp-ceiling", "cpu_client").is_none());
         let t = table(&o, &rep);
         assert!(
