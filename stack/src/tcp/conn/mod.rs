@@ -347,6 +347,9 @@ impl Segment {
 /// probe right behind the flight it probes (Linux keeps a floor of two ticks too).
 pub const MIN_PTO: Duration = Duration::from_millis(10);
 
+/// RFC 7323 §5.5: TS.Recent is invalid once it is older than 24 days.
+const TS_RECENT_MAX_AGE: Duration = Duration::from_secs(24 * 24 * 3600);
+
 /// Retransmissions of one fast recovery followed for a DSACK undo.
 const MAX_UNDO_RANGES: usize = 64;
 
@@ -445,6 +448,8 @@ pub struct Connection {
     ts_clock: TsClock,
     ts_origin: Instant,
     ts_recent: u32,
+    /// When TS.Recent was last set (RFC 7323 §5.5: invalid after 24 days).
+    ts_recent_at: Instant,
     last_ack_sent: Seq,
 
     // RFC 5961 §7 throttle.
@@ -573,6 +578,7 @@ impl Connection {
             ts_clock: TsClock::new(now - Duration::from_millis(1)),
             ts_origin: now - Duration::from_millis(1),
             ts_recent: 0,
+            ts_recent_at: now,
             last_ack_sent: Seq(0),
             challenge_window: None,
             challenge_count: 0,
@@ -640,6 +646,7 @@ impl Connection {
         self.ts_ok = self.cfg.timestamps && syn.timestamp.is_some();
         if let Some(ts) = syn.timestamp {
             self.ts_recent = ts.tsval;
+            self.ts_recent_at = _now;
         }
         // RFC 9293 §3.7.1: 536 without the option (IPv4), 1220 for IPv6 (RFC 8200 §5).
         let default = match self.remote.addr {
@@ -913,7 +920,12 @@ impl Connection {
         // RFC 7323 §5.3 PAWS: an old timestamp marks an old duplicate.
         if self.ts_ok && !rst {
             if let Some(ts) = repr.timestamp {
-                if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                // RFC 7323 §5.5: a TS.Recent older than 24 days is invalid (the peer's
+                // clock may have wrapped half its space): take the segment's TSval.
+                if elapsed(self.ts_recent_at, now) > TS_RECENT_MAX_AGE {
+                    self.ts_recent = ts.tsval;
+                    self.ts_recent_at = now;
+                } else if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
                     self.ack_now = true;
                     out.dropped = true;
                     return out;
@@ -1010,6 +1022,7 @@ impl Connection {
             if let Some(ts) = repr.timestamp {
                 if seq.before_eq(self.last_ack_sent) {
                     self.ts_recent = ts.tsval;
+                    self.ts_recent_at = now;
                 }
             }
         }

@@ -1472,3 +1472,19 @@ fn rfc9293_3_8_6_1_unanswered_zero_window_probes_time_out() {
     assert_eq!(probes, 3);
     assert_eq!(t.c.error(), Some(ConnError::TimedOut));
 }
+
+#[test]
+fn rfc7323_5_5_ts_recent_older_than_24_days_is_invalid() {
+    let mut t = T::open(cfg());
+    t.ts = Some(500);
+    t.data_at(0, b"abcd");
+    t.pseq = t.pseq.wrapping_add(4);
+    // Idle for 25 days: the peer's TSval looks older, but TS.Recent has expired.
+    t.wait(Duration::from_secs(25 * 24 * 3600));
+    t.ts = Some(400);
+    let o = t.data_at(0, b"efgh");
+    assert!(!o.dropped, "PAWS must not drop after 24 days idle");
+    assert_eq!(t.sink.data, b"abcdefgh");
+    let out = t.out();
+    assert_eq!(out.last().unwrap().repr.timestamp.unwrap().tsecr, 400);
+}
