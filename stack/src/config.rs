@@ -15,6 +15,50 @@ pub enum Congestion {
     Cubic,
 }
 
+/// Which TCP implementation runs the engine's connections (issue 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpCore {
+    /// smoltcp's `tcp::Socket` in a `SocketSet`, with the workarounds of `rescue.rs`.
+    Smoltcp,
+    /// The crate's own sans-IO connection (`tcp::conn`). **Not wired into `TcpService`
+    /// yet**: selecting it logs a warning once and the engine runs [`TcpCore::Smoltcp`]
+    /// (the engine-side parts exist in `engine/`, see the crate README).
+    Own,
+}
+
+impl TcpCore {
+    /// Parse `own` / `smoltcp` (ASCII case-insensitive, surrounding blanks ignored).
+    pub fn parse(s: &str) -> Option<TcpCore> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "own" => Some(TcpCore::Own),
+            "smoltcp" => Some(TcpCore::Smoltcp),
+            _ => None,
+        }
+    }
+
+    /// The default core: `XWARP_TCP_CORE` (`own` / `smoltcp`) if set and valid, else
+    /// [`TcpCore::Smoltcp`]. An invalid value is warned about once per process.
+    pub fn from_env() -> TcpCore {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        match std::env::var("XWARP_TCP_CORE") {
+            Ok(v) => TcpCore::parse(&v).unwrap_or_else(|| {
+                WARNED.call_once(|| {
+                    log::warn!("XWARP_TCP_CORE={v:?} is neither `own` nor `smoltcp`: using smoltcp")
+                });
+                TcpCore::Smoltcp
+            }),
+            Err(_) => TcpCore::Smoltcp,
+        }
+    }
+}
+
+impl Default for TcpCore {
+    /// [`TcpCore::from_env`].
+    fn default() -> Self {
+        TcpCore::from_env()
+    }
+}
+
 /// Per-socket TCP options applied when a socket is created (connect or accept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpOptions {
@@ -186,6 +230,9 @@ pub struct StackConfig {
     /// own minimum RTO is 1 s; Linux uses 200 ms). `None` leaves smoltcp alone.
     /// Keep it well above the path's round-trip time.
     pub rto_floor: Option<Duration>,
+    /// Which TCP implementation runs the connections; the default comes from
+    /// `XWARP_TCP_CORE` ([`TcpCore::from_env`]).
+    pub tcp_core: TcpCore,
 }
 
 impl Default for StackConfig {
@@ -214,6 +261,7 @@ impl Default for StackConfig {
             armed_listeners: 4,
             random_seed: 0x7877_6172_7000_0001,
             rto_floor: Some(Duration::from_millis(200)),
+            tcp_core: TcpCore::from_env(),
         }
     }
 }
@@ -339,6 +387,14 @@ mod tests {
             KeepAlive::default().dead_after(),
             Duration::from_secs(7200 + 675)
         );
+    }
+
+    #[test]
+    fn tcp_core_parses_own_and_smoltcp_only() {
+        assert_eq!(TcpCore::parse("own"), Some(TcpCore::Own));
+        assert_eq!(TcpCore::parse(" Smoltcp\n"), Some(TcpCore::Smoltcp));
+        assert_eq!(TcpCore::parse("linux"), None);
+        assert_eq!(TcpCore::parse(""), None);
     }
 
     #[test]

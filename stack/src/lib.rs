@@ -16,6 +16,7 @@ mod command;
 pub mod config;
 mod conn;
 mod device;
+mod engine;
 mod hosted;
 mod ports;
 pub mod proto;
@@ -31,8 +32,8 @@ pub mod xdp;
 pub use api::{Kick, ListenSocket, StackHandle, Stream};
 pub use command::AcceptedConn;
 pub use config::{
-    socket_buffer_size, ConfigError, Congestion, KeepAlive, SocketOptions, StackConfig, TcpOptions,
-    MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER,
+    socket_buffer_size, ConfigError, Congestion, KeepAlive, SocketOptions, StackConfig, TcpCore,
+    TcpOptions, MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER,
 };
 pub use service::TcpService;
 pub use shared::{Phase, Readiness, SocketError, TcpInfo};

@@ -106,6 +106,14 @@ impl TcpService {
         next_id: Arc<AtomicU64>,
         stats: Arc<StatsCell>,
     ) -> TcpService {
+        if config.tcp_core == crate::config::TcpCore::Own {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                log::warn!(
+                    "tcp_core Own is not wired into the engine yet: running smoltcp's socket"
+                )
+            });
+        }
         TcpService {
             table: ConnTable::new(Ports::new(config.ephemeral_ports.clone())),
             config,
