@@ -19,8 +19,6 @@
 //! sequence number; the receiver checks the pattern bytes at both ends of every payload
 //! against the stream offset the sequence number gives and counts sequence gaps as losses.
 
-pub mod pingpong;
-
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
