@@ -108,9 +108,11 @@ fn start(s: &EngineSettings) -> std::io::Result<Engine> {
     })
 }
 
-/// First ephemeral port of a process's engine: 49152..=65532, spread by process id.
+/// First ephemeral port of a process's engine: 49152..=57340, spread by process id. The
+/// range then runs to 65535, so every process keeps at least 8,196 ephemeral ports (a start
+/// spread over the whole range left a process as few as 4).
 fn ephemeral_start(pid: u32) -> u16 {
-    49152 + ((pid % 4096) * 4) as u16
+    49152 + ((pid % 2048) * 4) as u16
 }
 
 /// The process's engine, started on first use (see the module docs).
@@ -150,9 +152,14 @@ pub fn engine() -> Result<&'static Engine, c_int> {
 mod tests {
     #[test]
     fn ephemeral_start_differs_between_consecutive_pids_and_stays_in_range() {
-        for pid in [0u32, 1, 2, 4095, 4096, 4097, u32::MAX] {
+        for pid in [0u32, 1, 2, 2047, 2048, 4095, 4096, 4097, u32::MAX] {
             let p = super::ephemeral_start(pid);
-            assert!((49152..=65532).contains(&p), "pid {pid}: {p}");
+            assert!((49152..=57340).contains(&p), "pid {pid}: {p}");
+            assert!(
+                65535 - p + 1 >= 8196,
+                "pid {pid}: only {} ports",
+                65535 - p + 1
+            );
             assert_ne!(p, super::ephemeral_start(pid.wrapping_add(1)));
         }
     }
