@@ -7,6 +7,7 @@
 //! | pair | client (A) | server (B) |
 //! |---|---|---|
 //! | `kernel-kernel` | kernel socket | kernel socket |
+//! | `kernel-busypoll` | kernel socket, spinning | kernel socket, spinning |
 //! | `xwarp-kernel` | xwarp engine A | kernel socket |
 //! | `xwarp-xwarp` | xwarp engine A | xwarp engine B |
 //! | `afxdp-ceiling` | raw AF_XDP socket A | raw AF_XDP socket B |
@@ -16,13 +17,29 @@
 //! its latency is a 64-byte UDP ping-pong between the two sockets with both threads
 //! spinning ([`super::ceiling::pingpong`]), the lower bound of the xwarp rows' half RTT. The engines' socket buffers scale with the MTU ([`socket_buffer`]).
 //!
+//! `kernel-busypoll` is ping-pong only: both sockets non-blocking with `SO_BUSY_POLL`
+//! (50 µs) and both ends spinning on their reads and writes, the kernel's best latency on this path, beside the blocking
+//! `kernel-kernel` row (on a veth the busy poll itself finds no NAPI queue to poll; the
+//! spinning is what counts). The latency rows' `ratio_to_kernel` stays against the blocking
+//! row; the table prints the ratio to the busy-polling one beside it (`x busy`).
+//!
+//! The xwarp pairs run once per `--mode` (`thread`: engine threads; `inline`: the
+//! application threads drive their engines, `EngineMode::Inline`, what `XWARP_MODE=inline`
+//! selects; `both`) with the `--tcp-core` (`StackConfig::tcp_core`; `own` is not wired yet,
+//! the engine warns and runs smoltcp). Their rows are named `pair/mode/core`, e.g.
+//! `xwarp-xwarp/inline/smoltcp`.
+//!
+//! `--loss P[,P...]` adds, after the rows above, goodput through a lossy path (a forwarding
+//! namespace with an XDP dropper, no netem needed) for kernel-kernel, xwarp-kernel and
+//! xwarp-xwarp, one-way and full duplex: see [`loss`].
+//!
 //! The kernel baseline runs first, before any XDP program is attached to the pair (an
 //! attached program changes the veth's offloads). Per pair:
 //! * **bulk**: the client writes `--msg-size` byte messages for `--duration` seconds, the
 //!   server reads and counts; throughput is received bytes over the receiver's time from the
 //!   first byte to end of stream. Bytes are checked (a running sequence pattern).
 //! * **ping-pong**: 64-byte request, 64-byte reply, for `--duration` seconds after a
-//!   warm-up; half round trip = round trip / 2 into an HDR histogram (p50, p99).
+//!   warm-up; half round trip = round trip / 2 into an HDR histogram (p50, p90, p99).
 //! * **CPU**: `getrusage(RUSAGE_THREAD)` on the client and server application threads
 //!   (user + system) during bulk, per GB moved; the xwarp engine threads' CPU time is
 //!   reported beside it (they spin, so it is mostly the spin budget).
@@ -63,7 +80,7 @@ use hdrhistogram::Histogram;
 use xwarp::poll_driver::backend::Backend;
 use xwarp::poll_driver::netns::{NetNs, VethPair};
 
-mod loss;
+pub mod loss;
 mod options;
 mod output;
 mod traffic;
