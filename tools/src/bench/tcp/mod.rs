@@ -192,7 +192,7 @@ fn apply_rps(net: &Net, o: &Options, on: bool) -> io::Result<()> {
 
 /// Steer receive processing of `ifname`'s queue 0 to the CPUs in `mask` (RPS). Runs through
 /// `ip netns exec`, which mounts the namespace's own /sys.
-fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
+pub(super) fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
     let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns.name(), "sh", "-c"])
