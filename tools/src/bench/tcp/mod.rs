@@ -18,9 +18,11 @@
 //! spinning ([`super::ceiling::pingpong`]), the lower bound of the xwarp rows' half RTT. The engines' socket buffers scale with the MTU ([`socket_buffer`]).
 //!
 //! `kernel-busypoll` is ping-pong only: both sockets non-blocking with `SO_BUSY_POLL`
-//! (50 µs) and both ends spinning on their reads and writes, the kernel's best latency on this path, beside the blocking
-//! `kernel-kernel` row (on a veth the busy poll itself finds no NAPI queue to poll; the
-//! spinning is what counts). The latency rows' `ratio_to_kernel` stays against the blocking
+//! (50 µs) and both ends spinning on their reads and writes, the kernel's best latency on
+//! this path, beside the blocking `kernel-kernel` row. (A veth without XDP hands received
+//! frames to the CPU backlog, not to a NAPI queue of its own, so the busy poll itself likely
+//! finds little to poll there; the spinning is the part that surely counts. Not measured
+//! apart.) The latency rows' `ratio_to_kernel` stays against the blocking
 //! row; the table prints the ratio to the busy-polling one beside it (`x busy`).
 //!
 //! The xwarp pairs run once per `--mode` (`thread`: engine threads; `inline`: the
