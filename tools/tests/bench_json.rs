@@ -172,6 +172,10 @@ fn bench_tcp_json_and_plot_parse_back_root() {
             "4K,64K",
             "--net",
             "171",
+            "--mode",
+            "thread",
+            "--tcp-core",
+            "smoltcp",
             "--quiet",
             "--json",
             json.to_str().unwrap(),
@@ -182,7 +186,12 @@ fn bench_tcp_json_and_plot_parse_back_root() {
     );
     let rep = parse_back(&out, &json, "tcp");
     check_ratios(&rep);
-    for pair in ["kernel-kernel", "xwarp-kernel", "xwarp-xwarp"] {
+    // xwarp rows are named pair/mode/tcp-core.
+    for pair in [
+        "kernel-kernel",
+        "xwarp-kernel/thread/smoltcp",
+        "xwarp-xwarp/thread/smoltcp",
+    ] {
         for size in [4096, 65536] {
             let r = rep
                 .rows
@@ -197,20 +206,55 @@ fn bench_tcp_json_and_plot_parse_back_root() {
                 );
             }
         }
+    }
+    // Every latency row has p50 (with its distribution), p90 and p99, in order; the
+    // ceiling's and the busy-polling kernel's too, in the same run.
+    for pair in [
+        "kernel-kernel",
+        "kernel-busypoll",
+        "xwarp-kernel/thread/smoltcp",
+        "xwarp-xwarp/thread/smoltcp",
+        "afxdp-ceiling",
+    ] {
         let lat = rep
             .find("pingpong", pair, "latency_p50")
-            .expect("ping-pong row");
+            .unwrap_or_else(|| panic!("no {pair} ping-pong row"));
         assert!(lat.dist.as_ref().is_some_and(|d| d.count > 0), "{lat:?}");
+        let p90 = rep.value("pingpong", pair, "latency_p90").expect("p90");
+        let p99 = rep.value("pingpong", pair, "latency_p99").expect("p99");
+        assert!(
+            lat.value > 0.0 && lat.value <= p90 && p90 <= p99,
+            "{pair}: {} {p90} {p99}",
+            lat.value
+        );
+        let x = rep.find("pingpong", pair, "latency_p90").unwrap();
+        assert_eq!(x.size, Some(64), "{x:?}");
     }
+    let busy = rep
+        .find("pingpong", "kernel-busypoll", "latency_p50")
+        .unwrap();
+    assert_eq!(busy.side, Side::Kernel);
+    assert!(rep.find("bulk", "kernel-busypoll", "bandwidth").is_none());
+    let x = rep
+        .find("pingpong", "xwarp-xwarp/thread/smoltcp", "latency_p50")
+        .unwrap();
+    assert_eq!(x.kernel_row.as_deref(), Some("kernel-kernel"));
+    assert!(x.ratio_to_ceiling.is_some(), "{x:?}");
     let c = rep
         .find("bulk", "afxdp-ceiling", "bandwidth")
         .expect("ceiling row");
     assert_eq!((c.side, c.size), (Side::Ceiling, None));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("x busy") && table.contains("p90"), "{table}");
+    assert_eq!(
+        rep.config.get("tcp_core").and_then(|v| v.as_str()),
+        Some("smoltcp")
+    );
     // Intervals of every bulk run were kept; --quiet printed none of them.
     assert!(rep
         .intervals
         .iter()
-        .any(|i| i.name == "xwarp-xwarp" && i.bytes > 0));
+        .any(|i| i.name == "xwarp-xwarp/thread/smoltcp" && i.bytes > 0));
     assert!(rep
         .intervals
         .iter()
@@ -220,9 +264,9 @@ fn bench_tcp_json_and_plot_parse_back_root() {
         &svg,
         &[
             "kernel-kernel",
-            "xwarp-xwarp",
+            "xwarp-xwarp/thread/smoltcp",
             "afxdp-ceiling (MTU frames)",
-            "xwarp-xwarp (us)",
+            "xwarp-xwarp/thread/smoltcp (us)",
         ],
     );
 }

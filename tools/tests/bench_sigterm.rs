@@ -99,11 +99,24 @@ impl Drop for Bench {
 /// Start `xwarp bench BENCH` on net `net`, wait until it has `want` namespaces (and then
 /// `settle` more), send `sig`, and check it exits with 128 + sig leaving nothing behind.
 fn signal_bench(bench: &str, net: u8, want: usize, settle: Duration, sig: i32) {
+    signal_bench_with(bench, &[], net, want, settle, sig)
+}
+
+/// [`signal_bench`] with `extra` arguments for the bench.
+fn signal_bench_with(
+    bench: &str,
+    extra: &[&str],
+    net: u8,
+    want: usize,
+    settle: Duration,
+    sig: i32,
+) {
     let dir = Dir(std::env::temp_dir().join(format!("xwarp-sigterm-{}-{net}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0).unwrap();
     let child = Command::new(XWARP)
         .args(["bench", bench, "--duration", "5", "--net", &net.to_string()])
+        .args(extra)
         .env("XWARP_STATS_DIR", &dir.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -168,7 +181,10 @@ fn signal_bench(bench: &str, net: u8, want: usize, settle: Duration, sig: i32) {
         .unwrap();
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(
-        !links.contains("veth-a@") && !links.contains("veth-b@"),
+        !links.contains("veth-a@")
+            && !links.contains("veth-b@")
+            && !links.contains("m-a@")
+            && !links.contains("m-b@"),
         "a veth of the bench is in the root namespace: {links}"
     );
     let segs: Vec<_> = std::fs::read_dir(&dir.0)
@@ -207,4 +223,22 @@ fn sigterm_with_rdma_engines_running_tears_everything_down() {
         return;
     }
     signal_bench("rdma", 213, 2, Duration::from_millis(2500), libc::SIGTERM);
+}
+
+#[test]
+fn sigterm_during_the_loss_rows_tears_the_loss_path_down() {
+    if !is_root() {
+        println!("SKIPPED: bench_sigterm needs root (network namespaces)");
+        return;
+    }
+    // The loss rows' path has three namespaces (the ends and the forwarding one with the
+    // XDP dropper); the veth pair of the loss-free rows, two, is gone by then.
+    signal_bench_with(
+        "tcp",
+        &["--only", "kernel-kernel", "--repeat", "1", "--loss", "0.01"],
+        214,
+        3,
+        Duration::from_millis(1500),
+        libc::SIGTERM,
+    );
 }

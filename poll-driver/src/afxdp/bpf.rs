@@ -251,3 +251,45 @@ pub fn prog_test_run(prog: &OwnedFd, frame: &[u8]) -> io::Result<u32> {
         .map_err(|e| ctx(e, "bpf(BPF_PROG_TEST_RUN)"))?;
     Ok(a.get_u32(4))
 }
+
+/// `BPF_MAP_TYPE_ARRAY`.
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_LOOKUP_ELEM: i32 = 1;
+
+/// Create an array map of `entries` u64 values (u32 keys), all zero.
+pub fn create_array_u64(entries: u32, name: &str) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u32(0, BPF_MAP_TYPE_ARRAY)
+        .u32(4, 4)
+        .u32(8, 8)
+        .u32(12, entries)
+        .name(28, name)
+        .call_fd(BPF_MAP_CREATE)
+        .map_err(|e| ctx(e, "bpf(BPF_MAP_CREATE, ARRAY)"))
+}
+
+/// `map[key]` of a u32 → u64 map.
+pub fn map_lookup_u64(map: &OwnedFd, key: u32) -> io::Result<u64> {
+    let k = key;
+    let mut v = 0u64;
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, &k as *const u32 as u64)
+        .u64(16, &mut v as *mut u64 as u64)
+        .call(BPF_MAP_LOOKUP_ELEM)
+        .map_err(|e| ctx(e, "bpf(BPF_MAP_LOOKUP_ELEM)"))?;
+    Ok(v)
+}
+
+/// Set `map[key] = value` (u32 key, u64 value).
+pub fn map_update_u64(map: &OwnedFd, key: u32, value: u64) -> io::Result<()> {
+    let k = key;
+    let v = value;
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, &k as *const u32 as u64)
+        .u64(16, &v as *const u64 as u64)
+        .call(BPF_MAP_UPDATE_ELEM)
+        .map(|_| ())
+        .map_err(|e| ctx(e, "bpf(BPF_MAP_UPDATE_ELEM)"))
+}

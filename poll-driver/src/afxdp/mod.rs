@@ -55,6 +55,7 @@
 
 mod bpf;
 pub mod caps;
+pub mod dropper;
 pub mod genl;
 pub mod netlink;
 mod nic;

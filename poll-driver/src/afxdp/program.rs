@@ -24,11 +24,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 pub const PROGRAM_NAME_PREFIX: &str = "xwarp";
 const PROGRAM_NAME: &str = "xwarp_steer";
 
-const XDP_PASS: i32 = 2;
+pub(super) const XDP_PASS: i32 = 2;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
+pub(super) const BPF_PSEUDO_MAP_FD: u8 = 1;
 /// `prog_flags` bit: the program handles multi-buffer (fragmented) frames.
-const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+pub(super) const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 
 /// Which frames the steering program hands to the engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,58 +58,58 @@ impl SteeringFilter {
 }
 
 // Opcode pieces (include/uapi/linux/bpf_common.h, bpf.h).
-const LDX: u8 = 0x01;
-const ALU64: u8 = 0x07;
-const JMP: u8 = 0x05;
-const JMP32: u8 = 0x06;
-const W: u8 = 0x00;
-const H: u8 = 0x08;
-const B: u8 = 0x10;
-const MEM: u8 = 0x60;
-const K: u8 = 0x00;
-const X: u8 = 0x08;
-const ADD: u8 = 0x00;
-const AND: u8 = 0x50;
-const LSH: u8 = 0x60;
-const MOV: u8 = 0xb0;
-const JA: u8 = 0x00;
-const JEQ: u8 = 0x10;
-const JGT: u8 = 0x20;
-const JNE: u8 = 0x50;
-const JSET: u8 = 0x40;
-const JLT: u8 = 0xa0;
-const CALL: u8 = 0x80;
-const EXIT: u8 = 0x90;
+pub(super) const LDX: u8 = 0x01;
+pub(super) const ALU64: u8 = 0x07;
+pub(super) const JMP: u8 = 0x05;
+pub(super) const JMP32: u8 = 0x06;
+pub(super) const W: u8 = 0x00;
+pub(super) const H: u8 = 0x08;
+pub(super) const B: u8 = 0x10;
+pub(super) const MEM: u8 = 0x60;
+pub(super) const K: u8 = 0x00;
+pub(super) const X: u8 = 0x08;
+pub(super) const ADD: u8 = 0x00;
+pub(super) const AND: u8 = 0x50;
+pub(super) const LSH: u8 = 0x60;
+pub(super) const MOV: u8 = 0xb0;
+pub(super) const JA: u8 = 0x00;
+pub(super) const JEQ: u8 = 0x10;
+pub(super) const JGT: u8 = 0x20;
+pub(super) const JNE: u8 = 0x50;
+pub(super) const JSET: u8 = 0x40;
+pub(super) const JLT: u8 = 0xa0;
+pub(super) const CALL: u8 = 0x80;
+pub(super) const EXIT: u8 = 0x90;
 
 #[derive(Clone, Copy)]
-struct Label(usize);
+pub(super) struct Label(usize);
 
 /// A tiny assembler with forward labels.
-struct Asm {
+pub(super) struct Asm {
     insns: Vec<BpfInsn>,
     fixups: Vec<(usize, Label)>,
     labels: Vec<Option<usize>>,
 }
 
 impl Asm {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Asm {
             insns: Vec::new(),
             fixups: Vec::new(),
             labels: Vec::new(),
         }
     }
-    fn label(&mut self) -> Label {
+    pub(super) fn label(&mut self) -> Label {
         self.labels.push(None);
         Label(self.labels.len() - 1)
     }
-    fn used(&self, l: Label) -> bool {
+    pub(super) fn used(&self, l: Label) -> bool {
         self.fixups.iter().any(|(_, f)| f.0 == l.0)
     }
-    fn bind(&mut self, l: Label) {
+    pub(super) fn bind(&mut self, l: Label) {
         self.labels[l.0] = Some(self.insns.len());
     }
-    fn raw(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+    pub(super) fn raw(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
         self.insns.push(BpfInsn {
             code,
             regs: (src << 4) | (dst & 0x0f),
@@ -117,33 +117,33 @@ impl Asm {
             imm,
         });
     }
-    fn ldx(&mut self, size: u8, dst: u8, src: u8, off: i16) {
+    pub(super) fn ldx(&mut self, size: u8, dst: u8, src: u8, off: i16) {
         self.raw(LDX | size | MEM, dst, src, off, 0);
     }
-    fn alu_k(&mut self, op: u8, dst: u8, imm: i32) {
+    pub(super) fn alu_k(&mut self, op: u8, dst: u8, imm: i32) {
         self.raw(ALU64 | op | K, dst, 0, 0, imm);
     }
-    fn alu_x(&mut self, op: u8, dst: u8, src: u8) {
+    pub(super) fn alu_x(&mut self, op: u8, dst: u8, src: u8) {
         self.raw(ALU64 | op | X, dst, src, 0, 0);
     }
-    fn jmp_k(&mut self, class: u8, op: u8, dst: u8, imm: i32, to: Label) {
+    pub(super) fn jmp_k(&mut self, class: u8, op: u8, dst: u8, imm: i32, to: Label) {
         self.fixups.push((self.insns.len(), to));
         self.raw(class | op | K, dst, 0, 0, imm);
     }
-    fn jmp_x(&mut self, op: u8, dst: u8, src: u8, to: Label) {
+    pub(super) fn jmp_x(&mut self, op: u8, dst: u8, src: u8, to: Label) {
         self.fixups.push((self.insns.len(), to));
         self.raw(JMP | op | X, dst, src, 0, 0);
     }
-    fn ja(&mut self, to: Label) {
+    pub(super) fn ja(&mut self, to: Label) {
         self.jmp_k(JMP, JA, 0, 0, to);
     }
     /// `if data + len > data_end goto fail` (r2 = data, r3 = data_end, clobbers r4).
-    fn need(&mut self, len: i32, fail: Label) {
+    pub(super) fn need(&mut self, len: i32, fail: Label) {
         self.alu_x(MOV, 4, 2);
         self.alu_k(ADD, 4, len);
         self.jmp_x(JGT, 4, 3, fail);
     }
-    fn finish(mut self) -> io::Result<Vec<BpfInsn>> {
+    pub(super) fn finish(mut self) -> io::Result<Vec<BpfInsn>> {
         for (at, l) in std::mem::take(&mut self.fixups) {
             let target = self.labels[l.0].ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "unbound label in XDP program")
@@ -158,7 +158,7 @@ impl Asm {
 }
 
 /// A network-order field as the value a native-endian load produces.
-fn be16(v: u16) -> i32 {
+pub(super) fn be16(v: u16) -> i32 {
     i32::from(u16::from_ne_bytes(v.to_be_bytes()))
 }
 
@@ -461,58 +461,69 @@ impl XdpProgram {
         mode: XdpMode,
         replace: Option<bool>,
     ) -> io::Result<XdpLink> {
-        let modes: &[u32] = match mode {
-            XdpMode::Auto => &[XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE],
-            XdpMode::Native => &[XDP_FLAGS_DRV_MODE],
-            XdpMode::Generic => &[XDP_FLAGS_SKB_MODE],
-        };
-        let mut last = None;
-        for &flags in modes {
-            let mut replaced = false;
-            loop {
-                match bpf::link_create_xdp(&self.prog, ifindex, flags) {
-                    Ok(fd) => {
-                        return Ok(XdpLink {
-                            fd,
-                            ifindex,
-                            native: flags == XDP_FLAGS_DRV_MODE,
-                        })
-                    }
-                    Err(e)
-                        if !replaced
-                            && matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST)) =>
-                    {
-                        let Some(force) = replace else {
-                            return Err(io::Error::new(
-                                io::ErrorKind::AddrInUse,
-                                format!(
-                                    "ifindex {ifindex} has an XDP program attached \
-                                     already ({e}); not replacing it"
-                                ),
-                            ));
-                        };
-                        replace_stale(ifindex, force)?;
-                        replaced = true;
-                    }
-                    Err(e) => {
-                        last = Some(io::Error::new(
-                            e.kind(),
+        attach_fd(&self.prog, ifindex, mode, replace)
+    }
+}
+
+/// Attach the XDP program `prog` to `ifindex` as a bpf_link (see [`XdpProgram::attach`];
+/// `replace` as in `XdpProgram::attach_inner`). Shared with the loss dropper.
+pub(super) fn attach_fd(
+    prog: &OwnedFd,
+    ifindex: u32,
+    mode: XdpMode,
+    replace: Option<bool>,
+) -> io::Result<XdpLink> {
+    let modes: &[u32] = match mode {
+        XdpMode::Auto => &[XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE],
+        XdpMode::Native => &[XDP_FLAGS_DRV_MODE],
+        XdpMode::Generic => &[XDP_FLAGS_SKB_MODE],
+    };
+    let mut last = None;
+    for &flags in modes {
+        let mut replaced = false;
+        loop {
+            match bpf::link_create_xdp(prog, ifindex, flags) {
+                Ok(fd) => {
+                    return Ok(XdpLink {
+                        fd,
+                        ifindex,
+                        native: flags == XDP_FLAGS_DRV_MODE,
+                    })
+                }
+                Err(e)
+                    if !replaced
+                        && matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST)) =>
+                {
+                    let Some(force) = replace else {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AddrInUse,
                             format!(
-                                "attaching XDP program to ifindex {ifindex} in {} mode: {e}",
-                                if flags == XDP_FLAGS_DRV_MODE {
-                                    "native"
-                                } else {
-                                    "generic"
-                                }
+                                "ifindex {ifindex} has an XDP program attached \
+                                     already ({e}); not replacing it"
                             ),
                         ));
-                        break;
-                    }
+                    };
+                    replace_stale(ifindex, force)?;
+                    replaced = true;
+                }
+                Err(e) => {
+                    last = Some(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "attaching XDP program to ifindex {ifindex} in {} mode: {e}",
+                            if flags == XDP_FLAGS_DRV_MODE {
+                                "native"
+                            } else {
+                                "generic"
+                            }
+                        ),
+                    ));
+                    break;
                 }
             }
         }
-        Err(last.unwrap_or_else(|| io::Error::other("no XDP mode to try")))
     }
+    Err(last.unwrap_or_else(|| io::Error::other("no XDP mode to try")))
 }
 
 /// Detach whatever XDP program sits on `ifindex` if it is ours (name prefix) or `force`.

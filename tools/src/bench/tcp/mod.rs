@@ -7,6 +7,7 @@
 //! | pair | client (A) | server (B) |
 //! |---|---|---|
 //! | `kernel-kernel` | kernel socket | kernel socket |
+//! | `kernel-busypoll` | kernel socket, spinning | kernel socket, spinning |
 //! | `xwarp-kernel` | xwarp engine A | kernel socket |
 //! | `xwarp-xwarp` | xwarp engine A | xwarp engine B |
 //! | `afxdp-ceiling` | raw AF_XDP socket A | raw AF_XDP socket B |
@@ -16,13 +17,31 @@
 //! its latency is a 64-byte UDP ping-pong between the two sockets with both threads
 //! spinning ([`super::ceiling::pingpong`]), the lower bound of the xwarp rows' half RTT. The engines' socket buffers scale with the MTU ([`socket_buffer`]).
 //!
+//! `kernel-busypoll` is ping-pong only: both sockets non-blocking with `SO_BUSY_POLL`
+//! (50 µs) and both ends spinning on their reads and writes, the kernel's best latency on
+//! this path, beside the blocking `kernel-kernel` row. (A veth without XDP hands received
+//! frames to the CPU backlog, not to a NAPI queue of its own, so the busy poll itself likely
+//! finds little to poll there; the spinning is the part that surely counts. Not measured
+//! apart.) The latency rows' `ratio_to_kernel` stays against the blocking
+//! row; the table prints the ratio to the busy-polling one beside it (`x busy`).
+//!
+//! The xwarp pairs run once per `--mode` (`thread`: engine threads; `inline`: the
+//! application threads drive their engines, `EngineMode::Inline`, what `XWARP_MODE=inline`
+//! selects; `both`) with the `--tcp-core` (`StackConfig::tcp_core`; `own` is not wired yet,
+//! the engine warns and runs smoltcp). Their rows are named `pair/mode/core`, e.g.
+//! `xwarp-xwarp/inline/smoltcp`.
+//!
+//! `--loss P[,P...]` adds, after the rows above, goodput through a lossy path (a forwarding
+//! namespace with an XDP dropper, no netem needed) for kernel-kernel, xwarp-kernel and
+//! xwarp-xwarp, one-way and full duplex: see [`loss`].
+//!
 //! The kernel baseline runs first, before any XDP program is attached to the pair (an
 //! attached program changes the veth's offloads). Per pair:
 //! * **bulk**: the client writes `--msg-size` byte messages for `--duration` seconds, the
 //!   server reads and counts; throughput is received bytes over the receiver's time from the
 //!   first byte to end of stream. Bytes are checked (a running sequence pattern).
 //! * **ping-pong**: 64-byte request, 64-byte reply, for `--duration` seconds after a
-//!   warm-up; half round trip = round trip / 2 into an HDR histogram (p50, p99).
+//!   warm-up; half round trip = round trip / 2 into an HDR histogram (p50, p90, p99).
 //! * **CPU**: `getrusage(RUSAGE_THREAD)` on the client and server application threads
 //!   (user + system) during bulk, per GB moved; the xwarp engine threads' CPU time is
 //!   reported beside it (they spin, so it is mostly the spin budget).
@@ -63,13 +82,17 @@ use hdrhistogram::Histogram;
 use xwarp::poll_driver::backend::Backend;
 use xwarp::poll_driver::netns::{NetNs, VethPair};
 
+pub mod loss;
 mod options;
 mod output;
 mod traffic;
 
 use options::*;
 
-pub use options::{parse_args, BulkResult, Options, PairKind, PairResult, Pin, Rps};
+pub use loss::{LossResult, LossRun};
+pub use options::{
+    parse_args, row_name, BulkResult, ModeSel, Options, PairKind, PairResult, Pin, Rps,
+};
 pub use output::{fill, table};
 use traffic::*;
 
@@ -95,12 +118,30 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     progress::set_quiet(opts.quiet);
     let (t0, mut rep) = (Instant::now(), Report::new("tcp"));
-    match run(&opts) {
-        Ok(results) => {
+    if opts.tcp_core == xwarp::stack::TcpCore::Own {
+        eprintln!(
+            "xwarp bench tcp: --tcp-core own: the own TCP core is not wired into the engine yet; \
+             its rows run smoltcp (rows named .../own)"
+        );
+    }
+    let results = run(&opts).and_then(|pairs| {
+        let losses = if opts.loss.is_empty() {
+            Vec::new()
+        } else {
+            loss::run(&opts)?
+        };
+        Ok((pairs, losses))
+    });
+    match results {
+        Ok((results, losses)) => {
             output::fill(&mut rep, &opts, &results);
+            loss::fill(&mut rep, &opts, &losses);
             rep.intervals = progress::take_log();
             rep.finish(t0);
             print!("{}", output::table(&opts, &rep));
+            if !losses.is_empty() {
+                print!("{}", loss::table(&opts, &rep));
+            }
             if let Err(e) = write_outputs(&rep, opts.json.as_deref(), opts.plot.as_deref()) {
                 eprintln!("xwarp bench tcp: {e}");
                 return ExitCode::FAILURE;
@@ -153,7 +194,7 @@ fn apply_rps(net: &Net, o: &Options, on: bool) -> io::Result<()> {
 
 /// Steer receive processing of `ifname`'s queue 0 to the CPUs in `mask` (RPS). Runs through
 /// `ip netns exec`, which mounts the namespace's own /sys.
-fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
+pub(super) fn set_rps(ns: &NetNs, ifname: &str, mask: u64) -> io::Result<()> {
     let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns.name(), "sh", "-c"])
@@ -175,13 +216,39 @@ fn start_engine(
     o: &Options,
     side_a: bool,
     core: Option<usize>,
+    mode: ModeSel,
 ) -> io::Result<XdpEngine> {
-    let (ns, ifname, ip, name) = if side_a {
-        (&net.veth.a, &net.veth.if_a, net.xa, "bench-engine-a")
+    let (ns, ifname, ip) = if side_a {
+        (&net.veth.a, &net.veth.if_a, net.xa)
     } else {
-        (&net.veth.b, &net.veth.if_b, net.xb, "bench-engine-b")
+        (&net.veth.b, &net.veth.if_b, net.xb)
     };
-    let mut cfg = XdpEngineConfig::new(ifname, ip, 24);
+    engine_on(ns, ifname, ip, 24, None, side_a, o, core, mode)
+}
+
+/// An engine owning `ip/prefix` (with `gateway`) on `ifname` in `ns`, configured for the
+/// bench: buffers for the MTU, `mode`, the `--tcp-core`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn engine_on(
+    ns: &NetNs,
+    ifname: &str,
+    ip: Ipv4Addr,
+    prefix: u8,
+    gateway: Option<Ipv4Addr>,
+    side_a: bool,
+    o: &Options,
+    core: Option<usize>,
+    mode: ModeSel,
+) -> io::Result<XdpEngine> {
+    let name = if side_a {
+        "bench-engine-a"
+    } else {
+        "bench-engine-b"
+    };
+    let mut cfg = XdpEngineConfig::new(ifname, ip, prefix);
+    cfg.stack.ipv4_gateway = gateway;
+    cfg.stack.tcp_core = o.tcp_core;
+    cfg.engine.mode = mode.engine_mode();
     // Frames larger than a chunk: multi-buffer (descriptor chains).
     (cfg.chunk, cfg.multi_buffer) = common::umem_for_mtu(o.mtu);
     cfg.engine.name = name.into();
@@ -237,7 +304,7 @@ fn xwarp_connector(e: &XdpEngine, addr: SocketAddr) -> Connector<'_> {
     })
 }
 
-fn per_gb(cpu: Duration, bytes: u64) -> f64 {
+pub(super) fn per_gb(cpu: Duration, bytes: u64) -> f64 {
     if bytes == 0 {
         return 0.0;
     }
@@ -267,12 +334,14 @@ fn bulk_result(size: usize, c: &BulkSide, s: &BulkSide, engine_cpu: Duration) ->
     }
 }
 
-fn result(kind: PairKind, bulk: Vec<BulkResult>, h: Histogram<u64>) -> PairResult {
+fn result(kind: PairKind, name: String, bulk: Vec<BulkResult>, h: Histogram<u64>) -> PairResult {
     PairResult {
         kind,
+        name,
         runs: 1,
         bulk,
         half_rtt_p50_us: h.value_at_quantile(0.50) as f64 / 1e3,
+        half_rtt_p90_us: h.value_at_quantile(0.90) as f64 / 1e3,
         half_rtt_p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
         pingpongs: h.len(),
         half_rtt_ns: Some(h),
@@ -292,12 +361,12 @@ fn bulk_port(i: usize) -> u16 {
 /// runs it at (size, port) and returns both sides and the engines' CPU time.
 fn sweep(
     o: &Options,
-    kind: PairKind,
+    name: &str,
     mut one: impl FnMut(usize, u16) -> io::Result<((BulkSide, BulkSide), Duration)>,
 ) -> io::Result<Vec<BulkResult>> {
     let mut out = Vec::new();
     for (i, &size) in o.sizes.iter().enumerate() {
-        let meter = progress::start("bulk", kind.name(), Some(size));
+        let meter = progress::start("bulk", name, Some(size));
         let r = one(size, bulk_port(i));
         meter.finish();
         let ((c, s), ecpu) = r?;
@@ -316,9 +385,18 @@ pub fn run(o: &Options) -> io::Result<Vec<PairResult>> {
         ));
     }
     let net = setup(o)?;
-    let mut order = o.pairs.clone();
-    order.sort_by_key(|p| *p as u8);
-    order.dedup();
+    let mut kinds = o.pairs.clone();
+    kinds.sort_by_key(|p| *p as u8);
+    kinds.dedup();
+    // Every xwarp pair once per --mode.
+    let mut order = Vec::new();
+    for k in kinds {
+        if k.is_xwarp() {
+            order.extend(o.modes.iter().map(|m| (k, *m)));
+        } else {
+            order.push((k, ModeSel::Thread));
+        }
+    }
     let mut samples: Vec<Vec<PairResult>> = vec![Vec::new(); order.len()];
     for round in 0..o.repeat {
         for (i, r) in run_round(o, &net, &order, round)?.into_iter().enumerate() {
@@ -373,9 +451,11 @@ fn median(runs: &[PairResult]) -> Option<PairResult> {
     }
     Some(PairResult {
         kind: first.kind,
+        name: first.name.clone(),
         runs: runs.len() as u32,
         bulk,
         half_rtt_p50_us: m(&|r| r.half_rtt_p50_us),
+        half_rtt_p90_us: m(&|r| r.half_rtt_p90_us),
         half_rtt_p99_us: m(&|r| r.half_rtt_p99_us),
         pingpongs: runs.iter().map(|r| r.pingpongs).sum(),
         half_rtt_ns: hist,
@@ -392,7 +472,7 @@ fn bulk_bytes(r: &PairResult) -> u64 {
 fn run_round(
     o: &Options,
     net: &Net,
-    order: &[PairKind],
+    order: &[(PairKind, ModeSel)],
     round: u32,
 ) -> io::Result<Vec<PairResult>> {
     let [client_core, server_core, core_a, core_b] = placement(o.pin);
@@ -401,17 +481,36 @@ fn run_round(
         server_core,
     };
     let mut out = Vec::new();
-    for &kind in order {
+    for &(kind, mode) in order {
+        let name = row_name(kind, mode, o.tcp_core);
         eprintln!(
-            "xwarp bench tcp: round {}/{}: {} ...",
+            "xwarp bench tcp: round {}/{}: {name} ...",
             round + 1,
             o.repeat,
-            kind.name()
         );
         apply_rps(net, o, o.rps.applies(kind))?;
         let r = match kind {
+            PairKind::KernelBusyPoll => {
+                let l = kernel_listener(net, PING_PORT)?;
+                let h = run_ping(
+                    &ends,
+                    Box::new(move || {
+                        let (s, _) = l.accept()?;
+                        Ok(Box::new(Spinning::new(s)?) as Box<dyn Conn>)
+                    }),
+                    Box::new(|| {
+                        let addr = SocketAddr::from((net.veth.addr_b, PING_PORT));
+                        let s = net.veth.a.run(move || {
+                            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                        })??;
+                        Ok(Box::new(Spinning::new(s)?) as Box<dyn Conn>)
+                    }),
+                    o,
+                )?;
+                result(kind, name, Vec::new(), h)
+            }
             PairKind::KernelKernel => {
-                let bulk = sweep(o, kind, |size, port| {
+                let bulk = sweep(o, &name, |size, port| {
                     let b = run_bulk(
                         &ends,
                         kernel_acceptor(kernel_listener(net, port)?),
@@ -427,11 +526,11 @@ fn run_round(
                     Box::new(|| kernel_connect(net, PING_PORT)),
                     o,
                 )?;
-                result(kind, bulk, h)
+                result(kind, name, bulk, h)
             }
             PairKind::XwarpKernel => {
-                let ea = start_engine(net, o, true, core_a)?;
-                let bulk = sweep(o, kind, |size, port| {
+                let ea = start_engine(net, o, true, core_a, mode)?;
+                let bulk = sweep(o, &name, |size, port| {
                     let cpu0 = engine_cpu(&[&ea]);
                     let b = run_bulk(
                         &ends,
@@ -448,14 +547,14 @@ fn run_round(
                     xwarp_connector(&ea, SocketAddr::from((net.veth.addr_b, PING_PORT))),
                     o,
                 )?;
-                let r = result(kind, bulk, h);
+                let r = result(kind, name, bulk, h);
                 report_engine("A", ea, bulk_bytes(&r))?;
                 r
             }
             PairKind::XwarpXwarp => {
-                let ea = start_engine(net, o, true, core_a)?;
-                let eb = start_engine(net, o, false, core_b)?;
-                let bulk = sweep(o, kind, |size, port| {
+                let ea = start_engine(net, o, true, core_a, mode)?;
+                let eb = start_engine(net, o, false, core_b, mode)?;
+                let bulk = sweep(o, &name, |size, port| {
                     let cpu0 = engine_cpu(&[&ea, &eb]);
                     let b = run_bulk(
                         &ends,
@@ -478,7 +577,7 @@ fn run_round(
                     xwarp_connector(&ea, SocketAddr::from((net.xb, PING_PORT))),
                     o,
                 )?;
-                let r = result(kind, bulk, h);
+                let r = result(kind, name, bulk, h);
                 report_engine("A", ea, bulk_bytes(&r))?;
                 report_engine("B", eb, bulk_bytes(&r))?;
                 r
@@ -498,7 +597,7 @@ fn run_round(
 /// Stop an engine and print its NIC and XDP counters on stderr: frames dropped anywhere on
 /// the AF_XDP path mean TCP recovery inside the measurement, and transmitted bytes beyond
 /// the bulk goodput (`wire/goodput`) show retransmissions (ping-pong frames add ~0.1%).
-fn report_engine(name: &str, e: XdpEngine, goodput: u64) -> io::Result<()> {
+pub(super) fn report_engine(name: &str, e: XdpEngine, goodput: u64) -> io::Result<()> {
     let exit = e.stop()?;
     let nic = exit.backend.stats();
     let x = exit.backend.xdp_statistics().unwrap_or_default();
@@ -574,7 +673,12 @@ fn ceiling_result(
     }
     let r = &out.received;
     let gbps = r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e9;
-    let mut res = result(PairKind::AfxdpCeiling, Vec::new(), ping.half_rtt_ns);
+    let mut res = result(
+        PairKind::AfxdpCeiling,
+        PairKind::AfxdpCeiling.name().into(),
+        Vec::new(),
+        ping.half_rtt_ns,
+    );
     res.bulk = vec![BulkResult {
         size: None,
         gbps,
@@ -620,9 +724,31 @@ mod tests {
             "all",
             "--xdp-mode",
             "native",
+            "--mode",
+            "both",
+            "--tcp-core",
+            "own",
+            "--loss",
+            "0.001,0.05,0.001",
         ]))
         .unwrap()
         .unwrap();
+        assert_eq!(o.modes, vec![ModeSel::Thread, ModeSel::Inline]);
+        assert_eq!(o.tcp_core, xwarp::stack::TcpCore::Own);
+        assert_eq!(o.loss, vec![0.001, 0.05]);
+        assert_eq!(
+            row_name(PairKind::XwarpXwarp, ModeSel::Inline, o.tcp_core),
+            "xwarp-xwarp/inline/own"
+        );
+        assert_eq!(
+            row_name(PairKind::KernelBusyPoll, ModeSel::Inline, o.tcp_core),
+            "kernel-busypoll"
+        );
+        let inline = parse_args(&args(&["--mode", "inline", "--tcp-core", "smoltcp"]))
+            .unwrap()
+            .unwrap();
+        assert!(inline.modes == [ModeSel::Inline] && inline.modes[0].engine_mode().is_inline());
+        assert!(inline.loss.is_empty());
         assert_eq!(o.duration, Duration::from_millis(1500));
         assert_eq!(o.sizes, vec![1000]);
         let w = parse_args(&args(&["--sizes", "64K,1K", "--quiet", "--plot", "x.svg"]))
@@ -659,6 +785,13 @@ mod tests {
             &["--frobnicate", "1"],
             &["--sizes", "1K,0"],
             &["--sizes", "1K", "--msg-size", "1000"],
+            &["--mode", "threads"],
+            &["--tcp-core", "lwip"],
+            &["--loss", "0.6"],
+            &["--loss", "-0.01"],
+            &["--loss", "1%"],
+            &["--loss", "0.01,"],
+            &["--loss", "0.1,0.2,0.3,0.4,0.5,0.01,0.02,0.03,0.04"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
         }
@@ -681,9 +814,11 @@ mod tests {
             };
             PairResult {
                 kind: PairKind::XwarpKernel,
+                name: "xwarp-kernel/thread/smoltcp".into(),
                 runs: 1,
                 bulk: vec![b(1024, gbps / 2.0), b(65536, gbps)],
                 half_rtt_p50_us: p50,
+                half_rtt_p90_us: p50,
                 half_rtt_p99_us: p50,
                 pingpongs: 5,
                 half_rtt_ns: Some(h),

@@ -5,7 +5,8 @@ use std::io;
 use std::time::Duration;
 
 use xwarp::poll_driver::afxdp::XdpMode;
-use xwarp::poll_driver::engine::SpinBudget;
+use xwarp::poll_driver::engine::{EngineMode, SpinBudget};
+use xwarp::stack::TcpCore;
 
 /// Ping-pong message size (bytes each way).
 pub(super) const PING_SIZE: usize = 64;
@@ -20,6 +21,46 @@ pub(super) const PING_PORT: u16 = 5202;
 pub(super) const BULK_SWEEP_PORT: u16 = 5300;
 /// Most sizes in a `--sizes` sweep.
 pub(super) const MAX_SIZES: usize = 32;
+/// Most loss rates in a `--loss` list.
+pub(super) const MAX_LOSSES: usize = 8;
+/// Highest `--loss` probability.
+pub(super) const MAX_LOSS: f64 = 0.5;
+
+/// Who runs the xwarp engines' iterations in a row (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeSel {
+    /// An engine thread per engine (`EngineMode::Thread`).
+    Thread,
+    /// Run to completion: the application threads drive their engine
+    /// (`EngineMode::Inline`, what `XWARP_MODE=inline` selects).
+    Inline,
+}
+
+impl ModeSel {
+    /// The name in row names and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeSel::Thread => "thread",
+            ModeSel::Inline => "inline",
+        }
+    }
+
+    /// The engine mode it selects.
+    pub fn engine_mode(self) -> EngineMode {
+        match self {
+            ModeSel::Thread => EngineMode::Thread,
+            ModeSel::Inline => EngineMode::Inline(Default::default()),
+        }
+    }
+}
+
+/// The name of a TCP core in row names.
+pub fn core_name(c: TcpCore) -> &'static str {
+    match c {
+        TcpCore::Smoltcp => "smoltcp",
+        TcpCore::Own => "own",
+    }
+}
 
 /// How threads are placed on cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +105,12 @@ pub struct Options {
     pub rps: Rps,
     /// How the engines' XDP programs attach.
     pub xdp_mode: XdpMode,
+    /// Engine modes the xwarp pairs run in, each a row of its own.
+    pub modes: Vec<ModeSel>,
+    /// The engines' TCP core (`StackConfig::tcp_core`).
+    pub tcp_core: TcpCore,
+    /// Loss probabilities of the loss rows (`--loss`; empty: no loss rows).
+    pub loss: Vec<f64>,
 }
 
 /// Which pairs run with receive packet steering to their side's core.
@@ -106,6 +153,7 @@ impl Default for Options {
             mtu: 1500,
             pairs: vec![
                 PairKind::KernelKernel,
+                PairKind::KernelBusyPoll,
                 PairKind::XwarpKernel,
                 PairKind::XwarpXwarp,
                 PairKind::AfxdpCeiling,
@@ -117,6 +165,13 @@ impl Default for Options {
             repeat: 3,
             rps: Rps::XwarpKernel,
             xdp_mode: XdpMode::Generic,
+            modes: vec![if EngineMode::configured().is_inline() {
+                ModeSel::Inline
+            } else {
+                ModeSel::Thread
+            }],
+            tcp_core: TcpCore::from_env(),
+            loss: Vec::new(),
         }
     }
 }
@@ -126,6 +181,9 @@ impl Default for Options {
 pub enum PairKind {
     /// Kernel client, kernel server.
     KernelKernel,
+    /// Kernel client and server on non-blocking sockets with `SO_BUSY_POLL`, both spinning
+    /// on their reads: the kernel's lowest ping-pong latency (no bulk run).
+    KernelBusyPoll,
     /// xwarp client, kernel server.
     XwarpKernel,
     /// xwarp client, xwarp server.
@@ -140,15 +198,22 @@ impl PairKind {
     pub fn name(self) -> &'static str {
         match self {
             PairKind::KernelKernel => "kernel-kernel",
+            PairKind::KernelBusyPoll => "kernel-busypoll",
             PairKind::XwarpKernel => "xwarp-kernel",
             PairKind::XwarpXwarp => "xwarp-xwarp",
             PairKind::AfxdpCeiling => "afxdp-ceiling",
         }
     }
 
+    /// `true` for the pairs with an xwarp engine at one end or both.
+    pub fn is_xwarp(self) -> bool {
+        matches!(self, PairKind::XwarpKernel | PairKind::XwarpXwarp)
+    }
+
     fn parse(s: &str) -> Option<PairKind> {
         [
             PairKind::KernelKernel,
+            PairKind::KernelBusyPoll,
             PairKind::XwarpKernel,
             PairKind::XwarpXwarp,
             PairKind::AfxdpCeiling,
@@ -196,9 +261,11 @@ pub(super) struct Cli {
     /// 3826 multi-buffer AF_XDP frames over up to 16 chunks, max 60000).
     #[arg(long, value_name = "BYTES")]
     mtu: Option<String>,
-    /// Comma-separated subset of kernel-kernel,xwarp-kernel,xwarp-xwarp,afxdp-ceiling
-    /// (afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each end, no
-    /// TCP: the upper bound of the xwarp rows on this path; no ping-pong).
+    /// Comma-separated subset of
+    /// kernel-kernel,kernel-busypoll,xwarp-kernel,xwarp-xwarp,afxdp-ceiling (kernel-busypoll:
+    /// ping-pong only, both ends spinning on non-blocking SO_BUSY_POLL sockets;
+    /// afxdp-ceiling: raw UDP frames between two AF_XDP sockets, one copy at each end, no
+    /// TCP: the upper bound of the xwarp rows on this path, and a 64-byte UDP ping-pong).
     #[arg(long, value_name = "LIST")]
     only: Option<String>,
     /// Rounds over all pairs, interleaved; medians are reported (default 3).
@@ -225,6 +292,21 @@ pub(super) struct Cli {
     /// --pin sides (default xwarp-kernel; see the docs of xwarp_tools::bench::tcp).
     #[arg(long, value_name = "MODE")]
     rps: Option<String>,
+    /// thread | inline | both: who runs the xwarp engines' iterations (engine threads, or
+    /// the application threads run to completion); both: every xwarp pair in each mode
+    /// (default: what XWARP_MODE says, thread if unset).
+    #[arg(long, value_name = "MODE")]
+    mode: Option<String>,
+    /// smoltcp | own: the engines' TCP core (StackConfig::tcp_core; default
+    /// XWARP_TCP_CORE or smoltcp). own is not wired yet: the engine warns and runs smoltcp.
+    #[arg(long = "tcp-core", value_name = "CORE")]
+    tcp_core: Option<String>,
+    /// Loss probabilities, e.g. 0.001,0.01,0.05 (each within 0..=0.5): after the loss-free
+    /// rows, goodput of kernel-kernel, xwarp-kernel and xwarp-xwarp through a forwarding
+    /// namespace whose XDP program drops that share of TCP frames each way, one-way and
+    /// full duplex (see the docs of xwarp_tools::bench::tcp).
+    #[arg(long, value_name = "LIST")]
+    loss: Option<String>,
 }
 
 impl Cli {
@@ -245,6 +327,9 @@ impl Cli {
             ("--net", self.net),
             ("--xdp-mode", self.xdp_mode),
             ("--rps", self.rps),
+            ("--mode", self.mode),
+            ("--tcp-core", self.tcp_core),
+            ("--loss", self.loss),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -361,10 +446,45 @@ pub(super) fn check(c: Cli) -> io::Result<Options> {
                     _ => return Err(bad(format!("--rps: unknown mode {v:?}"))),
                 }
             }
+            "--mode" => {
+                o.modes = match v {
+                    "thread" => vec![ModeSel::Thread],
+                    "inline" => vec![ModeSel::Inline],
+                    "both" => vec![ModeSel::Thread, ModeSel::Inline],
+                    _ => return Err(bad(format!("--mode: unknown mode {v:?}"))),
+                }
+            }
+            "--tcp-core" => {
+                o.tcp_core = TcpCore::parse(v)
+                    .ok_or_else(|| bad(format!("--tcp-core: {v:?} is neither smoltcp nor own")))?
+            }
+            "--loss" => o.loss = parse_losses(v)?,
             _ => return Err(bad(format!("unknown option {a}"))),
         }
     }
     Ok(o)
+}
+
+/// A `--loss` list: comma-separated probabilities within 0..=[`MAX_LOSS`], at most
+/// [`MAX_LOSSES`], kept in the order given (duplicates dropped).
+pub(super) fn parse_losses(v: &str) -> io::Result<Vec<f64>> {
+    let mut out: Vec<f64> = Vec::new();
+    for p in v.split(',') {
+        let x: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("--loss: {p:?} is not a number")))?;
+        if !(0.0..=MAX_LOSS).contains(&x) {
+            return Err(bad(format!("--loss: {p} is not within 0..={MAX_LOSS}")));
+        }
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    if out.len() > MAX_LOSSES {
+        return Err(bad(format!("--loss: at most {MAX_LOSSES} rates")));
+    }
+    Ok(out)
 }
 
 /// One bulk measurement of a pair at one write size.
@@ -393,16 +513,31 @@ pub struct BulkResult {
 pub struct PairResult {
     /// Which pair.
     pub kind: PairKind,
+    /// The name of its rows: the pair's name, for xwarp pairs followed by
+    /// `/<mode>/<core>` (`xwarp-xwarp/inline/smoltcp`).
+    pub name: String,
     /// Runs the values are the median of.
     pub runs: u32,
     /// Bulk at each write size, ascending.
     pub bulk: Vec<BulkResult>,
     /// Ping-pong half round trip p50, µs (NaN: no ping-pong).
     pub half_rtt_p50_us: f64,
+    /// Ping-pong half round trip p90, µs.
+    pub half_rtt_p90_us: f64,
     /// Ping-pong half round trip p99, µs.
     pub half_rtt_p99_us: f64,
     /// Ping-pong round trips measured.
     pub pingpongs: u64,
     /// Every run's half round trips (ns), merged: the latency CDF.
     pub half_rtt_ns: Option<hdrhistogram::Histogram<u64>>,
+}
+
+/// The row name of `kind` run in `mode` with `core` (kernel pairs and the ceiling: the
+/// pair's own name).
+pub fn row_name(kind: PairKind, mode: ModeSel, core: TcpCore) -> String {
+    if kind.is_xwarp() {
+        format!("{}/{}/{}", kind.name(), mode.name(), core_name(core))
+    } else {
+        kind.name().to_string()
+    }
 }

@@ -7,7 +7,7 @@ use crate::bench::report::{fmt_opt, fmt_ratio, Dist, Report, Row, Side, Unit};
 /// The side of a pair's rows.
 fn side(k: PairKind) -> Side {
     match k {
-        PairKind::KernelKernel => Side::Kernel,
+        PairKind::KernelKernel | PairKind::KernelBusyPoll => Side::Kernel,
         PairKind::XwarpKernel | PairKind::XwarpXwarp => Side::Xwarp,
         PairKind::AfxdpCeiling => Side::Ceiling,
     }
@@ -18,7 +18,8 @@ fn side(k: PairKind) -> Side {
 /// Rows: test `bulk` (per write size; the afxdp-ceiling without one): metric `bandwidth`
 /// (Gbit/s, with the runs' spread and the bytes moved), `cpu_client`, `cpu_server`,
 /// `cpu_engine` (s/GB); test `pingpong` (64 B): `latency_p50` (with the merged half round
-/// trip distribution), `latency_p99` (µs, one-way: half the round trip).
+/// trip distribution), `latency_p90`, `latency_p99` (µs, one-way: half the round trip).
+/// Row names: [`super::row_name`] (xwarp pairs carry their mode and TCP core).
 pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
     rep.config("mtu", o.mtu);
     rep.config("duration_s", o.duration.as_secs_f64());
@@ -35,8 +36,14 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
         o.pairs.iter().map(|p| p.name()).collect::<Vec<_>>(),
     );
     rep.config("ping_size", super::options::PING_SIZE);
+    rep.config(
+        "modes",
+        o.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+    );
+    rep.config("tcp_core", super::options::core_name(o.tcp_core));
+    rep.config("busy_poll_us", super::traffic::BUSY_POLL_US);
     for r in rs {
-        let (name, sd) = (r.kind.name(), side(r.kind));
+        let (name, sd) = (r.name.as_str(), side(r.kind));
         for b in &r.bulk {
             let sized = |row: Row| match b.size {
                 Some(s) => row.size(s),
@@ -65,6 +72,7 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
             .as_ref()
             .and_then(|h| Dist::from_histogram_ns(h, 1.0));
         rep.push(ping("latency_p50", r.half_rtt_p50_us).dist(dist));
+        rep.push(ping("latency_p90", r.half_rtt_p90_us));
         rep.push(ping("latency_p99", r.half_rtt_p99_us));
     }
     rep.notes = vec![
@@ -72,23 +80,27 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
         "bandwidth: bulk goodput at the receiver; latency: 64-byte ping-pong half round trip; ratio_to_kernel: to kernel-kernel (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5).".into(),
         "cpu_*: CPU seconds per GB on the client and server application threads (getrusage RUSAGE_THREAD) and on the engine threads.".into(),
         "afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP, the most any TCP engine on this AF_XDP path could move; its latency rows: 64-byte UDP ping-pong between the two sockets, both spinning, the least any engine on this path could take (xwarp_tools::bench::ceiling).".into(),
+        "kernel-busypoll: ping-pong only, kernel sockets non-blocking with SO_BUSY_POLL, both ends spinning on their reads (ratio_to_kernel of the latency rows is against the blocking kernel-kernel row; the table prints the ratio to kernel-busypoll beside it).".into(),
+        "xwarp row names: pair/mode/tcp_core (mode thread: engine threads; inline: the application threads drive their engines). tcp_core own is not wired yet: its rows ran smoltcp.".into(),
     ];
 }
 
-/// The readable table, generated from the report's rows.
+/// The readable table, generated from the report's rows: one line per row name and bulk
+/// size (a ping-pong-only row such as kernel-busypoll has one line without bulk values).
 pub fn table(o: &Options, rep: &Report) -> String {
     let mut s = format!(
-        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {}\n\n",
+        "xwarp bench tcp: veth pair, IP MTU {}, {:.1} s per run, pin {:?}, engine spin {:?}, app spin {:?}, RPS {}, XDP {}, TCP core {}\n\n",
         o.mtu,
         o.duration.as_secs_f64(),
         o.pin,
         o.spin,
         o.app_spin,
         o.rps.name(),
-        o.xdp_mode.name()
+        o.xdp_mode.name(),
+        super::options::core_name(o.tcp_core)
     );
     s += &format!(
-        "{:<14} {:>8} {:>9} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
+        "{:<28} {:>7} {:>8} {:>13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9}\n",
         "pair",
         "bytes",
         "Gbit/s",
@@ -96,8 +108,10 @@ pub fn table(o: &Options, rep: &Report) -> String {
         "x kern",
         "x ceil",
         "p50 µs",
+        "p90 µs",
         "p99 µs",
         "x kern",
+        "x busy",
         "x ceil",
         "cli s/GB",
         "srv s/GB",
@@ -105,45 +119,59 @@ pub fn table(o: &Options, rep: &Report) -> String {
         "pingpongs"
     );
     let mut names: Vec<&str> = Vec::new();
-    for r in rep.rows.iter().filter(|r| r.test == "bulk") {
+    for r in rep
+        .rows
+        .iter()
+        .filter(|r| r.test == "bulk" || r.test == "pingpong")
+    {
         if !names.contains(&r.name.as_str()) {
             names.push(&r.name);
         }
     }
+    let busy = rep.value("pingpong", "kernel-busypoll", "latency_p50");
     for name in names {
-        let bw = rep
+        let bw: Vec<_> = rep
             .rows
             .iter()
-            .filter(|r| r.test == "bulk" && r.name == name && r.metric == "bandwidth");
+            .filter(|r| r.test == "bulk" && r.name == name && r.metric == "bandwidth")
+            .collect();
         let p50 = rep.find("pingpong", name, "latency_p50");
+        let p90 = rep.value("pingpong", name, "latency_p90");
         let p99 = rep.value("pingpong", name, "latency_p99");
-        for (i, b) in bw.enumerate() {
+        let x_busy = p50
+            .zip(busy)
+            .filter(|(_, b)| *b > 0.0 && name != "kernel-busypoll")
+            .map(|(p, b)| p.value / b);
+        let lines = bw.len().max(1);
+        for i in 0..lines {
+            let b = bw.get(i);
             let cpu = |m: &str| {
-                rep.rows
-                    .iter()
-                    .find(|r| {
-                        r.test == "bulk" && r.name == name && r.metric == m && r.size == b.size
-                    })
-                    .map(|r| r.value)
+                b.and_then(|b| {
+                    rep.rows
+                        .iter()
+                        .find(|r| {
+                            r.test == "bulk" && r.name == name && r.metric == m && r.size == b.size
+                        })
+                        .map(|r| r.value)
+                })
             };
             let first = i == 0;
             let lat = |v: Option<f64>| if first { fmt_opt(v, 2) } else { String::new() };
+            let rat = |v: Option<f64>| if first { fmt_ratio(v) } else { String::new() };
             s += &format!(
-                "{:<14} {:>8} {:>9.2} {:>13} {:>7} {:>7} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>10}\n",
+                "{:<28} {:>7} {:>8} {:>13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9}\n",
                 name,
-                b.size.map(|s| s.to_string()).unwrap_or_else(|| "MTU".into()),
-                b.value,
-                format!(
-                    "({}-{})",
-                    fmt_opt(b.min, 2),
-                    fmt_opt(b.max, 2)
-                ),
-                fmt_ratio(b.ratio_to_kernel),
-                fmt_ratio(b.ratio_to_ceiling),
+                b.map_or("-".into(), |b| b.size.map(|s| s.to_string()).unwrap_or_else(|| "MTU".into())),
+                b.map_or("-".into(), |b| format!("{:.2}", b.value)),
+                b.map_or("-".into(), |b| format!("({}-{})", fmt_opt(b.min, 2), fmt_opt(b.max, 2))),
+                fmt_ratio(b.and_then(|b| b.ratio_to_kernel)),
+                fmt_ratio(b.and_then(|b| b.ratio_to_ceiling)),
                 lat(p50.map(|r| r.value)),
+                lat(p90),
                 lat(p99),
-                if first { fmt_ratio(p50.and_then(|r| r.ratio_to_kernel)) } else { String::new() },
-                if first { fmt_ratio(p50.and_then(|r| r.ratio_to_ceiling)) } else { String::new() },
+                rat(p50.and_then(|r| r.ratio_to_kernel)),
+                rat(x_busy),
+                rat(p50.and_then(|r| r.ratio_to_ceiling)),
                 fmt_opt(cpu("cpu_client"), 3),
                 fmt_opt(cpu("cpu_server"), 3),
                 fmt_opt(cpu("cpu_engine"), 3),
@@ -156,13 +184,18 @@ pub fn table(o: &Options, rep: &Report) -> String {
         }
     }
     s += "\nValues are medians of the rounds (--repeat); (min-max): bulk spread over the rounds.\n";
-    s += "Gbit/s: bulk goodput at each write size; p50/p99: 64-byte ping-pong half round trip; x kern:\n\
+    s += "Gbit/s: bulk goodput at each write size; p50/p90/p99: 64-byte ping-pong half round trip; x kern:\n\
           ratio to kernel-kernel at the same size (targets: xwarp-xwarp bulk >= 0.8, half RTT <= 0.5);\n\
+          x busy: p50 over kernel-busypoll's (both ends spinning on non-blocking SO_BUSY_POLL sockets);\n\
           x ceil: ratio to afxdp-ceiling (bulk and p50); s/GB: CPU seconds per GB on the client and server application\n\
           threads (getrusage RUSAGE_THREAD) and on the engine threads.\n\
           afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP,\n\
-          the most any TCP engine on this AF_XDP path could move; its p50/p99: 64-byte UDP ping-pong\n\
-          between the two sockets, both spinning, the least any engine on this path could take.\n";
+          the most any TCP engine on this AF_XDP path could move; its p50/p90/p99: 64-byte UDP ping-pong\n\
+          between the two sockets, both spinning, the least any engine on this path could take.\n\
+          xwarp rows: pair/mode/tcp-core (thread: engine threads; inline: application threads drive the engine).\n";
+    if o.tcp_core == xwarp::stack::TcpCore::Own {
+        s += "tcp-core own is not wired into the engine yet: the .../own rows ran smoltcp.\n";
+    }
     s
 }
 
@@ -176,6 +209,7 @@ mod tests {
         h.record((p50 * 1e3) as u64).unwrap();
         PairResult {
             kind,
+            name: kind.name().into(),
             runs: 1,
             bulk: gbps
                 .iter()
@@ -191,6 +225,7 @@ mod tests {
                 })
                 .collect(),
             half_rtt_p50_us: p50,
+            half_rtt_p90_us: p50 * 1.5,
             half_rtt_p99_us: p50 * 2.0,
             pingpongs: 10,
             half_rtt_ns: kind.ne(&PairKind::AfxdpCeiling).then_some(h),
@@ -210,6 +245,7 @@ mod tests {
                 &[(Some(1024), 4.0), (Some(65536), 8.0)],
                 4.0,
             ),
+            pair(PairKind::KernelBusyPoll, &[], 8.0),
             pair(PairKind::AfxdpCeiling, &[(None, 16.0)], 2.0),
         ];
         let o = Options::default();
@@ -243,6 +279,24 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("65536") && t.contains("MTU"), "{t}");
+        // The busy-poll row: ping-pong only, one line; the xwarp row's p50 over it (4/8).
+        let busy_line = t
+            .lines()
+            .find(|l| l.starts_with("kernel-busypoll"))
+            .unwrap();
+        assert!(
+            busy_line.contains("8.00") && busy_line.contains("12.00"),
+            "{busy_line}"
+        );
+        let x_line = t.lines().find(|l| l.starts_with("xwarp-xwarp")).unwrap();
+        assert!(x_line.contains(" 0.50 "), "{x_line}");
+        assert_eq!(
+            rep.value("pingpong", "xwarp-xwarp", "latency_p90"),
+            Some(6.0)
+        );
+        // Latency ratios to the kernel are against the blocking row (pushed first).
+        assert_eq!(lat.kernel_row.as_deref(), Some("kernel-kernel"));
+        assert!(rep.find("bulk", "kernel-busypoll", "bandwidth").is_none());
         let back = Report::from_json(&rep.to_json()).unwrap();
         assert_eq!(back, rep);
     }

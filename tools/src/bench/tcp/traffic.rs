@@ -17,6 +17,32 @@ pub(super) trait Conn: Read + Write + Send {
     fn prepare(&mut self, app_spin: Duration) -> io::Result<()>;
     /// TCP retransmissions of this end so far, where its stack counts them.
     fn retransmits(&self) -> Option<u64>;
+    /// Non-blocking reads and writes (`WouldBlock` when nothing can move).
+    fn set_nonblocking(&mut self, on: bool) -> io::Result<()>;
+    /// DSACKs this end received so far (its spurious retransmissions), where its stack
+    /// counts them.
+    fn dsacks(&self) -> Option<u64>;
+    /// Close at once with a reset where the stack can (a loss row's end).
+    fn abort(self: Box<Self>);
+}
+
+/// `TCP_INFO` of a kernel socket.
+fn kernel_tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
+    // SAFETY: all-zero is a valid `tcp_info` (plain integers).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is a live, writable tcp_info of `len` bytes; getsockopt writes at
+    // most `len` bytes and stores the length it wrote.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(info)
 }
 
 impl Conn for std::net::TcpStream {
@@ -28,6 +54,120 @@ impl Conn for std::net::TcpStream {
     }
     fn retransmits(&self) -> Option<u64> {
         progress::kernel_retransmits(std::os::fd::AsRawFd::as_raw_fd(self))
+    }
+    fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
+        std::net::TcpStream::set_nonblocking(self, on)
+    }
+    fn dsacks(&self) -> Option<u64> {
+        kernel_tcp_info(std::os::fd::AsRawFd::as_raw_fd(self)).map(|i| u64::from(i.tcpi_dsack_dups))
+    }
+    fn abort(self: Box<Self>) {
+        // SO_LINGER 0: close sends a reset and frees the socket at once.
+        let l = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: valid fd; `l` is a live linger struct of the size given.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&*self),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&l as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// A kernel socket that never sleeps: non-blocking, `SO_BUSY_POLL` set (the kernel polls
+/// the device queue in the read when it has one to poll), and every read and write spins
+/// until it can move a byte (bounded: [`SPIN_LIMIT`] without progress is an error).
+pub(super) struct Spinning(pub(super) std::net::TcpStream);
+
+/// How long a [`Spinning`] call spins without progress before it gives up.
+const SPIN_LIMIT: Duration = Duration::from_secs(10);
+/// `SO_BUSY_POLL` of the spinning sockets, µs.
+pub(super) const BUSY_POLL_US: i32 = 50;
+
+impl Spinning {
+    pub(super) fn new(s: std::net::TcpStream) -> io::Result<Spinning> {
+        s.set_nonblocking(true)?;
+        let v: libc::c_int = BUSY_POLL_US;
+        // SAFETY: valid fd; `v` is a live c_int of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::SOL_SOCKET,
+                libc::SO_BUSY_POLL,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::new(
+                io::Error::last_os_error().kind(),
+                format!("SO_BUSY_POLL: {}", io::Error::last_os_error()),
+            ));
+        }
+        Ok(Spinning(s))
+    }
+
+    fn spin<T>(
+        &mut self,
+        mut f: impl FnMut(&mut std::net::TcpStream) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let t0 = Instant::now();
+        loop {
+            match f(&mut self.0) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if t0.elapsed() > SPIN_LIMIT {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "busy-poll socket: no progress for 10 s",
+                        ));
+                    }
+                    std::hint::spin_loop();
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+impl Read for Spinning {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.spin(|s| s.read(buf))
+    }
+}
+
+impl Write for Spinning {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.spin(|s| s.write(buf))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Conn for Spinning {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.0.shutdown(Shutdown::Write)
+    }
+    fn prepare(&mut self, _app_spin: Duration) -> io::Result<()> {
+        self.0.set_nodelay(true)
+    }
+    fn retransmits(&self) -> Option<u64> {
+        self.0.retransmits()
+    }
+    fn set_nonblocking(&mut self, _on: bool) -> io::Result<()> {
+        Ok(())
+    }
+    fn dsacks(&self) -> Option<u64> {
+        self.0.dsacks()
+    }
+    fn abort(self: Box<Self>) {
+        Box::new(self.0).abort()
     }
 }
 
@@ -42,6 +182,16 @@ impl Conn for TcpStream {
     /// The engine's loss-rescue retransmissions (`TcpInfo::retransmits`).
     fn retransmits(&self) -> Option<u64> {
         self.tcp_info().ok().map(|i| u64::from(i.retransmits))
+    }
+    fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
+        TcpStream::set_nonblocking(self, on)
+    }
+    /// smoltcp counts no DSACKs (it discards the SACK blocks it receives).
+    fn dsacks(&self) -> Option<u64> {
+        None
+    }
+    fn abort(self: Box<Self>) {
+        let _ = TcpStream::abort(*self);
     }
 }
 
