@@ -479,6 +479,24 @@ def lib_env(lib: Path, **settings) -> list[str]:
     return env
 
 
+def xwarp_run_argv(lib: Path) -> list[str]:
+    """`xwarp run --iface tap0 --addr 10.77.0.3/24 --rdma-lib LIB --preload SHIM --`: the
+    launcher a user would type (tools/src/launcher.rs), with the shim (`xwarp-preload`)
+    and the `xwarp` binary built here (release). RuntimeError if a build failed."""
+    repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
+    target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
+    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-preload"], cwd=repo,
+                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    shim = target / "release" / "libxwarp_preload.so"
+    if p.returncode != 0 and not shim.exists():
+        print(p.stdout[-3000:], flush=True)
+        raise RuntimeError("cargo build -p xwarp-preload failed")
+    xwarp = build_tools(["xwarp"], repo)["xwarp"]
+    return [str(xwarp), "run", "--iface", vm.TAP, "--addr", f"{vm.ENGINE_IP}/{vm.PREFIX}",
+            "--rdma-lib", str(lib), "--preload", str(shim), "--"]
+
+
 def lib_case_start(a, name: str, programs: list[str]):
     """The start of a libxwarp_ibverbs case: case_start(), the host programs present, the
     library built. (out, t0, checks, lib); lib is None when the case cannot run (a failed

@@ -2,9 +2,9 @@
 """Case: Debian's unmodified perftest on xwarp (libxwarp_ibverbs.so preloaded) as SERVER,
 perftest on siw as client.
 
-Host (netns): `/usr/bin/ib_*` themselves with `LD_PRELOAD=libxwarp_ibverbs.so
-XWARP_IFACE=tap0 XWARP_ADDR=10.77.0.3/24` (the product path `xwarp::verbs`, device
-`xwarp_tap0`); guest: the same programs on siw0, `ib_X -R -d siw0 10.77.0.3`. All five
+Host (netns): `/usr/bin/ib_*` themselves under the launcher, `xwarp run --iface tap0 --addr
+10.77.0.3/24 -- ib_X ...` (the socket shim and libxwarp_ibverbs.so preloaded; the product
+path `xwarp::verbs`, device `xwarp_tap0`); guest: the same programs on siw0, `ib_X -R -d siw0 10.77.0.3`. All five
 tests, ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat, each `-R` (rdma_cm
 connection setup, needed on iWARP) `-s 4096 -n 100 -F`, first against siw-crc (its
 Initiator asks for CRC), then against plain siw (CRC off). The xwarp client role is
@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from common import (HERE, NO_RPCRDMA, Checks, check_stream_clean, run_host, stream_bytes,
                     tcp_resets, tshark_streams, vm, walk_fpdus)
-from common import case_verdict, lib_case_start, lib_env, print_host_run
+from common import case_verdict, lib_case_start, print_host_run, xwarp_run_argv
 
 NAME = "xwarp_lib_perftest"
 PORT = 18515
@@ -57,13 +58,19 @@ HOST_CLIENT_SLEEP = 1
 CONNECT_RETRY_MS = 30000
 
 
-def host_env(lib: Path, role: str, delay_ms: int) -> list[str]:
+def host_cmd(run: list[str], role: str, delay_ms: int) -> list[str]:
+    """`env XWARP_...=... xwarp run ... --` (`run`: `common.xwarp_run_argv`) with the
+    settings toward siw (ibverbs/README.md, "Toward siw")."""
     client = role == "client"
-    return lib_env(lib,
-                   # siw fails a Send whose completion a FIN overtakes (ibverbs/README.md).
-                   disconnect_delay_ms=500,
-                   first_fpdu_delay_ms=delay_ms if client and delay_ms else None,
-                   connect_retry_ms=CONNECT_RETRY_MS if client else None)
+    settings = {
+        # siw fails a Send whose completion a FIN overtakes.
+        "XWARP_DISCONNECT_DELAY_MS": 500,
+        # siw's Reply-before-upcall race (docs/siw.md §4.3).
+        "XWARP_FIRST_FPDU_DELAY_MS": delay_ms if client and delay_ms else None,
+        # The guest's next server may not listen yet.
+        "XWARP_CONNECT_RETRY_MS": CONNECT_RETRY_MS if client else None,
+    }
+    return ["env"] + [f"{k}={v}" for k, v in settings.items() if v is not None] + run
 
 
 def perftest_args(t: str, dev: str) -> list[str]:
@@ -79,9 +86,10 @@ def result_line(text: str, allow_uncalibrated: bool = False) -> bool:
             and re.search(rf"^\s*{SIZE}\s+{ITERS}\s+inf\b", text, re.M) is not None)
 
 
-def run_role(c: Checks, out: Path, lib: Path, role: str, tests: list[str], siw: str,
+def run_role(c: Checks, out: Path, run: list[str], role: str, tests: list[str], siw: str,
              timeout: float, delay_ms: int, name: str) -> None:
-    """role: what xwarp (the host) is; siw: the guest's siw variant (crc or default)."""
+    """role: what xwarp (the host) is; siw: the guest's siw variant (crc or default); run:
+    the `xwarp run ... --` prefix."""
     label = f"xwarp {role} siw-{siw}"
     if role == "server":
         guest = "; ".join(
@@ -101,7 +109,7 @@ def run_role(c: Checks, out: Path, lib: Path, role: str, tests: list[str], siw: 
             return
         deadline = time.monotonic() + timeout - 15
         for t in tests:
-            argv = host_env(lib, role, delay_ms) + perftest_args(t, f"xwarp_{vm.TAP}")
+            argv = host_cmd(run, role, delay_ms) + perftest_args(t, f"xwarp_{vm.TAP}")
             if role == "client":
                 time.sleep(HOST_CLIENT_SLEEP)
                 argv.append(vm.GUEST_IP)
@@ -179,9 +187,15 @@ def main(name: str = NAME, role: str = "server", default_timeout: float = 75.0) 
     out, t0, c, lib = lib_case_start(a, name, ["/usr/bin/ib_write_bw"])
     if lib is None:
         return case_verdict(c, name, t0)
+    try:
+        run = xwarp_run_argv(lib)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        c.check("build xwarp run (xwarp, libxwarp_preload.so)", False, str(e))
+        return case_verdict(c, name, t0)
+    print(f"  [case] host programs run as: {' '.join(run)} ib_X ...", flush=True)
     tests = [t for t in a.tests.split(",") if t]
     for siw in (("crc", "default") if a.siw == "both" else (a.siw,)):
-        run_role(c, out, lib, role, tests, siw, a.timeout, a.first_fpdu_delay_ms, name)
+        run_role(c, out, run, role, tests, siw, a.timeout, a.first_fpdu_delay_ms, name)
     return case_verdict(c, name, t0)
 
 

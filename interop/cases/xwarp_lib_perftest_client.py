@@ -3,9 +3,9 @@
 perftest on siw as server.
 
 Guest: `ib_X -R -d siw0 -s 4096 -n 100 -F` (the server) for each of ib_write_bw,
-ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat; host (netns), each started right after
-the previous one ended: `xwarp run`'s environment by hand (`LD_PRELOAD`, `XWARP_IFACE=tap0`,
-`XWARP_ADDR=10.77.0.3/24`) and `ib_X -R -d xwarp_tap0 ... 10.77.0.2`, with
+ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat; host (netns), each started 1 s after
+the previous one ended: `xwarp run --iface tap0 --addr 10.77.0.3/24 -- ib_X -R -d
+xwarp_tap0 ... 10.77.0.2` (the launcher preloads the socket shim and libxwarp_ibverbs.so), with
 `XWARP_CONNECT_RETRY_MS=30000` (the guest's next server may not listen yet: the refused
 connect is retried inside rdma_connect, the program never sees it) and
 `XWARP_FIRST_FPDU_DELAY_MS=100` (siw's Reply-before-upcall race, docs/siw.md §4.3).
