@@ -324,6 +324,9 @@ pub(crate) unsafe fn pselect(
 /// `epoll_ctl(2)`.
 pub(crate) unsafe fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let Some(s) = xwa(fd) else {
+        if op == libc::EPOLL_CTL_ADD {
+            epoll::note_kernel_fd(epfd);
+        }
         // SAFETY: forwarded.
         let r = unsafe { real::epoll_ctl(epfd, op, fd, ev) };
         if r == 0 {
