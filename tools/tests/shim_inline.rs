@@ -86,12 +86,25 @@ s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
 fn inline_python_selectors_echo_server_serves_concurrent_clients() {
     require_root_and_afxdp!();
     let _g = serial();
-    let net = Net::new(177);
+    selectors_echo_server("DefaultSelector", 177);
+}
+
+/// The same with `selectors.PollSelector`: inline mode's spinning `poll`, whose looks
+/// between engine iterations are user-space ones.
+#[test]
+fn inline_python_poll_selector_echo_server_serves_concurrent_clients() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    selectors_echo_server("PollSelector", 180);
+}
+
+fn selectors_echo_server(selector: &str, net_id: u8) {
+    let net = Net::new(net_id);
     let conns = 16;
     let server = format!(
         r#"
 import selectors, socket, sys
-sel = selectors.DefaultSelector()
+sel = selectors.{selector}()
 ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("{ip}", 7100)); ls.listen(64); ls.setblocking(False)
 sel.register(ls, selectors.EVENT_READ)
@@ -125,7 +138,8 @@ while closed < {conns} + 1:
 print("served", closed)
 "#,
         ip = net.engine,
-        conns = conns
+        conns = conns,
+        selector = selector
     );
     let srv = spawn(
         inline(net.shimmed(60, "python3", &["-c", &server])),
