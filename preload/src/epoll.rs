@@ -441,11 +441,19 @@ unsafe fn look(
             // SAFETY: the caller's buffer and count.
             return unsafe { kernel_wait(epfd, out, t, mask) };
         };
+        let kernel_fds = KERNEL_FDS.maybe(epfd);
+        // When the kernel is to be asked anyway, user space leaves it one slot: a hot list
+        // longer than the caller's buffer must not keep it from ever being asked.
+        let cap = if out.len() > 1 && set.looks.would_ask(set.full, kernel_fds) {
+            out.len() - 1
+        } else {
+            out.len()
+        };
         // Synthesized EPOLLOUT of registrations not on the hot list (the hot list's
         // look covers both directions): level-triggered ones and pending ET edges.
         if set.outs > 0 {
             for ((_, _), r) in map.range_mut((epfd, c_int::MIN)..=(epfd, c_int::MAX)) {
-                if n == out.len() {
+                if n >= cap {
                     break;
                 }
                 if r.disabled || r.events & OUT == 0 || r.hot {
@@ -484,7 +492,9 @@ unsafe fn look(
                 set.hot.swap_remove(i);
                 continue;
             }
-            if n == out.len() {
+            if n >= cap {
+                // The rest are looked at first next time (every hot socket gets its turn).
+                set.hot.rotate_left(i);
                 break;
             }
             let got = ready(r, true);
@@ -516,7 +526,11 @@ unsafe fn look(
             i += 1;
         }
         let must = set.full || (kernel == Kernel::Wait && n == 0);
-        if !set.looks.due(must, KERNEL_FDS.maybe(epfd)) {
+        if n == out.len() {
+            set.looks.skip();
+            return n as c_int;
+        }
+        if !set.looks.due(must, kernel_fds) {
             return n as c_int;
         }
     }

@@ -92,9 +92,23 @@ impl KernelLooks {
         self.due_at(signals(), must, kernel_fds)
     }
 
+    /// Count a look that could not ask the kernel (user space filled the caller's buffer).
+    pub(crate) fn skip(&mut self) {
+        self.skipped = self.skipped.saturating_add(1);
+    }
+
+    /// Whether [`KernelLooks::due`] would say yes now, without counting a look.
+    pub(crate) fn would_ask(&self, must: bool, kernel_fds: bool) -> bool {
+        self.asks(signals(), must, kernel_fds)
+    }
+
+    fn asks(&self, now: u64, must: bool, kernel_fds: bool) -> bool {
+        must || now != self.seen || (kernel_fds && self.skipped + 1 >= Self::EVERY)
+    }
+
     /// [`KernelLooks::due`] with the signal count `now` read by the caller.
     fn due_at(&mut self, now: u64, must: bool, kernel_fds: bool) -> bool {
-        let due = must || now != self.seen || (kernel_fds && self.skipped + 1 >= Self::EVERY);
+        let due = self.asks(now, must, kernel_fds);
         if due {
             self.seen = now;
             self.skipped = 0;

@@ -9,7 +9,9 @@
  * ready list, and the kernel, which alone knows about the pipe, is asked only now and
  * then).
  *
- * usage: epoll_late_kernel_fd PORT CONNECTIONS
+ * usage: epoll_late_kernel_fd PORT CONNECTIONS [MAXEVENTS]
+ *   MAXEVENTS (default 16) is epoll_wait's buffer; below CONNECTIONS, the readable
+ *   connections alone could fill every call's buffer.
  *   Serves CONNECTIONS echo connections until each is closed by its peer, then prints
  *     OK conns=N bytes=B late_us=L live=K waits=W
  *   (L: microseconds between the pipe write and epoll_wait reporting it; K: connections
@@ -108,12 +110,17 @@ static int flush_out(struct conn *c) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s PORT CONNECTIONS\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s PORT CONNECTIONS [MAXEVENTS]\n", argv[0]);
         return 2;
     }
     int port = atoi(argv[1]);
     int want = atoi(argv[2]);
+    int maxev = argc == 4 ? atoi(argv[3]) : 16;
+    if (maxev < 1 || maxev > 16) {
+        fprintf(stderr, "MAXEVENTS must be 1..16\n");
+        return 2;
+    }
     if (want < 1 || want > MAXC) {
         fprintf(stderr, "CONNECTIONS must be 1..%d\n", MAXC);
         return 2;
@@ -149,7 +156,7 @@ int main(int argc, char **argv) {
     int live_at_pipe = -1;
     struct epoll_event evs[16];
     while (accepted < want || live > 0 || !seen_pipe) {
-        int n = epoll_wait(ep, evs, 16, 5000);
+        int n = epoll_wait(ep, evs, maxev, 5000);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
