@@ -3,12 +3,16 @@
 default siw (mpa_crc_required off).
 
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 20`, twice in a row.
-Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) (sans-IO Connection over kernel TCP) as the rping client,
-  run 1 with `--crc` (Request C=1), run 2 without.
-Checks: run 1: siw echoes C=1 in its Reply (docs/siw.md §4.3), we report crc=true, and
+Host: tools/src/bin/rping.rs (`xwarp-rping`, on `xwarp::verbs`: a verbs engine bound to
+  tap0 with AF_XDP owning 10.77.0.3, placement on the engine thread) as the rping client,
+  `-V -v -d`, run 1 with `XWARP_MPA_CRC=1` (Request C=1), run 2 with `XWARP_MPA_CRC=0`.
+  (Until issue 12 the host side was `xwarp-rping-interop --crc`, the sans-IO connection
+  driven on the tool's own thread.)
+Checks: run 1: siw echoes C=1 in its Reply (docs/siw.md §4.3), we report CRC true, and
 every FPDU in both directions carries a Good CRC32 (tshark) — none bad; run 2: C=0 both
-ways and tshark checks no CRC. Both: 20 verified iterations (our client compares the
-server's RDMA Write with the buffer the server RDMA-Read), both guest servers exit 0,
+ways and tshark checks no CRC. Both: 20 verified iterations (-V: our client compares the
+server's RDMA Write with the buffer the server RDMA-Read, and -v prints each iteration's
+data, which must be rping's pattern), both guest servers exit 0,
 every frame after the Reply dissects as iWARP, nothing malformed, no error-level expert.
 The other CRC combinations are covered elsewhere: xwarp responder vs a siw-crc initiator
 and xwarp initiator without CRC vs siw-crc (`xwarp_rping_server` / `xwarp_rping_client`,
@@ -25,11 +29,12 @@ import time
 from common import (HERE, RPING_PORT, check_stream_clean,
                     crc_verdicts, run_host, tshark_streams, vm)
 from common import build_tool, case_start, case_verdict, print_host_run
+from xwarp_lib_rping import rping_data
 
 NAME = "xwarp_crc"
 SIZE = 4096
 COUNT = 20
-RUNS = [("crc-requested", ["--crc"], True), ("crc-not-requested", [], False)]
+RUNS = [("crc-requested", "1", True), ("crc-not-requested", "0", False)]
 
 
 def main() -> int:
@@ -38,7 +43,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=90.0)
     a = ap.parse_args()
     out, t0, c = case_start(a)
-    binary = build_tool(c, "xwarp-rping-interop")
+    binary = build_tool(c, "xwarp-rping")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -50,10 +55,12 @@ def main() -> int:
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
         deadline = time.monotonic() + a.timeout - 10
-        for label, flags, _ in RUNS:
-            argv = [str(binary)] + g.engine_args() + [
-                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                "-C", str(COUNT)] + flags
+        for label, crc_var, _ in RUNS:
+            # XWARP_CONNECT_RETRY_MS: the guest's next server may not listen yet.
+            argv = ["env", f"XWARP_MPA_CRC={crc_var}", "XWARP_CONNECT_RETRY_MS=20000",
+                    str(binary)] + g.engine_args() + [
+                "-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT), "-V", "-v", "-d"]
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r
@@ -68,10 +75,12 @@ def main() -> int:
     crcs = crc_verdicts(pcap)
     mpa_streams = sorted(s for s, st in streams.items() if st["req"] is not None)
     c.eq("tshark: one MPA connection per run", len(mpa_streams), len(RUNS))
-    for (label, _, crc), (rc, so, _), sid in zip(RUNS, results, mpa_streams):
-        c.eq(f"{label}: our client exit code", rc, 0)
-        c.check(f"{label}: {COUNT} verified iterations", f"iterations={COUNT} " in so)
-        c.check(f"{label}: negotiated crc={crc}", f"XWARP-NEGOTIATED crc={str(crc).lower()}" in so)
+    for (label, _, crc), (rc, so, se), sid in zip(RUNS, results, mpa_streams):
+        c.eq(f"{label}: our client exit code (-V verified every iteration)", rc, 0)
+        pings = [ln[len("ping data: "):] for ln in so.splitlines() if ln.startswith("ping data: ")]
+        c.eq(f"{label}: {COUNT} iterations printed, each rping's pattern",
+             [i for i, d in enumerate(pings) if d != rping_data(i, SIZE)] + [len(pings)], [COUNT])
+        c.check(f"{label}: negotiated CRC {crc}", f", CRC {str(crc).lower()}" in se)
         st = streams[sid]
         c.eq(f"{label} tshark: Request C", st["req"]["c"], int(crc))
         c.eq(f"{label} tshark: Reply C (siw echoes the Request)", st["rep"]["c"], int(crc))

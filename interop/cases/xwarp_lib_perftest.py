@@ -135,15 +135,17 @@ def run_role(c: Checks, out: Path, run: list[str], role: str, tests: list[str], 
     check_capture(c, label, pcap, len(tests), crc_required=role == "server" and siw == "crc")
 
 
-def check_capture(c: Checks, label: str, pcap: Path, n_tests: int, crc_required: bool) -> None:
-    """The engine capture of one guest run: two MPA connections per test, each clean in
-    tshark, each direction whole FPDUs, CRCs right when negotiated (module docstring)."""
+def check_capture(c: Checks, label: str, pcap: Path, n_tests: int, crc_required: bool,
+                  per_test: int = 2) -> None:
+    """The engine capture of one guest run: `per_test` MPA connections per test (perftest
+    has two, rping one), each clean in tshark, each direction whole FPDUs, CRCs right when
+    negotiated (module docstring)."""
     if not pcap.exists():
         c.check(f"{label}: capture merged", False, str(pcap))
         return
     streams = tshark_streams(pcap, extra=NO_RPCRDMA)
     mpa = sorted(s for s, st in streams.items() if st["req"] is not None)
-    c.eq(f"{label} tshark: two MPA connections per test", len(mpa), 2 * n_tests)
+    c.eq(f"{label} tshark: {per_test} MPA connection(s) per test", len(mpa), per_test * n_tests)
     if len(streams) > len(mpa):
         print(f"  [case] {label}: {len(streams) - len(mpa)} TCP connection(s) without MPA "
               "(connects refused before the guest listened, retried)", flush=True)

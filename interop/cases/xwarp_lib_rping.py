@@ -1,40 +1,50 @@
 #!/usr/bin/env python3
-"""Case: Debian's unmodified rping on xwarp (libxwarp_ibverbs.so preloaded) <-> rping on siw.
+"""Case: Debian's unmodified rping on xwarp <-> rping on siw, in both directions, against
+plain siw and siw-crc.
 
-Host (netns): /usr/bin/rping itself, with `LD_PRELOAD=libxwarp_ibverbs.so XWARP_IFACE=tap0
-XWARP_ADDR=10.77.0.3/24`: its libibverbs/librdmacm calls run on an xwarp engine bound to
-tap0 with AF_XDP (ibverbs/README.md, "librdmacm"), the product path `xwarp::verbs`.
-Two directions, each with -S 64 and 4096, -C 10, default siw (CRC off):
+Host (netns): `/usr/bin/rping` itself under the launcher,
+`xwarp run --iface tap0 --addr 10.77.0.3/24 -- rping ...` (`common.xwarp_run_argv`: the
+socket shim and libxwarp_ibverbs.so preloaded, the product path `xwarp::verbs`, placement
+on the engine thread). One guest boot per direction and siw variant (four in all):
 * xwarp server: host `rping -s -a 10.77.0.3 -v -V`, guest `rping -c -a 10.77.0.3 -v -V`;
-* xwarp client: guest `rping -s -a 10.77.0.2 -v -V`, host `rping -c -a 10.77.0.2 -v -V`.
+* xwarp client: guest `rping -s -a 10.77.0.2 -v -V`, host `rping -c -a 10.77.0.2 -v -V`;
+each with -S 64, 4096 and 65535, -C 10; the guest's siw is `default` then `crc`.
+rdma_server / rdma_client under the launcher, both ways, are `xwarp_rdma_cm.py`.
 The host sets XWARP_FIRST_FPDU_DELAY_MS=100 (siw's Reply-before-upcall race: without it the
-xwarp client's first FPDU stayed unread by siw in 4 of 4 runs).
-Then rdmacm-utils' synchronous examples both ways: host `rdma_server -s 10.77.0.3` (xwarp),
-guest `rdma_client -s 10.77.0.3`; then guest `rdma_server -s 10.77.0.2`, host `rdma_client -s
-10.77.0.2` (xwarp): both print `end 0` and exit 0. The host's client connects with
-XWARP_CONNECT_RETRY_MS (a refused connect, the guest not listening yet, is retried).
-Checks: every rping on both sides exits 0, every `ping data:` line on both sides (10 per
-run) equals rping's pattern (docs/protocols.md §5.2), no "data mismatch" (-V).
-No tshark checks here yet (the library's engine does write XWARP_PCAP captures, which
-xwarp_lib_perftest.py checks; tcpdump on tap0 does not see AF_XDP traffic).
+xwarp client's first FPDU stayed unread by siw in 4 of 4 runs) and XWARP_CONNECT_RETRY_MS
+(the guest's next server may not listen yet: a refused connect is retried inside
+rdma_connect).
 
-Usage: xwarp_lib_rping.py [--out DIR]     (the --peer role is internal)
+Checks: every rping on both sides exits 0; every `ping data:` line on both sides (10 per
+run) equals rping's pattern (docs/protocols.md §5.2) and no "data mismatch" (-V). The
+engine's own capture (`XWARP_PCAP`, merged by
+vm.Guest) must hold one MPA connection per rping run, each clean in tshark (Request and
+Reply, every frame after the Reply dissected as iWARP, nothing malformed, no error-level
+expert item), each direction's reassembled byte stream whole FPDUs
+(`xwarp_lib_perftest.check_capture`); with siw-crc and xwarp as server (siw's Initiator asks
+C=1, our Responder echoes it) every FPDU's CRC32c is right and every CRC tshark checked is
+"Good CRC32". As client our Initiator asks C=0 and siw echoes it, so CRC is off there.
+
+Usage: xwarp_lib_rping.py [--out DIR] [--siw crc|default|both] [--roles server,client]
+(the --peer role is internal)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import HERE, RPING_PORT, Checks, vm
-from common import case_verdict, lib_case_start, lib_env
+from common import HERE, RPING_PORT, Checks, crc_verdicts, vm
+from common import case_verdict, lib_case_start, xwarp_run_argv
+from xwarp_lib_perftest import check_capture
 
 NAME = "xwarp_lib_rping"
-SIZES = (64, 4096)
+SIZES = (64, 4096, 65535)
 COUNT = 10
 
 
@@ -52,6 +62,13 @@ def rping_data(i: int, size: int) -> str:
     return "".join(out)
 
 
+def kernel_lines_out(console: str) -> str:
+    """The guest's console text without the kernel's messages (`[ seconds.micro] ...` up
+    to and with their newline), each line stripped."""
+    text = re.sub(r"\[\s*\d+\.\d+\] [^\n]*(\n|$)", "", console.replace("\r", ""))
+    return "\n".join(l.strip() for l in text.splitlines())
+
+
 def check_pings(c: Checks, label: str, text: str, prefix: str, size: int) -> None:
     got = [l[len(prefix):] for l in text.splitlines() if l.startswith(prefix)]
     c.eq(f"{label}: {prefix!r} lines", len(got), COUNT)
@@ -59,62 +76,79 @@ def check_pings(c: Checks, label: str, text: str, prefix: str, size: int) -> Non
     c.eq(f"{label}: ping data equals rping's pattern", bad, [])
 
 
-def host_env(lib: Path) -> list[str]:
+def host_settings() -> list[str]:
     # XWARP_FIRST_FPDU_DELAY_MS: the siw Reply-before-upcall race (docs/siw.md §4.3): our
-    # client's RTR must not arrive right behind siw's MPA Reply. XWARP_CONNECT_RETRY_MS:
-    # the guest's server may not listen yet when our client starts.
-    return lib_env(lib, first_fpdu_delay_ms=100, connect_retry_ms=20000)
+    # client's first FPDU must not arrive right behind siw's MPA Reply.
+    # XWARP_CONNECT_RETRY_MS: the guest's server may not listen yet when our client starts.
+    return ["env", "XWARP_FIRST_FPDU_DELAY_MS=100", "XWARP_CONNECT_RETRY_MS=20000"]
 
 
-def peer(lib: str, role: str, deadline_s: float) -> int:
-    """Host side: our rping once per size; prints its output between markers."""
+def run_bounded(argv: list[str], deadline: float) -> tuple[int | None, str, str]:
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=max(deadline - time.monotonic(), 1))
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        def txt(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return None, txt(e.stdout), txt(e.stderr)
+
+
+def peer(run: list[str], role: str, deadline_s: float) -> int:
+    """Host side (inside the namespace): our rping once per size; each run's stdout is
+    printed between markers, stderr after them."""
     ok = True
     deadline = time.monotonic() + deadline_s
+    prefix = host_settings() + run + ["stdbuf", "-oL"]
     for size in SIZES:
         if role == "server":
             args = ["-s", "-a", vm.ENGINE_IP]
         else:
-            # The guest's server of this size starts after the previous one; a refused
-            # connect is retried (XWARP_CONNECT_RETRY_MS).
+            # The guest's server of this size starts after the previous one ended; a
+            # refused connect is retried (XWARP_CONNECT_RETRY_MS).
             time.sleep(1)
             args = ["-c", "-a", vm.GUEST_IP]
-        argv = host_env(Path(lib)) + ["stdbuf", "-oL", "rping"] + args + [
-            "-p", str(RPING_PORT), "-S", str(size), "-C", str(COUNT), "-v", "-V"]
+        argv = prefix + ["rping"] + args + ["-p", str(RPING_PORT), "-S", str(size),
+                                            "-C", str(COUNT), "-v", "-V"]
         # stdout alone between the markers: rping's cm thread prints its events on stderr,
         # which would split a ping line.
-        try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               timeout=max(deadline - time.monotonic(), 1))
-            rc, out, err = p.returncode, p.stdout, p.stderr
-        except subprocess.TimeoutExpired as e:
-            def txt(b):
-                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-            rc, out, err = None, txt(e.stdout), txt(e.stderr)
+        t0 = time.monotonic()
+        rc, out, err = run_bounded(argv, deadline)
         print(f"XW-HOST-BEGIN S={size}\n{out}XW-HOST-END S={size} rc={rc}", flush=True)
+        print(f"XW-HOST-TIME S={size} {time.monotonic() - t0:.1f} s", flush=True)
         print(f"XW-HOST-STDERR S={size}\n{err}", flush=True)
         ok = ok and rc == 0
     return 0 if ok else 1
 
 
-def run_direction(c: Checks, out: Path, lib: Path, role: str, timeout: float) -> None:
-    """role: what xwarp (the host) is."""
-    label = f"xwarp {role}"
+def guest_cmd(role: str) -> str:
+    """The guest's programs; role: what xwarp (the host) is."""
     if role == "server":
-        guest = "; ".join(
-            f"sleep 3; rping -c -a {vm.ENGINE_IP} -p {RPING_PORT} -S {s} -C {COUNT} -v -V; "
-            f"echo \"XW-GUEST S={s} rc=$?\"" for s in SIZES)
+        # Our server of the next size starts when the previous one ended (engine start
+        # included).
+        steps = [f"sleep 3; rping -c -a {vm.ENGINE_IP} -p {RPING_PORT} -S {s} -C {COUNT} -v -V; "
+                 f"echo \"XW-GUEST S={s} rc=$?\"" for s in SIZES]
     else:
-        guest = "; ".join(
-            f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S {s} -C {COUNT} -v -V; "
-            f"echo \"XW-GUEST S={s} rc=$?\"" for s in SIZES)
-    with vm.Guest(guest, siw="default", timeout=timeout,
-                  console_log=out / f"{NAME}_{role}.console", xwarp=True) as g:
+        steps = [f"rping -s -a {vm.GUEST_IP} -p {RPING_PORT} -S {s} -C {COUNT} -v -V; "
+                 f"echo \"XW-GUEST S={s} rc=$?\"" for s in SIZES]
+    return "; ".join(steps)
+
+
+def run_direction(c: Checks, out: Path, run: list[str], role: str, siw: str,
+                  timeout: float) -> None:
+    """One guest boot: rping per size; role: what xwarp (the host) is; siw: the guest's
+    variant."""
+    label = f"xwarp {role} siw-{siw}"
+    stem = f"{NAME}_{role}_{siw}"
+    pcap = out / f"{stem}.pcap"
+    with vm.Guest(guest_cmd(role), siw=siw, timeout=timeout, pcap=pcap,
+                  console_log=out / f"{stem}.console", xwarp=True) as g:
         g.start()
         if not g.wait_ready():
             c.check(f"{label}: guest booted", False, "no READY marker")
             return
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer", role,
-                           "--lib", str(lib), "--deadline", str(timeout - 20)],
+                           "--run", json.dumps(run), "--deadline", str(timeout - 15)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         res = g.wait()
         try:
@@ -123,81 +157,68 @@ def run_direction(c: Checks, out: Path, lib: Path, role: str, timeout: float) ->
         except subprocess.TimeoutExpired:
             p.kill()
             host_out, peer_rc = "", None
+    host_out = host_out or ""
     print(f"  [case] {label}: guest {res.total_s:.1f} s (boot {res.boot_s or 0:.1f} s)", flush=True)
-    (out / f"{NAME}_{role}.host.log").write_text(host_out or "")
+    (out / f"{stem}.host.log").write_text(host_out)
+    print(f"  [case] {label}: host rping times {re.findall(r'XW-HOST-TIME (S=.*)', host_out)}",
+          flush=True)
+    want = [(str(s), "0") for s in SIZES]
     c.eq(f"{label}: guest rping exit codes", re.findall(r"XW-GUEST S=(\d+) rc=(\d+)", res.console),
-         [(str(s), "0") for s in SIZES])
+         want)
     c.eq(f"{label}: host rping (xwarp) exit codes",
-         re.findall(r"XW-HOST-END S=(\d+) rc=(\S+)", host_out or ""),
-         [(str(s), "0") for s in SIZES])
+         re.findall(r"XW-HOST-END S=(\d+) rc=(\S+)", host_out), want)
     c.eq(f"{label}: host peer", peer_rc, 0)
-    c.check(f"{label}: no data mismatch", "data mismatch" not in res.console + (host_out or ""))
-    for size in SIZES:
-        m = re.search(rf"XW-HOST-BEGIN S={size}\n(.*?)XW-HOST-END S={size}", host_out or "", re.S)
+    c.check(f"{label}: no data mismatch", "data mismatch" not in res.console + host_out)
+    runs = re.split(r"XW-GUEST S=\d+ rc=\d+", res.console)
+    for i, size in enumerate(SIZES):
+        m = re.search(rf"XW-HOST-BEGIN S={size}\n(.*?)XW-HOST-END S={size}", host_out, re.S)
         host = m.group(1) if m else ""
-        # The guest console interleaves kernel lines; each rping run's lines are in order.
-        runs = re.split(r"XW-GUEST S=\d+ rc=\d+", res.console)
-        gtext = runs[SIZES.index(size)] if len(runs) > SIZES.index(size) else ""
-        gtext = "\n".join(l.strip() for l in gtext.splitlines())
+        # The guest console interleaves kernel lines, even inside a 64 KB ping line (seen:
+        # "[   11.823646] hrtimer: interrupt took 8256080 ns" in the middle of one, the line
+        # going on after it): drop each kernel message with its newline.
+        gtext = kernel_lines_out(runs[i] if len(runs) > i else "")
         if role == "server":
             check_pings(c, f"{label} S={size} (xwarp)", host, "server ping data: ", size)
             check_pings(c, f"{label} S={size} (siw)", gtext, "ping data: ", size)
         else:
             check_pings(c, f"{label} S={size} (xwarp)", host, "ping data: ", size)
             check_pings(c, f"{label} S={size} (siw)", gtext, "server ping data: ", size)
-
-
-def run_rdma_cm(c: Checks, out: Path, lib: Path, role: str, timeout: float) -> None:
-    """rdmacm-utils' synchronous examples; role: what xwarp (the host) runs.
-    server: rdma_server on xwarp <- rdma_client on siw; client: rdma_client on xwarp ->
-    rdma_server on siw."""
-    label = f"xwarp rdma_{role}"
-    other = "client" if role == "server" else "server"
-    if role == "server":
-        guest = f"sleep 3; rdma_client -s {vm.ENGINE_IP} -p 7471; echo \"XW-GUEST rc=$?\""
-        host = ["rdma_server", "-s", vm.ENGINE_IP, "-p", "7471"]
-    else:
-        guest = f"rdma_server -s {vm.GUEST_IP} -p 7471; echo \"XW-GUEST rc=$?\""
-        host = ["rdma_client", "-s", vm.GUEST_IP, "-p", "7471"]
-    with vm.Guest(guest, siw="default", timeout=timeout,
-                  console_log=out / f"{NAME}_rdma_{role}.console", xwarp=True) as g:
-        g.start()
-        if not g.wait_ready():
-            c.check(f"{label}: guest booted", False, "no READY marker")
-            return
-        argv = host_env(lib) + ["timeout", str(int(timeout - 20)), "stdbuf", "-oL"] + host
-        p = subprocess.run(g.netns_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-        res = g.wait()
-    print(f"  [case] {label}: guest {res.total_s:.1f} s (boot {res.boot_s or 0:.1f} s)", flush=True)
-    (out / f"{NAME}_rdma_{role}.host.log").write_text(p.stdout + p.stderr)
-    c.eq(f"{label}: host rdma_{role} (xwarp) exit code", p.returncode, 0)
-    c.check(f"{label}: host rdma_{role} printed end 0", f"rdma_{role}: end 0" in p.stdout,
-            (p.stdout + p.stderr)[-200:])
-    c.eq(f"{label}: guest rdma_{other} exit code", re.findall(r"XW-GUEST rc=(\d+)", res.console),
-         ["0"])
-    c.check(f"{label}: guest rdma_{other} printed end 0", f"rdma_{other}: end 0" in res.console)
+    crc = role == "server" and siw == "crc"
+    check_capture(c, label, pcap, len(SIZES), crc_required=crc, per_test=1)
+    if crc and pcap.exists():
+        # tshark's own verdicts too, per connection and side.
+        for sid, ports in sorted(crc_verdicts(pcap).items()):
+            for port, goods in sorted(ports.items()):
+                c.check(f"{label} conn {sid} port {port}: tshark Good CRC32 on every checked "
+                        "FPDU", bool(goods) and all(goods),
+                        f"{goods.count(True)} good, {goods.count(False)} bad")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", choices=("server", "client"), help=argparse.SUPPRESS)
-    ap.add_argument("--lib", help=argparse.SUPPRESS)
+    ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=60.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
-                    help="directory for the console logs")
-    ap.add_argument("--timeout", type=float, default=90.0, help="bound per guest run (s)")
+                    help="directory for the captures and console logs")
+    ap.add_argument("--timeout", type=float, default=60.0, help="bound per guest run (s)")
+    ap.add_argument("--siw", default="both", choices=["crc", "default", "both"])
+    ap.add_argument("--roles", default="server,client")
     a = ap.parse_args()
     if a.peer:
-        return peer(a.lib, a.peer, a.deadline)
-    out, t0, c, lib = lib_case_start(a, NAME, ["/usr/bin/rping", "/usr/bin/rdma_server",
-                                                "/usr/bin/rdma_client"])
+        return peer(json.loads(a.run), a.peer, a.deadline)
+    out, t0, c, lib = lib_case_start(a, NAME, ["/usr/bin/rping"])
     if lib is None:
         return case_verdict(c, NAME, t0)
-    for role in ("server", "client"):
-        run_direction(c, out, lib, role, a.timeout)
-    for role in ("server", "client"):
-        run_rdma_cm(c, out, lib, role, a.timeout)
+    try:
+        run = xwarp_run_argv(lib)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        c.check("build xwarp run (xwarp, libxwarp_preload.so)", False, str(e))
+        return case_verdict(c, NAME, t0)
+    print(f"  [case] host programs run as: {' '.join(run)} rping ...", flush=True)
+    for siw in (("default", "crc") if a.siw == "both" else (a.siw,)):
+        for role in [r for r in a.roles.split(",") if r]:
+            run_direction(c, out, run, role, siw, a.timeout)
     return case_verdict(c, NAME, t0)
 
 

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Case (issue 5 case 4): librdmacm's `rdma_server` / `rdma_client` examples (rdmacm-utils,
-librdmacm/examples/rdma_{server,client}.c) against `xwarp-rdma-cm-echo`
-(tools/src/bin/rdma_cm_echo.rs), both directions.
+"""Case (issue 5 case 4, issue 12): librdmacm's `rdma_server` / `rdma_client` examples
+(rdmacm-utils, librdmacm/examples/rdma_{server,client}.c) on both sides, both directions:
+Debian's own binaries on the host under the launcher (`xwarp run --iface tap0 --addr
+10.77.0.3/24 -- rdma_server ...`, `common.xwarp_run_argv`: libxwarp_ibverbs.so on the
+product path `xwarp::verbs`), the same programs on siw in the guest. (Until issue 12 the
+host side was `xwarp-rdma-cm-echo`, a Rust program driving the sans-IO connection on its
+own thread; the rdma-core programs do its job now.)
 
 The exchange (port 7471): the client posts a 16-byte receive, connects, Sends 16 bytes and
 waits for the server's 16-byte Send; the server posts its receive, accepts, waits for the
-client's Send and answers. rdma-core's programs send their never-written static buffers
-(16 zero bytes, inline when the device allows 16 inline bytes); ours send
-"xwarp-server-msg" / "xwarp-client-msg".
+client's Send and answers. The programs send their never-written static buffers (16 zero
+bytes, inline when the device allows 16 inline bytes).
 
-One guest (siw default): `rdma_client -s 10.77.0.3` (the engine; 10.77.0.1 with XWARP_INTEROP_NET=kernel) (against our server, started before the
-guest boots), then `rdma_server` (our client connects, retrying until it listens).
-Checks: both rdma-core programs print `end 0` and exit 0; our programs exit 0 and received
-exactly 16 zero bytes; tshark: per connection exactly one Send each way (opcode 3, MSN 1,
-16-byte payload) with the expected payload bytes — the zero bytes from siw and our message
-from us — every frame after the Reply dissects as iWARP, nothing malformed, no error-level
-expert item.
+One guest (siw default): `rdma_client -s 10.77.0.3` (against our server, started before the
+guest boots), then `rdma_server` (our client connects; a refused connect, the guest not
+listening yet, is retried inside rdma_connect, XWARP_CONNECT_RETRY_MS).
+Checks: all four programs print `end 0` and exit 0; the engine's capture (`XWARP_PCAP`):
+two MPA connections; the IRD/ORD of the MPA v2 blocks: siw's rdma_client asks 128/128
+(siw's device maximum), ours 16/16 (the QP's own, ibverbs/README.md), and each
+rdma_server's Reply mirrors the Request (IRD = the Initiator's ORD); per
+connection exactly one Send each way (opcode 3, MSN 1, 16 zero bytes); every frame after
+the Reply dissects as iWARP, nothing malformed, no error-level expert item.
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ import time
 from pathlib import Path
 
 from common import (HERE, TSHARK_BASE, check_stream_clean, run_host,
-                    tshark_streams, vm)
-from common import build_tool, case_start, case_verdict
+                    tshark_streams, v2_block, vm)
+from common import case_verdict, lib_case_start, xwarp_run_argv
 
 NAME = "xwarp_rdma_cm"
 PORT = 7471
-SERVER_MSG = b"xwarp-server-msg"
-CLIENT_MSG = b"xwarp-client-msg"
+#: XWARP_CONNECT_RETRY_MS of our client (the guest's rdma_server may not listen yet).
+CONNECT_RETRY_MS = 20000
 
 
 def sends(pcap: Path, stream: int) -> list[tuple[int, int, bytes]]:
@@ -58,17 +63,26 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"))
     ap.add_argument("--timeout", type=float, default=80.0)
     a = ap.parse_args()
-    out, t0, c = case_start(a)
-    binary = build_tool(c, "xwarp-rdma-cm-echo")
-    if binary is None:
-        return case_verdict(c, NAME, t0, "build")
+    out, t0, c, lib = lib_case_start(a, NAME, ["/usr/bin/rdma_server", "/usr/bin/rdma_client"])
+    if lib is None:
+        return case_verdict(c, NAME, t0)
+    try:
+        run = xwarp_run_argv(lib)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        c.check("build xwarp run (xwarp, libxwarp_preload.so)", False, str(e))
+        return case_verdict(c, NAME, t0)
+    print(f"  [case] host programs run as: {' '.join(run)} rdma_server ...", flush=True)
+    # siw's Reply-before-upcall race (docs/siw.md §4.3) for our client; the guest's
+    # rdma_server starts only after its rdma_client ended.
+    settings = ["env", "XWARP_FIRST_FPDU_DELAY_MS=100",
+                f"XWARP_CONNECT_RETRY_MS={CONNECT_RETRY_MS}"]
     pcap = out / f"{NAME}.pcap"
-    guest_cmd = (f"rdma_client -s {vm.XWARP_IP} -p {PORT}; echo \"XW-CLIENT rc=$?\"; "
-                 f"rdma_server -p {PORT}; echo \"XW-SERVER rc=$?\"")
+    guest_cmd = (f"sleep 3; rdma_client -s {vm.ENGINE_IP} -p {PORT}; echo \"XW-CLIENT rc=$?\"; "
+                 f"rdma_server -s {vm.GUEST_IP} -p {PORT}; echo \"XW-SERVER rc=$?\"")
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
-        srv = g.netns_popen([str(binary)] + g.engine_args()
-                            + ["-s", "-a", vm.XWARP_IP, "-p", str(PORT)],
+        srv = g.netns_popen(settings + run + ["stdbuf", "-oL", "rdma_server", "-s",
+                                              vm.ENGINE_IP, "-p", str(PORT)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         g.start()
         deadline = time.monotonic() + a.timeout - 10
@@ -79,10 +93,12 @@ def main() -> int:
             srv.kill()
             s_out, s_err = srv.communicate()
             s_rc = None
-        print(f"  [host] our server: rc={s_rc}\n{s_out.strip()}\n{s_err.strip()[-800:]}", flush=True)
-        cl = run_host(g, [str(binary)] + g.engine_args()
-                      + ["-c", "-a", vm.GUEST_IP, "-p", str(PORT)], deadline)
-        print(f"  [host] our client: rc={cl[0]} in {cl[3]:.1f} s\n{cl[1].strip()}\n"
+        print(f"  [host] our rdma_server: rc={s_rc}\n{s_out.strip()}\n{s_err.strip()[-800:]}",
+              flush=True)
+        time.sleep(1)
+        cl = run_host(g, settings + run + ["stdbuf", "-oL", "rdma_client", "-s", vm.GUEST_IP,
+                                           "-p", str(PORT)], deadline)
+        print(f"  [host] our rdma_client: rc={cl[0]} in {cl[3]:.1f} s\n{cl[1].strip()}\n"
               f"{cl[2].strip()[-800:]}", flush=True)
         res = g.wait()
     c.check("guest booted", res.boot_s is not None, f"{res.boot_s or 0:.1f} s")
@@ -93,11 +109,13 @@ def main() -> int:
             "rdma_client: end 0" in res.console and "XW-CLIENT rc=0" in res.console)
     c.check("guest rdma_server: end 0, exit 0",
             "rdma_server: end 0" in res.console and "XW-SERVER rc=0" in res.console)
-    zeros = "XWARP-RECV len=16 data=" + "00" * 16
-    c.eq("our server exit code", s_rc, 0)
-    c.check("our server received rdma_client's 16 zero bytes", zeros in s_out)
-    c.eq("our client exit code", cl[0], 0)
-    c.check("our client received rdma_server's 16 zero bytes", zeros in cl[1])
+    c.eq("our rdma_server (xwarp) exit code", s_rc, 0)
+    c.check("our rdma_server printed end 0", "rdma_server: end 0" in s_out, s_out[-200:])
+    c.eq("our rdma_client (xwarp) exit code", cl[0], 0)
+    c.check("our rdma_client printed end 0", "rdma_client: end 0" in cl[1], cl[1][-200:])
+    if not pcap.exists():
+        c.check("capture merged", False, str(pcap))
+        return case_verdict(c, NAME, t0)
     streams = tshark_streams(pcap)
     mpa = sorted(s for s, st in streams.items() if st["req"] is not None)
     c.eq("tshark: two MPA connections", len(mpa), 2)
@@ -107,12 +125,22 @@ def main() -> int:
         if sid < 0:
             continue
         st = streams[sid]
-        ours_port = PORT if our_is_server else next(p for p in st["ports"] if p != PORT)
+        req = v2_block(st["req"]["pd"]) if st["req"] else None
+        rep = v2_block(st["rep"]["pd"]) if st["rep"] else None
+        # rdma_connect(id, NULL): siw's librdmacm asks the device maxima (128/128); ours
+        # the QP's own IRD/ORD, 16/16 (ibverbs/README.md, rdma_connect).
+        want = (16, 16) if our_is_server is False else (128, 128)
+        c.eq(f"{label}: Request IRD/ORD (rdma_client's rdma_connect(id, NULL))",
+             (req["ird"], req["ord"]) if req else None, want)
+        # rdma_accept(id, NULL) mirrors it: IRD = the Initiator's ORD and vice versa.
+        c.eq(f"{label}: Reply IRD/ORD mirror the Request's (rdma_server's rdma_accept(id, "
+             "NULL))", (rep["ird"], rep["ord"]) if rep else None,
+             (req["ord"], req["ird"]) if req else None)
+        ours_port = PORT if our_is_server else next((p for p in st["ports"] if p != PORT), -1)
         got = sends(pcap, sid)
         ours = [(m, d) for p, m, d in got if p == ours_port]
         theirs = [(m, d) for p, m, d in got if p != ours_port]
-        msg = SERVER_MSG if our_is_server else CLIENT_MSG
-        c.eq(f"{label}: our one Send (MSN 1, our 16 bytes)", ours, [(1, msg)])
+        c.eq(f"{label}: our one Send (MSN 1, 16 zero bytes)", ours, [(1, bytes(16))])
         c.eq(f"{label}: siw's one Send (MSN 1, 16 zero bytes)", theirs, [(1, bytes(16))])
         check_stream_clean(c, label, st)
     return case_verdict(c, NAME, t0)

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Case: xwarp's rping CLIENT (tools/src/bin/rping.rs (`xwarp-rping`), kernel TCP) -> rdma-core `rping -s` on siw.
+"""Case: xwarp's rping CLIENT (tools/src/bin/rping.rs, `xwarp-rping`, on `xwarp::verbs`) ->
+rdma-core `rping -s` on siw.
 
 Guest: `rping -s -a 10.77.0.2 -S <size> -C <count>` for sizes 64, 4096 and 65535 in turn
 (rping's -S maximum is 65535: RPING_BUFSIZE - 1), once with the default siw (CRC off) and
 once with siw-crc.ko (`mpa_crc_required`).
 Host (netns): `rping -c -a 10.77.0.2 -S <size> -C <count> -V` built from tools/src/bin/rping.rs (`xwarp-rping`)
-(the sans-IO Connection over a kernel TCP socket); with siw-crc it also requests CRC
-(XWARP_MPA_CRC=1). Each iteration is Send / Read / Send / Send / Write / Send
+(the product path `xwarp::verbs`: a verbs engine bound to tap0 with AF_XDP owning
+10.77.0.3, placement on the engine thread); with siw-crc it also requests CRC
+(XWARP_MPA_CRC=1). A connect refused because the guest's next server does not listen yet
+is retried inside the connect (XWARP_CONNECT_RETRY_MS), and by this peer as before. Each iteration is Send / Read / Send / Send / Write / Send
 (docs/protocols.md §5.2); -V compares the buffers after every iteration.
 Checks: every client run exits 0 with all iterations verified (64-byte runs print each one),
 every guest server exits 0, and tshark on the capture (first frames): MPA Request/Reply
@@ -111,7 +114,7 @@ def peer(binary: str, engine: list[str], crc: bool, count: int, deadline_s: floa
     not listening yet."""
     c = Checks("host")
     deadline = time.monotonic() + deadline_s
-    env = dict(os.environ, XWARP_MPA_CRC="1" if crc else "0")
+    env = dict(os.environ, XWARP_MPA_CRC="1" if crc else "0", XWARP_CONNECT_RETRY_MS="20000")
     write_skip = False
     for size in SIZES:
         argv = [binary] + engine + ["-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(size),
@@ -135,6 +138,8 @@ def peer(binary: str, engine: list[str], crc: bool, count: int, deadline_s: floa
         print(f"  [host] S={size}: rc={p.returncode} in {dt:.1f} s; stderr: "
               f"{p.stderr.strip()[-500:] or '-'}", flush=True)
         c.eq(f"S={size}: our rping client exit code (-V verified)", p.returncode, 0)
+        # xwarp-rping: "we sent a Terminate layer 1 etype 1 code 0x01" (DDP, tagged buffer,
+        # base or bounds).
         if p.returncode != 0 and "Terminate layer 1 etype 1 code 0x01" in p.stderr:
             write_skip = True
         # Let the guest's rping server exit and the next one listen (a connection to the

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Case: rdma-core `rping -c` on siw -> xwarp's rping SERVER (tools/src/bin/rping.rs (`xwarp-rping`), kernel TCP).
+"""Case: rdma-core `rping -c` on siw -> xwarp's rping SERVER (tools/src/bin/rping.rs,
+`xwarp-rping`, on `xwarp::verbs`: a verbs engine bound to tap0 with AF_XDP owning 10.77.0.3,
+placement on the engine thread).
 
 Host (netns): `rping -s -a 10.77.0.3 -S <size>` (vm.XWARP_IP) built from tools/src/bin/rping.rs (`xwarp-rping`), one run per
 size (64, 4096, 65535; rping's -S maximum is 65535), each serving one connection.

@@ -4,8 +4,8 @@
 //! with rdma-core `rping` on a kernel soft-iWARP (siw) peer in either role:
 //!
 //! ```text
-//! rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P] [-q]
-//! rping -c [-vVd] [-S size] [-C count]  -a addr  [-p port]
+//! rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P] [-q]  --iface IF --addr A/P
+//! rping -c [-vVd] [-S size] [-C count]  -a addr  [-p port]            --iface IF --addr A/P
 //! ```
 //!
 //! One iteration: the client Sends `{start_buf VA, rkey, size}` (16 bytes, big-endian);
@@ -13,32 +13,36 @@
 //! ("go ahead"); the client Sends `{rdma_buf VA, rkey, size}`; the server RDMA-Writes its
 //! buffer into the client's and Sends again. `-V` compares the client's two buffers.
 //!
-//! Layering: the protocol runs in the sans-IO [`Connection`]; the bytes move through a
-//! [`Transport`](xwarp_tools::support::transport::Transport): a kernel TCP socket by default, or with
-//! `--iface IFACE --addr ADDR/PREFIX` (fallback without flags: the variable
-//! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX`) a TCP stream of an xwarp engine bound to `IFACE`
-//! with AF_XDP and owning `ADDR` (capture with `XWARP_PCAP=/path`). [`Endpoint`] and the rping
-//! logic are the same on both.
+//! Layering: the product path, [`xwarp::verbs`]: a verbs [`Context`] whose engine is bound
+//! with AF_XDP to `--iface` and owns `--addr` (without the flags the variable
+//! `XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX` names them; capture with `XWARP_PCAP=/path`).
+//! The engine thread runs TCP, MPA, DDP and RDMAP and places inbound Reads' responses and
+//! Writes straight into the registered regions; this thread only posts work requests,
+//! polls the completion queue and reads the connection's CM events, like rping does with
+//! libibverbs.
 //!
-//! Memory: every buffer is a `Vec<u8>` registered as a region ([`RegionMemory`](xwarp::rdmap::mem::RegionMemory) is
-//! implemented for `Vec<u8>`). Its tagged offset (TO) is the address of the Vec's heap
-//! buffer, `vec.as_ptr() as u64`, a virtual-address-like value as rping uses with
-//! `ibv_reg_mr` (docs/ddp-rdmap.md §3.6). The heap buffer does not move when the Vec is boxed
-//! into the STag table, so the value stays a real address of the bytes, but the stack never
-//! dereferences it: placement goes through the STag table.
+//! Memory: every buffer is a [`MemoryRegion`] of the protection domain; its address
+//! ([`MemoryRegion::addr`]) is the tagged offset advertised to the peer, as rping
+//! advertises the virtual address `ibv_reg_mr` registered (docs/ddp-rdmap.md §3.6).
 //!
 //! Environment: `XWARP_MPA_CRC=1` makes the client request MPA CRC (the server always
 //! accepts CRC when the client asks); `XWARP_FIRST_FPDU_DELAY_MS` (default 100) is how long
-//! the client waits after the MPA Reply before its first FPDU (a siw race, see
-//! `ConnConfig::new`). FPDUs are sized for an EMSS of 1448 bytes.
+//! the client waits after the MPA Reply before its first FPDU (the siw race of
+//! interop/README.md, "Reply-before-upcall race"). `XWARP_CONNECT_RETRY_MS` (default 0,
+//! one attempt like rping): how long a refused connect is retried.
 
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use xwarp::ddp::mpa::AcceptParams;
-use xwarp::rdmap::conn::{ConnConfig, Connection};
-use xwarp::rdmap::{Access, PdId, QpConfig, Resources, RqConfig, SendOp, Sge, Stag, WcOpcode};
+use xwarp::poll_driver::backend::Backend;
+use xwarp::verbs::{
+    Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, ConnectTuning, Context,
+    MemoryRegion, QpInitAttr, QueuePair, SendRequest, Stag, WcOpcode, WorkCompletion,
+};
+use xwarp_tools::support::transport::{ephemeral_start, EngineSpec, NetArgs};
 
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
@@ -46,12 +50,18 @@ const DEFAULT_PORT: u16 = 7174;
 const INFO_LEN: usize = 16;
 /// Client: pause between siw's MPA Reply and our first FPDU (XWARP_FIRST_FPDU_DELAY_MS).
 const DEFAULT_FIRST_FPDU_DELAY_MS: u64 = 100;
+/// Longest wait for one completion or CM event before the run counts as stuck.
+const STALL: Duration = Duration::from_secs(60);
+/// TCP handshake plus MPA negotiation.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the closing side waits for the connection to report it closed.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Parser, Debug)]
 #[command(
     name = "xwarp-rping",
     version,
-    about = "RDMA ping-pong over xwarp iWARP (rdma-core rping compatible)",
+    about = "RDMA ping-pong over xwarp::verbs on an AF_XDP engine (rdma-core rping compatible)",
     disable_version_flag = true
 )]
 struct Opts {
@@ -61,7 +71,7 @@ struct Opts {
     /// Client mode.
     #[arg(short = 'c')]
     client: bool,
-    /// Address: the server's bind address (default all), the client's destination.
+    /// Address: the server's bind address (default the engine's), the client's destination.
     #[arg(short = 'a')]
     addr: Option<String>,
     /// Port.
@@ -89,21 +99,14 @@ struct Opts {
     /// IRD/ORD 1/1 instead of mirroring the client's values.
     #[arg(short = 'q')]
     explicit_ird_ord: bool,
-    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
-    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    /// The engine to run on (`--iface IF --addr A/P [--gateway G] [--rx-checksum
+    /// verify]`); without these flags `XWARP_ENGINE=xdp:IF:A/P` names it.
     #[command(flatten)]
     net: NetArgs,
     /// Print version.
     #[arg(long, action = clap::ArgAction::Version)]
     version: Option<bool>,
 }
-
-// ---------------------------------------------------------- transport and endpoint
-
-use xwarp_tools::support::{endpoint, transport};
-
-use endpoint::{send_op, Endpoint, WaitError, RW};
-use transport::{Net, NetArgs, Stream};
 
 // --------------------------------------------------------------------------- rping
 
@@ -151,82 +154,308 @@ fn c_string(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-fn qp_config(pd: PdId, ird: u32, ord: u32) -> QpConfig {
-    // rping: SQ 16, RQ 2, one SGE.
-    QpConfig {
-        pd,
-        ird,
-        ord,
-        sq_depth: 16,
-        rq: RqConfig::Own(2),
+fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// Why waiting for a completion ended without one.
+#[derive(Debug)]
+enum WaitError {
+    /// The connection closed (the peer disconnected, or an error closed it).
+    Disconnected(String),
+    /// Anything else: a failed completion, a stall, an engine error.
+    Failed(String),
+}
+
+impl std::fmt::Display for WaitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitError::Disconnected(why) => write!(f, "disconnected: {why}"),
+            WaitError::Failed(why) => f.write_str(why),
+        }
     }
 }
 
-fn client(o: &Opts, net: &Net) -> Result<(), String> {
-    let addr = o.addr.as_deref().ok_or("client needs -a address")?;
-    // One attempt, like rping (the interop case retries while the guest is not listening).
-    let t = net.connect(addr, o.port, Duration::ZERO)?;
-    let mut res = Resources::new();
-    let pd = res.stags.alloc_pd();
-    // rping client: responder_resources = initiator_depth = 1 (docs/protocols.md §5.2).
-    let mut cfg = ConnConfig::new(qp_config(pd, 1, 1));
-    cfg.initiator.crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
-    // siw quirk (docs/siw.md §4.3, see ConnConfig::new): an FPDU right behind siw's Reply
-    // can sit unread in its socket, and rping's server then waits forever for our Send.
-    cfg.first_fpdu_delay = Duration::from_millis(
-        std::env::var("XWARP_FIRST_FPDU_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_FIRST_FPDU_DELAY_MS),
-    );
-    let conn = Connection::initiator(cfg, Instant::now()).map_err(|e| e.to_string())?;
-    let mut ep = Endpoint::new(conn, res, pd, t, o.debug);
-    let size = o.size as usize;
-    let (start, start_va) = ep.reg(size, RW)?;
-    let (rdma, rdma_va) = ep.reg(size, RW)?;
-    let (send, send_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
-    let (recv, recv_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
-    let send_sge = Sge {
-        lkey: send,
-        addr: send_va,
-        len: INFO_LEN as u32,
-    };
-    let recv_sge = Sge {
-        lkey: recv,
-        addr: recv_va,
-        len: INFO_LEN as u32,
-    };
-    ep.post_recv(1, recv_sge)?;
-    ep.run_until(|e| e.established)?;
-    if o.debug {
-        eprintln!("xwarp: established {:?}", ep.conn.negotiated());
+impl From<WaitError> for String {
+    fn from(e: WaitError) -> String {
+        e.to_string()
     }
+}
+
+/// One rping connection's verbs resources: rping's single CQ for both queues, its QP
+/// (SQ 16, RQ 2, one SGE), its send and receive buffers, and the completions that came
+/// while another was awaited.
+struct Conn {
+    cq: CompletionQueue,
+    qp: QueuePair,
+    send: MemoryRegion,
+    recv: MemoryRegion,
+    pending: VecDeque<WorkCompletion>,
+    debug: bool,
+}
+
+fn e2s(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn post_err(e: xwarp::verbs::PostError) -> String {
+    format!("posting a work request: {e:?}")
+}
+
+impl Conn {
+    fn new<B: Backend + Send + 'static>(
+        ctx: &Context<B>,
+        pd: &xwarp::verbs::ProtectionDomain,
+        ird: u32,
+        ord: u32,
+        crc: bool,
+        debug: bool,
+    ) -> Result<Conn, String> {
+        let cq = ctx.device().create_cq(32).map_err(e2s)?;
+        let mut at = QpInitAttr::new(&cq, &cq);
+        at.max_send_wr = 16;
+        at.max_recv_wr = 2;
+        at.ird = ird;
+        at.ord = ord;
+        at.mpa.crc = crc;
+        // No peer-to-peer RTR: rdma-core's rping on siw asks for none (its Request is
+        // `10 02 00 04 00 01 00 01`, docs/protocols.md §5.3), so neither do we; the
+        // client's first FPDU is its first Send.
+        at.mpa.p2p_rtr = None;
+        let qp = pd.create_qp(&at).map_err(e2s)?;
+        let send = pd
+            .alloc_mr(INFO_LEN, Access::LOCAL_WRITE, false)
+            .map_err(e2s)?;
+        let recv = pd
+            .alloc_mr(INFO_LEN, Access::LOCAL_WRITE, false)
+            .map_err(e2s)?;
+        Ok(Conn {
+            cq,
+            qp,
+            send,
+            recv,
+            pending: VecDeque::new(),
+            debug,
+        })
+    }
+
+    fn post_recv(&self) -> Result<(), String> {
+        let sge = self.recv.sge(0, INFO_LEN).ok_or("receive buffer")?;
+        self.qp.post_recv(1, &[sge]).map_err(post_err)
+    }
+
+    /// Send the 16-byte send buffer.
+    fn post_send_buf(&self) -> Result<(), String> {
+        let sge = self.send.sge(0, INFO_LEN).ok_or("send buffer")?;
+        self.qp
+            .post_send(SendRequest::send(2, vec![sge]))
+            .map_err(post_err)
+    }
+
+    /// The next completion of `op`; other successful completions wait in `pending`. A
+    /// failed completion or a CM event that closes the connection ends the wait.
+    fn wait(&mut self, op: WcOpcode) -> Result<WorkCompletion, WaitError> {
+        if let Some(i) = self.pending.iter().position(|c| c.opcode == op) {
+            return Ok(self.pending.remove(i).expect("index found"));
+        }
+        let deadline = Instant::now() + STALL;
+        loop {
+            match self.cq.next(Duration::from_millis(100)) {
+                Ok(c) if c.status != CompletionStatus::Success => {
+                    // A flushed work request: the QP went to ERROR, normally because the
+                    // connection closed; the CM event saying so may come a moment after
+                    // the flush completions.
+                    let closed = if c.status == CompletionStatus::WrFlushError {
+                        self.closing_event_within(CLOSE_WAIT)
+                    } else {
+                        self.closed_event()
+                    };
+                    return Err(match closed {
+                        Some(why) => WaitError::Disconnected(format!(
+                            "{why}; {:?} completion {:?}",
+                            c.opcode, c.status
+                        )),
+                        None => WaitError::Failed(format!(
+                            "{:?} completion failed: {:?}",
+                            c.opcode, c.status
+                        )),
+                    });
+                }
+                Ok(c) if c.opcode == op => return Ok(c),
+                Ok(c) => self.pending.push_back(c),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    if let Some(why) = self.closed_event() {
+                        return Err(WaitError::Disconnected(why));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(WaitError::Failed(format!(
+                            "no {op:?} completion within {} s",
+                            STALL.as_secs()
+                        )));
+                    }
+                }
+                Err(e) => return Err(WaitError::Failed(format!("completion queue: {e}"))),
+            }
+        }
+    }
+
+    /// A pending CM event that means the connection is gone, as text.
+    fn closed_event(&self) -> Option<String> {
+        while let Some(e) = self.qp.poll_event() {
+            if self.debug {
+                eprintln!("xwarp: cm event {e:?}");
+            }
+            match e {
+                CmEvent::Disconnected => return Some("the connection closed".into()),
+                CmEvent::Error(why) => return Some(format!("connection error: {why}")),
+                CmEvent::TerminateReceived { layer, etype, code } => {
+                    return Some(format!(
+                        "the peer sent a Terminate layer {layer} etype {etype} code {code:#04x}"
+                    ))
+                }
+                CmEvent::TerminateSent { layer, etype, code } => {
+                    return Some(format!(
+                        "we sent a Terminate layer {layer} etype {etype} code {code:#04x}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// [`Self::closed_event`], waiting up to `limit` for such an event.
+    fn closing_event_within(&self, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(why) = self.closed_event() {
+                return Some(why);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
+    }
+
+    /// Wait for the connection to come up.
+    fn established(&self) -> Result<(), String> {
+        match self.qp.next_event(CONNECT_TIMEOUT + Duration::from_secs(2)) {
+            Ok(CmEvent::Established { ird, ord, crc, .. }) => {
+                if self.debug {
+                    eprintln!("xwarp: established, IRD/ORD {ird}/{ord}, CRC {crc}");
+                }
+                Ok(())
+            }
+            Ok(CmEvent::Rejected { .. }) => Err("connection rejected".into()),
+            Ok(CmEvent::ConnectError(e)) => Err(format!("connect error: {e}")),
+            Ok(e) => Err(format!("while connecting: {e:?}")),
+            Err(e) => Err(format!("while connecting: {e}")),
+        }
+    }
+
+    /// Disconnect and give the close a moment to reach the peer.
+    fn close(&self) {
+        let _ = self.qp.disconnect();
+        let deadline = Instant::now() + CLOSE_WAIT;
+        while let Ok(e) = self
+            .qp
+            .next_event(deadline.saturating_duration_since(Instant::now()))
+        {
+            if e == CmEvent::Disconnected {
+                break;
+            }
+        }
+    }
+}
+
+fn check_len(c: &WorkCompletion) -> Result<(), String> {
+    if c.byte_len as usize != INFO_LEN {
+        return Err(format!("Received bogus data, size {}", c.byte_len));
+    }
+    Ok(())
+}
+
+fn resolve(addr: &str, port: u16) -> Result<SocketAddr, String> {
+    if let Ok(ip) = addr.parse::<Ipv4Addr>() {
+        return Ok(SocketAddr::from((ip, port)));
+    }
+    (addr, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .find(SocketAddr::is_ipv4)
+        .ok_or(format!("{addr} has no IPv4 address"))
+}
+
+fn client<B: Backend + Send + 'static>(o: &Opts, ctx: &Context<B>) -> Result<(), String> {
+    let addr = resolve(o.addr.as_deref().ok_or("client needs -a address")?, o.port)?;
+    let pd = ctx.device().alloc_pd();
+    // rping client: responder_resources = initiator_depth = 1 (docs/protocols.md §5.2).
+    let crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
+    let mut conn = Conn::new(ctx, &pd, 1, 1, crc, o.debug)?;
+    let size = o.size as usize;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let start = pd.alloc_mr(size, rw, false).map_err(e2s)?;
+    let rdma = pd.alloc_mr(size, rw, false).map_err(e2s)?;
+    conn.post_recv()?;
+    // siw quirk (docs/siw.md §4.3): an FPDU right behind siw's Reply can sit unread in its
+    // socket, and rping's server then waits forever for our Send.
+    let retry = env_ms("XWARP_CONNECT_RETRY_MS", 0);
+    conn.qp
+        .connect_tuned(
+            addr,
+            ConnectParams {
+                private_data: Vec::new(),
+                timeout: CONNECT_TIMEOUT,
+            },
+            ConnectTuning {
+                first_fpdu_delay: env_ms("XWARP_FIRST_FPDU_DELAY_MS", DEFAULT_FIRST_FPDU_DELAY_MS),
+                retry_refused: (!retry.is_zero()).then_some(retry),
+            },
+        )
+        .map_err(e2s)?;
+    conn.established()?;
+    let r = client_loop(o, &mut conn, &start, &rdma, size);
+    conn.close();
+    r
+}
+
+fn client_loop(
+    o: &Opts,
+    conn: &mut Conn,
+    start: &MemoryRegion,
+    rdma: &MemoryRegion,
+    size: usize,
+) -> Result<(), String> {
     let mut i = 0u64;
     while o.count == 0 || i < o.count {
         let p = pattern(i, size);
-        ep.write_mem(start, &p)?;
-        ep.write_mem(send, &info(start_va, start, o.size))?;
-        ep.post_send(2, send_op(), send_sge)?;
+        start.write(0, &p).map_err(e2s)?;
+        conn.send
+            .write(0, &info(start.addr(), start.rkey(), o.size))
+            .map_err(e2s)?;
+        conn.post_send_buf()?;
         // The server Reads our start buffer, then Sends "go ahead".
-        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
-        if c.byte_len as usize != INFO_LEN {
-            return Err(format!("Received bogus data, size {}", c.byte_len));
-        }
-        ep.post_recv(1, recv_sge)?;
-        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
-        ep.write_mem(send, &info(rdma_va, rdma, o.size))?;
-        ep.post_send(2, send_op(), send_sge)?;
+        check_len(&conn.wait(WcOpcode::Recv)?)?;
+        conn.post_recv()?;
+        conn.wait(WcOpcode::Send)?;
+        conn.send
+            .write(0, &info(rdma.addr(), rdma.rkey(), o.size))
+            .map_err(e2s)?;
+        conn.post_send_buf()?;
         // The server Writes into our rdma buffer, then Sends.
-        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
-        if c.byte_len as usize != INFO_LEN {
-            return Err(format!("Received bogus data, size {}", c.byte_len));
-        }
-        ep.post_recv(1, recv_sge)?;
-        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
-        let got = ep.mem(rdma, size);
-        if o.validate && got != ep.mem(start, size) {
+        check_len(&conn.wait(WcOpcode::Recv)?)?;
+        conn.post_recv()?;
+        conn.wait(WcOpcode::Send)?;
+        let got = rdma.to_vec(0, size).map_err(e2s)?;
+        if o.validate && got != start.to_vec(0, size).map_err(e2s)? {
             eprintln!("data mismatch!");
-            ep.disconnect();
             return Err("data mismatch".into());
         }
         if o.verbose {
@@ -234,124 +463,82 @@ fn client(o: &Opts, net: &Net) -> Result<(), String> {
         }
         i += 1;
     }
-    ep.disconnect();
-    if let Some(p) = ep
-        .problem
-        .as_ref()
-        .filter(|_| !ep.closed || ep.cqes.is_empty())
-    {
-        if o.debug {
-            eprintln!("xwarp: at close: {p}");
-        }
-    }
     Ok(())
 }
 
-fn serve(o: &Opts, t: Stream) -> Result<(), String> {
-    let mut res = Resources::new();
-    let pd = res.stags.alloc_pd();
-    let cfg = ConnConfig::new(qp_config(pd, 1, 1));
-    let conn = Connection::responder(cfg, Instant::now()).map_err(|e| e.to_string())?;
-    let mut ep = Endpoint::new(conn, res, pd, t, o.debug);
-    let size = o.size as usize;
-    let (rdma, rdma_va) = ep.reg(size, RW)?;
-    let (send, send_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
-    let (recv, recv_va) = ep.reg(INFO_LEN, Access::LOCAL_WRITE)?;
-    let send_sge = Sge {
-        lkey: send,
-        addr: send_va,
-        len: INFO_LEN as u32,
-    };
-    let recv_sge = Sge {
-        lkey: recv,
-        addr: recv_va,
-        len: INFO_LEN as u32,
-    };
-    ep.post_recv(1, recv_sge)?;
-    ep.run_until(|e| e.request.is_some())?;
-    let req = ep.request.take().ok_or("no connect request")?;
+fn serve<B: Backend + Send + 'static>(
+    o: &Opts,
+    ctx: &Context<B>,
+    req: xwarp::verbs::ConnRequest,
+) -> Result<(), String> {
+    let pd = ctx.device().alloc_pd();
     // rdma_accept(id, NULL) mirrors the client: our IRD = its ORD, our ORD = its IRD
     // (docs/protocols.md §5.1); -q accepts with 1/1.
     let (ird, ord) = if o.explicit_ird_ord {
         (1, 1)
     } else {
-        (req.peer_ord.unwrap_or(1), req.peer_ird.unwrap_or(1))
+        (
+            u32::from(req.peer_ord.unwrap_or(1)),
+            u32::from(req.peer_ird.unwrap_or(1)),
+        )
     };
-    ep.conn
-        .accept(AcceptParams {
-            ird,
-            ord,
-            private_data: Vec::new(),
-        })
-        .map_err(|e| e.to_string())?;
-    ep.run_until(|e| e.established)?;
-    if o.debug {
-        eprintln!("xwarp: established {:?}", ep.conn.negotiated());
-    }
+    // The server accepts CRC when the client asks (crc follows the Request).
+    let mut conn = Conn::new(ctx, &pd, ird, ord, req.crc, o.debug)?;
+    let size = o.size as usize;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let rdma = pd.alloc_mr(size, rw, false).map_err(e2s)?;
+    conn.post_recv()?;
+    req.accept(&conn.qp, &[]).map_err(e2s)?;
+    conn.established()?;
+    let r = serve_loop(o, &mut conn, &rdma, size);
+    conn.close();
+    r
+}
+
+fn serve_loop(o: &Opts, conn: &mut Conn, rdma: &MemoryRegion, size: usize) -> Result<(), String> {
     let mut i = 0u64;
     loop {
         // The client advertises its start buffer...
-        let c = match ep.wait_cqe(WcOpcode::Recv) {
+        let c = match conn.wait(WcOpcode::Recv) {
             Ok(c) => c,
             Err(WaitError::Disconnected(why)) => {
                 if o.debug {
-                    eprintln!("xwarp: client disconnected ({why})");
+                    eprintln!("xwarp: client disconnected ({why}) after {i} iterations");
                 }
                 return Ok(());
             }
             Err(e) => return Err(e.to_string()),
         };
-        if c.byte_len as usize != INFO_LEN {
-            return Err(format!("Received bogus data, size {}", c.byte_len));
-        }
-        let (buf, rkey, len) = parse_info(&ep.mem(recv, INFO_LEN));
-        ep.post_recv(1, recv_sge)?;
-        let len = len.min(o.size);
+        check_len(&c)?;
+        let (buf, rkey, len) = parse_info(&conn.recv.to_vec(0, INFO_LEN).map_err(e2s)?);
+        conn.post_recv()?;
+        let len = len.min(o.size) as usize;
         // ...we Read it into our rdma buffer...
-        ep.post_send(
-            3,
-            SendOp::Read {
-                remote_stag: rkey,
-                remote_to: buf,
-            },
-            Sge {
-                lkey: rdma,
-                addr: rdma_va,
-                len,
-            },
-        )?;
-        ep.wait_cqe(WcOpcode::Read).map_err(|e| e.to_string())?;
+        let sink = rdma.sge(0, len).ok_or("read length")?;
+        conn.qp
+            .post_send(SendRequest::read(3, sink, rkey, buf))
+            .map_err(post_err)?;
+        conn.wait(WcOpcode::Read)?;
+        let data = rdma.to_vec(0, size).map_err(e2s)?;
         if o.verbose {
-            println!("server ping data: {}", c_string(&ep.mem(rdma, size)));
+            println!("server ping data: {}", c_string(&data));
         }
         // ...tell it to go ahead (send_buf is never formatted: 16 zero bytes)...
-        ep.post_send(4, send_op(), send_sge)?;
-        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        conn.post_send_buf()?;
+        conn.wait(WcOpcode::Send)?;
         // ...it advertises its rdma buffer; we Write ours into it and Send.
-        let c = ep.wait_cqe(WcOpcode::Recv).map_err(|e| e.to_string())?;
-        if c.byte_len as usize != INFO_LEN {
-            return Err(format!("Received bogus data, size {}", c.byte_len));
-        }
-        let (buf, rkey, len) = parse_info(&ep.mem(recv, INFO_LEN));
-        ep.post_recv(1, recv_sge)?;
-        let data = ep.mem(rdma, size);
+        check_len(&conn.wait(WcOpcode::Recv)?)?;
+        let (buf, rkey, len) = parse_info(&conn.recv.to_vec(0, INFO_LEN).map_err(e2s)?);
+        conn.post_recv()?;
         let strlen = data.iter().position(|&b| b == 0).unwrap_or(size) + 1;
-        let wlen = (strlen.min(size) as u32).min(len);
-        ep.post_send(
-            5,
-            SendOp::Write {
-                remote_stag: rkey,
-                remote_to: buf,
-            },
-            Sge {
-                lkey: rdma,
-                addr: rdma_va,
-                len: wlen,
-            },
-        )?;
-        ep.wait_cqe(WcOpcode::Write).map_err(|e| e.to_string())?;
-        ep.post_send(6, send_op(), send_sge)?;
-        ep.wait_cqe(WcOpcode::Send).map_err(|e| e.to_string())?;
+        let wlen = strlen.min(size).min(len as usize);
+        let src = rdma.sge(0, wlen).ok_or("write length")?;
+        conn.qp
+            .post_send(SendRequest::write(5, vec![src], rkey, buf))
+            .map_err(post_err)?;
+        conn.wait(WcOpcode::Write)?;
+        conn.post_send_buf()?;
+        conn.wait(WcOpcode::Send)?;
         i += 1;
         if o.count != 0 && i >= o.count && o.debug {
             eprintln!("xwarp: {i} iterations done, waiting for the client to disconnect");
@@ -359,15 +546,34 @@ fn serve(o: &Opts, t: Stream) -> Result<(), String> {
     }
 }
 
-fn server(o: &Opts, net: &Net) -> Result<(), String> {
-    let bind = o.addr.clone().unwrap_or_else(|| "0.0.0.0".into());
-    let listener = net.listen(&bind, o.port)?;
+fn server<B: Backend + Send + 'static>(
+    o: &Opts,
+    ctx: &Context<B>,
+    own: Ipv4Addr,
+) -> Result<(), String> {
+    let bind = match o.addr.as_deref() {
+        None | Some("0.0.0.0") => SocketAddr::from((own, o.port)),
+        Some(a) => resolve(a, o.port)?,
+    };
+    let listener = ctx
+        .device()
+        .listen(bind, 8)
+        .map_err(|e| format!("listen on {bind}: {e}"))?;
     loop {
-        let (stream, peer) = listener.accept()?;
+        let req = loop {
+            match listener.get_request(Duration::from_secs(1)) {
+                Ok(r) => break r,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                Err(e) => return Err(format!("waiting for a connection: {e}")),
+            }
+        };
         if o.debug {
-            eprintln!("xwarp: connection from {peer}");
+            eprintln!(
+                "xwarp: connection request from {} (IRD/ORD {:?}/{:?}, CRC {})",
+                req.peer, req.peer_ird, req.peer_ord, req.crc
+            );
         }
-        let r = serve(o, stream);
+        let r = serve(o, ctx, req);
         if !o.persistent {
             return r;
         }
@@ -377,19 +583,58 @@ fn server(o: &Opts, net: &Net) -> Result<(), String> {
     }
 }
 
+/// Start the verbs engine `spec` names (its ephemeral ports spread by process id, see
+/// [`ephemeral_start`]).
+fn start(spec: &EngineSpec) -> Result<xwarp::verbs::XdpContext, String> {
+    let mut cfg = xwarp::toe::XdpEngineConfig::new(&spec.ifname, spec.ipv4, spec.prefix);
+    cfg.rx_checksum = spec.rx_checksum;
+    cfg.stack.ipv4_gateway = spec.gateway;
+    cfg.stack.ephemeral_ports = ephemeral_start(std::process::id())..=65535;
+    cfg.engine.name = "xwarp-rping".into();
+    let ctx = Context::start_xdp(None, cfg).map_err(|e| {
+        format!(
+            "cannot start an AF_XDP verbs engine on {}: {e}",
+            spec.ifname
+        )
+    })?;
+    let pcap = xwarp::poll_driver::pcap::active_captures().pop();
+    eprintln!(
+        "xwarp: verbs engine on {} owns {}/{} ({:?}){}",
+        spec.ifname,
+        spec.ipv4,
+        spec.prefix,
+        spec.rx_checksum,
+        pcap.map(|p| format!(", capture {}", p.display()))
+            .unwrap_or_default()
+    );
+    Ok(ctx)
+}
+
+fn run(o: &Opts) -> Result<(), String> {
+    let spec = o.net.engine_spec()?.ok_or(
+        "xwarp-rping runs on an xwarp engine: give --iface IF --addr A.B.C.D/PREFIX \
+         (or XWARP_ENGINE=xdp:IF:A.B.C.D/PREFIX)",
+    )?;
+    if o.server == o.client {
+        return Err("choose -s or -c".into());
+    }
+    let ctx = start(&spec)?;
+    let r = if o.server {
+        server(o, &ctx, spec.ipv4)
+    } else {
+        client(o, &ctx)
+    };
+    // Stopping the engine sends what is queued and flushes the capture.
+    if let Err(e) = ctx.stop() {
+        eprintln!("xwarp: stopping the engine: {e}");
+    }
+    r
+}
+
 fn main() -> ExitCode {
     xwarp_tools::cli::init_logging();
     let o: Opts = NetArgs::parse_checked(|o: &Opts| &o.net);
-    let r = Net::from_args(&o.net).and_then(|net| {
-        let r = match (o.server, o.client) {
-            (true, false) => server(&o, &net),
-            (false, true) => client(&o, &net),
-            _ => Err("choose -s or -c".into()),
-        };
-        net.finish();
-        r
-    });
-    match r {
+    match run(&o) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rping: {e}");

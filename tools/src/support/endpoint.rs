@@ -1,10 +1,11 @@
-//! Shared driver for the interop tools (`xwarp-rping-interop`, `xwarp-rdma-cm-echo`,
-//! `xwarp-perftest-peer`): a sans-IO [`Connection`] plus its memory, run over a [`Transport`].
+//! Shared driver for the interop tools `xwarp-rping-interop` and `xwarp-perftest-peer`: a
+//! sans-IO [`Connection`] plus its memory, run over a [`Transport`] on the tool's own
+//! thread (the other programs run on `xwarp::verbs`, placement on the engine thread).
 //!
 //! The protocol logic of each tool only talks to [`Endpoint`] (register, post, wait
 //! for completions); the bytes move through a [`Transport`] (`support/transport.rs`): a
 //! kernel TCP socket or a stream of an xwarp engine on AF_XDP, chosen by the engine flags
-//! (or `XWARP_ENGINE`). Same structure as `xwarp-rping` (`tools/src/bin/rping.rs`).
+//! (or `XWARP_ENGINE`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

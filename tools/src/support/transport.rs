@@ -1,8 +1,8 @@
 //! The byte streams the interop tools run iWARP over, and how they are chosen.
 //!
-//! Every tool of the rping family (`xwarp-rping`, `xwarp-rping-interop`,
-//! `xwarp-rdma-cm-echo`, `xwarp-perftest-peer`) runs its
-//! sans-IO connection over a [`Transport`]. Two exist:
+//! `xwarp-rping-interop` and `xwarp-perftest-peer` run their sans-IO connection over a
+//! [`Transport`] (`xwarp-rping` only takes the engine selection, [`NetArgs::engine_spec`],
+//! and runs on `xwarp::verbs`). Two transports exist:
 //!
 //! * [`KernelTcp`]: a kernel TCP socket (`std::net`), the default, for quick local use;
 //! * [`EngineTcp`]: a TCP stream of an xwarp engine ([`xwarp::net::TcpStream`]) bound with
@@ -312,6 +312,40 @@ impl NetArgs {
         Ok(())
     }
 
+    /// The engine the flags select, or without them `XWARP_ENGINE` ([`Net::from_env`]);
+    /// `None`: kernel TCP. Applies `--pcap` (every engine started afterwards captures).
+    pub fn engine_spec(&self) -> Result<Option<EngineSpec>, String> {
+        self.check()?;
+        self.engine.apply_pcap();
+        if self.engine.is_empty() {
+            return match std::env::var(ENGINE_ENV) {
+                Err(_) => Ok(None),
+                Ok(v) if v.is_empty() || v == "kernel" => Ok(None),
+                Ok(v) => EngineSpec::parse(&v).map(Some),
+            };
+        }
+        let ifname = self
+            .engine
+            .iface
+            .clone()
+            .ok_or("--addr and --gateway need --iface")?;
+        let (ipv4, prefix) = self
+            .engine
+            .addr
+            .ok_or("--iface needs --addr A.B.C.D/PREFIX (the engine's own address)")?;
+        let rx_checksum = match self.rx_checksum {
+            Some(RxPolicy::Verify) => RxChecksum::Verify,
+            Some(RxPolicy::Trust) | None => RxChecksum::TrustL4,
+        };
+        Ok(Some(EngineSpec {
+            ifname,
+            ipv4,
+            prefix,
+            rx_checksum,
+            gateway: self.engine.gateway,
+        }))
+    }
+
     /// Parse `T` from the process's command line and check its engine flags (`net` of
     /// it): exits with status 2 and the usage on a bad combination, like clap does.
     pub fn parse_checked<T: clap::Parser>(net: impl Fn(&T) -> &NetArgs) -> T {
@@ -329,31 +363,10 @@ impl Net {
     /// An engine as the command line's engine flags say, or without them as
     /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
     pub fn from_args(a: &NetArgs) -> Result<Net, String> {
-        a.check()?;
-        a.engine.apply_pcap();
-        if a.engine.is_empty() {
-            return Net::from_env();
+        match a.engine_spec()? {
+            Some(spec) => Net::start(spec),
+            None => Ok(Net::Kernel),
         }
-        let ifname = a
-            .engine
-            .iface
-            .clone()
-            .ok_or("--addr and --gateway need --iface")?;
-        let (ipv4, prefix) = a
-            .engine
-            .addr
-            .ok_or("--iface needs --addr A.B.C.D/PREFIX (the engine's own address)")?;
-        let rx_checksum = match a.rx_checksum {
-            Some(RxPolicy::Verify) => RxChecksum::Verify,
-            Some(RxPolicy::Trust) | None => RxChecksum::TrustL4,
-        };
-        Net::start(EngineSpec {
-            ifname,
-            ipv4,
-            prefix,
-            rx_checksum,
-            gateway: a.engine.gateway,
-        })
     }
 
     /// Kernel TCP, or an engine started as `XWARP_ENGINE` says (see the module docs).
