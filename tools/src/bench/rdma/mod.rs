@@ -56,6 +56,7 @@ use xwarp::poll_driver::netns::VethPair;
 
 mod options;
 mod output;
+pub mod perftest;
 
 use options::*;
 pub use options::{parse, BwResults, Options, Pin, Results};
@@ -652,12 +653,17 @@ pub fn run(o: &Options) -> io::Result<Results> {
     let mtu = o.mtu.to_string();
     net.a.ip(&["link", "set", &net.if_a, "mtu", &mtu])?;
     net.b.ip(&["link", "set", &net.if_b, "mtu", &mtu])?;
+    let tools = perftest_tools(o)?;
     let mut rounds = Vec::new();
     for round in 0..o.repeat {
         if o.repeat > 1 {
             eprintln!("xwarp bench rdma: round {}/{}", round + 1, o.repeat);
         }
-        let r = run_round(o, &net)?;
+        let mut r = run_round(o, &net)?;
+        match &tools {
+            Ok(t) => run_perftest(o, &net, t, &mut r)?,
+            Err(why) => r.perftest_skipped = Some(why.clone()),
+        }
         if o.repeat > 1 {
             // Each round's bandwidths, so the spread behind the medians is on record.
             for b in &r.bw {
@@ -676,6 +682,70 @@ pub fn run(o: &Options) -> io::Result<Results> {
         rounds.push(r);
     }
     Ok(output::median(&rounds))
+}
+
+/// The perftest rows' programs and libraries: `Ok(Err(why))` when the rows are skipped
+/// (selected by default, but perftest or libxwarp_ibverbs.so is missing; said loudly on
+/// stderr), an error when `--only` names them and they cannot run.
+fn perftest_tools(o: &Options) -> io::Result<Result<perftest::Tools, String>> {
+    let (bw, lat) = (o.runs(perftest::WRITE_BW), o.runs(perftest::SEND_LAT));
+    if !bw && !lat {
+        return Ok(Err("not selected (--only)".into()));
+    }
+    let xwarp = std::env::current_exe()?;
+    // The library's engine takes MTUs up to 9000 (XWARP_MTU).
+    let mtu = o.mtu.min(9000);
+    match perftest::Tools::check(xwarp, o.preload.clone(), o.rdma_lib.clone(), mtu, 24) {
+        Ok(t) => Ok(Ok(t)),
+        Err(e) if o.asked_for(perftest::WRITE_BW) || o.asked_for(perftest::SEND_LAT) => {
+            Err(err(format!("perftest rows: {e}")))
+        }
+        Err(e) => {
+            eprintln!(
+                "xwarp bench rdma: SKIPPED the perftest rows (ib_write_bw, ib_send_lat): {e}"
+            );
+            Ok(Err(e))
+        }
+    }
+}
+
+/// The perftest rows of one round ([`perftest`]), after `run_round`'s engines stopped.
+fn run_perftest(
+    o: &Options,
+    net: &VethPair,
+    t: &perftest::Tools,
+    r: &mut Results,
+) -> io::Result<()> {
+    // `--pin sides`: each process (program + its engine) on its side's core; otherwise the
+    // scheduler places the four threads.
+    let cores = if o.pin == Pin::Sides {
+        [core_of(0), core_of(1)]
+    } else {
+        [None, None]
+    };
+    let ends = perftest::ends(net, o.net, cores);
+    if o.runs(perftest::WRITE_BW) {
+        for (i, w) in r.bw.iter_mut().enumerate() {
+            eprintln!("xwarp bench rdma: {} -R {} B", perftest::WRITE_BW, w.size);
+            let res = perftest::write_bw(
+                t,
+                &ends,
+                sweep_port(18600, i),
+                w.size,
+                DEPTH,
+                SIGNAL_EVERY,
+                o.duration,
+            )?;
+            w.ib_write_bw_gbps = res.avg_gbps;
+        }
+    }
+    if o.runs(perftest::SEND_LAT) {
+        eprintln!("xwarp bench rdma: {} -R {} B", perftest::SEND_LAT, o.small);
+        let l = perftest::send_lat(t, &ends, 18601, o.small, o.perftest_iters)?;
+        (r.ib_send_lat_us, r.ib_send_lat_avg_us, r.ib_send_lat_p99_us) =
+            (l.typical_us, l.avg_us, l.p99_us);
+    }
+    Ok(())
 }
 
 /// One round of every selected test on the pair: kernel TCP first (no XDP program attached
