@@ -696,7 +696,16 @@ fn perftest_tools(o: &Options) -> io::Result<Result<perftest::Tools, String>> {
     // The library's engine takes MTUs up to 9000 (XWARP_MTU).
     let mtu = o.mtu.min(9000);
     match perftest::Tools::check(xwarp, o.preload.clone(), o.rdma_lib.clone(), mtu, 24) {
-        Ok(t) => Ok(Ok(t)),
+        Ok(mut t) => {
+            match perftest::engine_env(engine_spin(o)) {
+                Some(v) => t.engine_env = v,
+                None => eprintln!(
+                    "xwarp bench rdma: the library's engines cannot spin {}: they keep their default",
+                    spin_name(o)
+                ),
+            }
+            Ok(Ok(t))
+        }
         Err(e) if o.asked_for(perftest::WRITE_BW) || o.asked_for(perftest::SEND_LAT) => {
             Err(err(format!("perftest rows: {e}")))
         }

@@ -151,6 +151,9 @@ pub(super) struct Tools {
     pub mtu: usize,
     /// The engines' prefix length.
     pub prefix: u8,
+    /// The engines' idle policy as the library reads it (`XWARP_ENGINE_SPIN_US`,
+    /// `XWARP_YIELD`): the Rust rows' engines' policy where the library can express it.
+    pub engine_env: Vec<(&'static str, String)>,
 }
 
 impl Tools {
@@ -174,6 +177,7 @@ impl Tools {
             rdma_lib,
             mtu,
             prefix,
+            engine_env: Vec::new(),
         };
         // The launcher's own lookup, as `xwarp run` will do it.
         let exe_dir = t.xwarp.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -232,6 +236,10 @@ impl Tools {
                 c.env_remove(&*k);
             }
         }
+        for (k, _) in &self.engine_env {
+            c.env_remove(k);
+        }
+        c.envs(self.engine_env.iter().map(|(k, v)| (k, v)));
         c.env("XWARP_MTU", self.mtu.to_string())
             .env("XWARP_CONNECT_RETRY_MS", "5000")
             .stdin(Stdio::null())
@@ -254,6 +262,25 @@ impl Tools {
             }
         }
         Ok(c)
+    }
+}
+
+/// The library's variables for the engine idle policy `spin` (`None`: it has no such
+/// setting, e.g. an iteration budget, and keeps its default).
+pub(super) fn engine_env(
+    spin: xwarp::poll_driver::engine::SpinBudget,
+) -> Option<Vec<(&'static str, String)>> {
+    use xwarp::poll_driver::engine::SpinBudget;
+    match spin {
+        SpinBudget::Yield(d) => Some(vec![
+            ("XWARP_ENGINE_SPIN_US", d.as_micros().to_string()),
+            ("XWARP_YIELD", "1".into()),
+        ]),
+        SpinBudget::Duration(d) => Some(vec![
+            ("XWARP_ENGINE_SPIN_US", d.as_micros().to_string()),
+            ("XWARP_YIELD", "0".into()),
+        ]),
+        _ => None,
     }
 }
 
@@ -589,6 +616,28 @@ mod tests {
         // A header without its line (the program died).
         assert!(parse_bw(BW.lines().take(2).collect::<Vec<_>>().join("\n").as_str()).is_none());
         assert!(parse_bw(&BW.replace("BW average[Gb/sec]", "BW average[kb/sec]")).is_none());
+    }
+
+    #[test]
+    fn engine_policy_becomes_the_library_variables() {
+        use xwarp::poll_driver::engine::SpinBudget;
+        let v = engine_env(SpinBudget::Yield(Duration::from_millis(2))).unwrap();
+        assert_eq!(
+            v,
+            vec![
+                ("XWARP_ENGINE_SPIN_US", "2000".into()),
+                ("XWARP_YIELD", "1".into())
+            ]
+        );
+        let v = engine_env(SpinBudget::Duration(Duration::from_micros(50))).unwrap();
+        assert_eq!(
+            v,
+            vec![
+                ("XWARP_ENGINE_SPIN_US", "50".into()),
+                ("XWARP_YIELD", "0".into())
+            ]
+        );
+        assert!(engine_env(SpinBudget::Forever).is_none());
     }
 
     #[test]
