@@ -8,6 +8,10 @@
 //!   (small messages, ping-pong, one-way = half the round trip).
 //! * kernel↔kernel on the same veth (`.1` ↔ `.2`): bulk (64 KiB writes) and ping-pong
 //!   (small messages, half round trip), `TCP_NODELAY`.
+//! * perftest through the C ABI (`.30` ↔ `.40`, after the engines above stopped):
+//!   Debian's `ib_write_bw -R` and `ib_send_lat -R` as two processes under `xwarp run`
+//!   (libxwarp_ibverbs.so, one engine each), and what they cost against the Rust API rows
+//!   of the same round ([`perftest`]).
 //!
 //! Placement (`--pin apart`, the default): engine A on the first core, engine B on the
 //! second; the client thread (it posts requests and reaps completions) on the core of the
