@@ -672,14 +672,27 @@ pub fn run(o: &Options) -> io::Result<Results> {
             // Each round's bandwidths, so the spread behind the medians is on record.
             for b in &r.bw {
                 eprintln!(
-                    "xwarp bench rdma: round {}: {} B: write_bw {:.2} read_bw {:.2} kernel bulk \
-                     {:.2} ceiling {:.2} Gbit/s",
+                    "xwarp bench rdma: round {}: {} B: write_bw {:.2} read_bw {:.2} ib_write_bw \
+                     {:.2} kernel bulk {:.2} ceiling {:.2} Gbit/s",
                     round + 1,
                     b.size,
                     b.write_bw_gbps,
                     b.read_bw_gbps,
+                    b.ib_write_bw_gbps,
                     b.tcp_bulk_gbps,
                     r.ceiling_gbps
+                );
+            }
+            if r.perftest_skipped.is_none() {
+                eprintln!(
+                    "xwarp bench rdma: round {}: {} B: send_lat p50 {:.2} ib_send_lat typical {:.2} \
+                     avg {:.2} p99 {:.2} us",
+                    round + 1,
+                    o.small,
+                    r.send_lat_us,
+                    r.ib_send_lat_us,
+                    r.ib_send_lat_avg_us,
+                    r.ib_send_lat_p99_us
                 );
             }
         }
