@@ -1053,5 +1053,30 @@ mod tests {
         let o = parse(&a(&[])).unwrap().unwrap();
         assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
         assert!(TESTS.iter().all(|t| o.runs(t)));
+        assert!(!o.asked_for("ib_write_bw"));
+        assert_eq!(o.perftest_iters, 5000);
+        assert!(parse(&a(&["--perftest-iters", "5"])).is_err());
+        assert!(parse(&a(&["--perftest-iters", "many"])).is_err());
+        let o = parse(&a(&[
+            "--only",
+            "ib_write_bw,write_bw",
+            "--perftest-iters",
+            "300",
+            "--preload",
+            "/x/p.so",
+            "--rdma-lib",
+            "/x/i.so",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(o.asked_for("ib_write_bw") && !o.runs("ib_send_lat") && !o.asked_for("write_lat"));
+        assert_eq!(o.perftest_iters, 300);
+        assert_eq!(
+            (o.preload.as_deref(), o.rdma_lib.as_deref()),
+            (
+                Some(std::path::Path::new("/x/p.so")),
+                Some(std::path::Path::new("/x/i.so"))
+            )
+        );
     }
 }
