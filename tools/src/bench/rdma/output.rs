@@ -406,6 +406,8 @@ mod tests {
         }
         r.ceiling_gbps = 10.0 * scale;
         (r.write_lat_us, r.tcp_lat_us, r.tcp_lat_poll_us) = (5.0, 20.0, 10.0);
+        r.bw[1].ib_write_bw_gbps = 1.5 * scale;
+        (r.ib_send_lat_us, r.ib_send_lat_avg_us, r.ib_send_lat_p99_us) = (6.25, 7.0, 9.0);
         r.write_lat_samples = vec![4.0, 5.0, 6.0];
         r.tcp_lat_samples = vec![20.0];
         r
@@ -447,6 +449,42 @@ mod tests {
             "{t}"
         );
         assert!(t.contains(" 0.25 ") && t.contains(" 0.50 "), "{t}");
+        // The perftest rows and what the C ABI costs against the Rust API.
+        let ib = w(65536);
+        assert_eq!(ib.name, "write_bw");
+        let c = rep.rows.iter().find(|r| r.name == "ib_write_bw").unwrap();
+        assert_eq!(
+            (c.value, c.ratio_to_kernel, c.size),
+            (3.0, Some(0.375), Some(65536))
+        );
+        let ratio = rep
+            .find("c-abi", "ib_write_bw/write_bw", "bandwidth_ratio")
+            .unwrap();
+        assert_eq!((ratio.value, ratio.size), (0.75, Some(65536)));
+        // No ib_write_bw at 4 KiB and no send_lat: no ratio rows for them.
+        assert_eq!(rep.rows.iter().filter(|r| r.test == "c-abi").count(), 1);
+        let mut with_send = m.clone();
+        with_send.send_lat_us = 6.0;
+        let mut rep2 = Report::new("rdma");
+        fill(&mut rep2, &o, &with_send);
+        let added = rep2.value("c-abi", "ib_send_lat-send_lat", "latency_added_p50");
+        assert_eq!(added, Some(0.25));
+        let t2 = table(&o, &rep2);
+        assert!(
+            t2.contains("ib_send_lat - send_lat p50 64 B (µs)") && t2.contains("+0.25"),
+            "{t2}"
+        );
+        let l = rep.find("pingpong", "ib_send_lat", "latency_p50").unwrap();
+        assert_eq!((l.value, l.kernel_row.as_deref()), (6.25, Some("tcp")));
+        assert_eq!(
+            rep.value("pingpong", "ib_send_lat", "latency_p99"),
+            Some(9.0)
+        );
+        assert!(
+            t.contains("ib_write_bw / write_bw 64 KiB") && t.contains(" 0.750 "),
+            "{t}"
+        );
+        assert!(t.contains("ib_send_lat p99 (µs, 1/2)"), "{t}");
         let back = Report::from_json(&rep.to_json()).unwrap();
         assert_eq!(back, rep);
     }
