@@ -429,8 +429,8 @@ fn wait_engine(srv: &mut Proc, peer_ns: &NetNs, ip: Ipv4Addr) -> io::Result<bool
 
 /// Run `prog` as server at `server` and client at `client` (to the server's address) with
 /// `args` (port included), the row taking about `len`: the client's output and the
-/// server's. The client is retried while it fails without a result line (`has_result`)
-/// and the server still runs.
+/// server's. The client is retried while it fails before connecting (no result line,
+/// `has_result`, and no remote QP printed) and the server still runs.
 fn pair(
     t: &Tools,
     server: &End,
@@ -465,7 +465,9 @@ fn pair(
             return Ok((out, sout));
         }
         let server_runs = srv.exited()?.is_none();
-        if has_result(&out) || !server_runs || tries >= CLIENT_TRIES {
+        // Connected (perftest printed the peer's QP) and failed after: not a refusal.
+        let connected = out.contains("remote address:");
+        if has_result(&out) || connected || !server_runs || tries >= CLIENT_TRIES {
             let sout = if server_runs {
                 srv.output()
             } else {
