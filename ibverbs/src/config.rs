@@ -13,6 +13,50 @@ pub struct DeviceConfig {
     pub mtu: usize,
 }
 
+/// A millisecond setting from the variable `name`, read through `get`: `Ok(None)` when unset
+/// or empty, `Ok(Some(ms))` for a whole number `0..=max_ms`, else the one-line reason
+/// naming the variable and its range.
+pub fn millis_from(
+    get: impl Fn(&str) -> Option<String>,
+    name: &str,
+    max_ms: u64,
+) -> Result<Option<std::time::Duration>, String> {
+    let Some(v) = get(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(ms) if ms <= max_ms => Ok(Some(std::time::Duration::from_millis(ms))),
+        _ => Err(format!(
+            "{name}={v:?}: expected 0..={max_ms} (milliseconds)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod millis_tests {
+    use super::millis_from;
+    use std::time::Duration;
+
+    #[test]
+    fn millis_settings_parse_or_name_the_variable() {
+        let one = |v: &'static str| move |k: &str| (k == "XWARP_X_MS").then(|| v.to_string());
+        assert_eq!(millis_from(|_| None, "XWARP_X_MS", 100), Ok(None));
+        assert_eq!(millis_from(one(" "), "XWARP_X_MS", 100), Ok(None));
+        assert_eq!(
+            millis_from(one("0"), "XWARP_X_MS", 100),
+            Ok(Some(Duration::ZERO))
+        );
+        assert_eq!(
+            millis_from(one(" 100 "), "XWARP_X_MS", 100),
+            Ok(Some(Duration::from_millis(100)))
+        );
+        for bad in ["101", "-1", "1.5", "soon", "18446744073709551616"] {
+            let e = millis_from(one(bad), "XWARP_X_MS", 100).unwrap_err();
+            assert!(e.starts_with("XWARP_X_MS=") && e.contains("0..=100"), "{e}");
+        }
+    }
+}
+
 /// Default engine MTU (the shim's `XWARP_MTU` default).
 pub const DEFAULT_ENGINE_MTU: usize = 1500;
 

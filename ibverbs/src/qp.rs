@@ -295,6 +295,10 @@ pub unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mu
     init.max_send_wr = max_send_wr;
     init.max_recv_wr = if srq.is_some() { 0 } else { max_recv_wr };
     init.max_inline_data = cap.max_inline_data as usize;
+    // The programs this library runs are written against siw, whose Responder sends
+    // right after its MPA Reply when no RTR was negotiated (perftest's latency servers
+    // post first); with P2P the QP still waits for the RTR. siw quirk, docs/siw.md §4.8.14.
+    init.mpa.responder_sends_after_reply = true;
     let qp = p
         .pd()
         .create_qp(&init)

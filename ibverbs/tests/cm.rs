@@ -17,6 +17,12 @@
 //! * `perftest_xwarp_to_xwarp`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
 //!   `ib_send_lat`, `ib_write_lat` with `-R` (rdma_cm connection setup), 200 iterations:
 //!   both sides exit 0 and print their result row (installed with apt-get when missing).
+//! * `exit_without_disconnect_closes_the_connection`: a client that queues a Send and
+//!   returns from `main` without `rdma_disconnect`: the Send arrives and the server gets
+//!   DISCONNECTED (the library's exit hook closes what is still open).
+//! * `connect_retry_lets_a_client_start_before_its_server`: with
+//!   `XWARP_CONNECT_RETRY_MS` a client whose connects are refused for 3 s (the server's
+//!   engine is up, its listen comes later) connects once the server listens.
 //! * `no_device_fails_cleanly`: without `XWARP_IFACE` the calls fail with `ENODEV`.
 //! * `exported_versions_match_librdmacm`: every `rdma_*` function the rdmacm-utils programs
 //!   import is exported at the version they import, which is librdmacm.so.1's.
@@ -309,6 +315,67 @@ fn cm_pair_over_a_veth() {
         so.stderr.is_empty(),
         "{}",
         String::from_utf8_lossy(&so.stderr)
+    );
+}
+
+/// Runs `tests/c/cm_pair.c`'s `exit-server` on A (its engine up at once, listening
+/// `listen_delay_ms` later) and then `exit-client` on B with `client_env`; returns
+/// (client, server) output.
+fn exit_pair(net: u8, listen_delay_ms: u32, client_env: &[(&str, &str)]) -> (Output, Output) {
+    let bin = cm_pair();
+    let bin = bin.to_str().unwrap();
+    let net = Net::new(net);
+    let a = net.addr('a');
+    let delay = listen_delay_ms.to_string();
+    let server = net.server(bin, &["exit-server", &a, "7473", &delay], "engine up");
+    let mut cc = net.command('b', 40, bin, &["exit-client", &a, "7473"]);
+    for (k, v) in client_env {
+        cc.env(k, v);
+    }
+    let co = cc.output().expect("client");
+    (co, finish(server))
+}
+
+#[test]
+fn exit_without_disconnect_closes_the_connection() {
+    if skip("exit without rdma_disconnect") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (co, so) = exit_pair(97, 0, &[]);
+    let (ct, st) = (text(&co), text(&so));
+    assert!(co.status.success(), "client:\n{ct}\nserver:\n{st}");
+    assert!(ct.contains("exiting without rdma_disconnect"), "{ct}");
+    // The Send queued right before the exit drained, then the FIN: DISCONNECTED.
+    assert!(so.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for want in [
+        "the client's last Send arrived",
+        "event RDMA_CM_EVENT_DISCONNECTED",
+        "exit-server done",
+    ] {
+        assert!(st.contains(want), "server lacks {want:?}:\n{st}");
+    }
+}
+
+#[test]
+fn connect_retry_lets_a_client_start_before_its_server() {
+    if skip("XWARP_CONNECT_RETRY_MS") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The server's engine answers the client's SYNs with RST for 3 s before it listens;
+    // without the retry the client would get REJECTED (-ECONNREFUSED) and exit 1.
+    let (co, so) = exit_pair(98, 3000, &[("XWARP_CONNECT_RETRY_MS", "20000")]);
+    let (ct, st) = (text(&co), text(&so));
+    assert!(co.status.success(), "client:\n{ct}\nserver:\n{st}");
+    assert!(ct.contains("event RDMA_CM_EVENT_ESTABLISHED"), "{ct}");
+    assert!(so.status.success(), "server:\n{st}\nclient:\n{ct}");
+    assert!(st.contains("the client's last Send arrived"), "{st}");
+    assert!(st.contains("event RDMA_CM_EVENT_DISCONNECTED"), "{st}");
+    assert!(
+        co.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&co.stderr)
     );
 }
 

@@ -7,6 +7,7 @@ docs/testing.md §6.3 tshark). Python 3.11 stdlib only.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -414,27 +415,104 @@ def stream_bytes(pcap: Path, stream: int) -> dict[int, tuple[bytes, bool]]:
     return out
 
 
-def walk_fpdus(data: bytes, crc: bool) -> dict:
+def walk_fpdus(data: bytes, check_crc: bool) -> dict:
     """Walk one direction's bytes: the MPA Request/Reply frame (20 bytes + private data),
     then FPDUs by ULPDU_Length (no markers): {"fpdus", "bad_crc", "opcodes", "rest"} where
-    `rest` is the number of trailing bytes that do not make a whole FPDU."""
-    r = {"fpdus": 0, "bad_crc": 0, "opcodes": set(), "rest": len(data)}
+    `rest` is the number of trailing bytes that do not make a whole FPDU and `cut` the
+    length the last, incomplete FPDU claims (0 if none). Every FPDU ends with its 4-byte
+    CRC field, also when CRC is off (RFC 5044 §4.1: then it is sent as zero and not
+    checked); its value is checked only with `check_crc`."""
+    r = {"fpdus": 0, "bad_crc": 0, "opcodes": set(), "rest": len(data), "cut": 0}
     if len(data) < 20:
         return r
     pos = 20 + struct.unpack(">H", data[18:20])[0]
     while pos + 2 <= len(data):
         ulpdu = struct.unpack(">H", data[pos:pos + 2])[0]
         body = 2 + ulpdu
-        end = pos + body + (-body % 4) + (4 if crc else 0)
-        if ulpdu < 2 or end > len(data):
+        end = pos + body + (-body % 4) + 4
+        if ulpdu < 2:
+            break
+        if end > len(data):
+            r["cut"] = end - pos
             break
         r["fpdus"] += 1
         r["opcodes"].add(data[pos + 3] & 0x0F)
-        if crc and mpa_crc_trailer(data[pos:end - 4]) != data[end - 4:end]:
+        if check_crc and mpa_crc_trailer(data[pos:end - 4]) != data[end - 4:end]:
             r["bad_crc"] += 1
         pos = end
     r["rest"] = len(data) - pos
     return r
+
+
+def tcp_resets(pcap: Path, stream: int) -> set[int]:
+    """The source ports that sent a TCP RST in `stream` of the capture."""
+    rows = tshark_rows(pcap, f"tcp.stream == {stream} && tcp.flags.reset == 1", ["tcp.srcport"])
+    return {int(r[0]) for r in rows if r and r[0]}
+
+
+# ---------------------------------------------------------------- libxwarp_ibverbs cases
+
+def lib_build() -> Path:
+    """Build libxwarp_ibverbs.so (release, `CARGO_TARGET_DIR` or the tree's target/; the
+    tree is `XWARP_INTEROP_SRC` or this checkout); its path. RuntimeError if it failed and
+    no older build exists."""
+    repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
+    target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
+    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-ibverbs"], cwd=repo,
+                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    lib = target / "release" / "libxwarp_ibverbs.so"
+    if p.returncode != 0 and not lib.exists():
+        print(p.stdout[-3000:], flush=True)
+        raise RuntimeError("cargo build -p xwarp-ibverbs failed")
+    return lib
+
+
+def lib_env(lib: Path, **settings) -> list[str]:
+    """`env ...` that preloads the library on tap0 owning the engine address, plus
+    `XWARP_<NAME>=value` for each keyword (`first_fpdu_delay_ms=100` ->
+    `XWARP_FIRST_FPDU_DELAY_MS=100`; None leaves it out). The settings toward siw are
+    described in ibverbs/README.md ("Toward siw")."""
+    env = ["env", f"LD_PRELOAD={lib}", f"XWARP_IFACE={vm.TAP}",
+           f"XWARP_ADDR={vm.ENGINE_IP}/{vm.PREFIX}"]
+    env += [f"XWARP_{k.upper()}={v}" for k, v in settings.items() if v is not None]
+    return env
+
+
+def xwarp_run_argv(lib: Path) -> list[str]:
+    """`xwarp run --iface tap0 --addr 10.77.0.3/24 --rdma-lib LIB --preload SHIM --`: the
+    launcher a user would type (tools/src/launcher.rs), with the shim (`xwarp-preload`)
+    and the `xwarp` binary built here (release). RuntimeError if a build failed."""
+    repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
+    target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
+    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-preload"], cwd=repo,
+                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    shim = target / "release" / "libxwarp_preload.so"
+    if p.returncode != 0 and not shim.exists():
+        print(p.stdout[-3000:], flush=True)
+        raise RuntimeError("cargo build -p xwarp-preload failed")
+    xwarp = build_tools(["xwarp"], repo)["xwarp"]
+    return [str(xwarp), "run", "--iface", vm.TAP, "--addr", f"{vm.ENGINE_IP}/{vm.PREFIX}",
+            "--rdma-lib", str(lib), "--preload", str(shim), "--"]
+
+
+def lib_case_start(a, name: str, programs: list[str]):
+    """The start of a libxwarp_ibverbs case: case_start(), the host programs present, the
+    library built. (out, t0, checks, lib); lib is None when the case cannot run (a failed
+    check says why; return case_verdict(c, name, t0, ...))."""
+    out, t0, c = case_start(a)
+    missing = [p for p in programs if not Path(p).exists()]
+    if missing:
+        c.check("host programs installed", False, f"missing {missing} (apt-get install "
+                "rdmacm-utils perftest)")
+        return out, t0, c, None
+    try:
+        lib = lib_build()
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        c.check("build libxwarp_ibverbs.so", False, str(e))
+        return out, t0, c, None
+    return out, t0, c, lib
 
 
 # ---------------------------------------------------------------- case scaffolding

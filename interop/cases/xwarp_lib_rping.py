@@ -9,9 +9,10 @@ Two directions, each with -S 64 and 4096, -C 10, default siw (CRC off):
 * xwarp client: guest `rping -s -a 10.77.0.2 -v -V`, host `rping -c -a 10.77.0.2 -v -V`.
 The host sets XWARP_FIRST_FPDU_DELAY_MS=100 (siw's Reply-before-upcall race: without it the
 xwarp client's first FPDU stayed unread by siw in 4 of 4 runs).
-Then rdmacm-utils' synchronous examples: host `rdma_server -s 10.77.0.3` (xwarp), guest
-`rdma_client -s 10.77.0.3`: both print `end 0` and exit 0. (The other way, `rdma_client` on
-xwarp toward siw's `rdma_server`, stalls: ibverbs/README.md, "Toward siw".)
+Then rdmacm-utils' synchronous examples both ways: host `rdma_server -s 10.77.0.3` (xwarp),
+guest `rdma_client -s 10.77.0.3`; then guest `rdma_server -s 10.77.0.2`, host `rdma_client -s
+10.77.0.2` (xwarp): both print `end 0` and exit 0. The host's client connects with
+XWARP_CONNECT_RETRY_MS (a refused connect, the guest not listening yet, is retried).
 Checks: every rping on both sides exits 0, every `ping data:` line on both sides (10 per
 run) equals rping's pattern (docs/protocols.md §5.2), no "data mismatch" (-V).
 No tshark checks here yet (the library's engine does write XWARP_PCAP captures, which
@@ -23,7 +24,6 @@ Usage: xwarp_lib_rping.py [--out DIR]     (the --peer role is internal)
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from common import HERE, RPING_PORT, Checks, vm
-from common import case_start, case_verdict
+from common import case_verdict, lib_case_start, lib_env
 
 NAME = "xwarp_lib_rping"
 SIZES = (64, 4096)
@@ -59,24 +59,11 @@ def check_pings(c: Checks, label: str, text: str, prefix: str, size: int) -> Non
     c.eq(f"{label}: ping data equals rping's pattern", bad, [])
 
 
-def library() -> Path:
-    repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
-    target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
-    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-ibverbs"], cwd=repo,
-                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    lib = target / "release" / "libxwarp_ibverbs.so"
-    if p.returncode != 0 and not lib.exists():
-        print(p.stdout[-3000:], flush=True)
-        raise RuntimeError("cargo build -p xwarp-ibverbs failed")
-    return lib
-
-
 def host_env(lib: Path) -> list[str]:
-    # XWARP_FIRST_FPDU_DELAY_MS: the siw Reply-before-upcall race (interop/README.md): our
-    # client's RTR must not arrive right behind siw's MPA Reply.
-    return ["env", f"LD_PRELOAD={lib}", f"XWARP_IFACE={vm.TAP}",
-            f"XWARP_ADDR={vm.ENGINE_IP}/{vm.PREFIX}", "XWARP_FIRST_FPDU_DELAY_MS=100"]
+    # XWARP_FIRST_FPDU_DELAY_MS: the siw Reply-before-upcall race (docs/siw.md §4.3): our
+    # client's RTR must not arrive right behind siw's MPA Reply. XWARP_CONNECT_RETRY_MS:
+    # the guest's server may not listen yet when our client starts.
+    return lib_env(lib, first_fpdu_delay_ms=100, connect_retry_ms=20000)
 
 
 def peer(lib: str, role: str, deadline_s: float) -> int:
@@ -87,7 +74,9 @@ def peer(lib: str, role: str, deadline_s: float) -> int:
         if role == "server":
             args = ["-s", "-a", vm.ENGINE_IP]
         else:
-            time.sleep(3)  # the guest's server of this size starts after the previous one
+            # The guest's server of this size starts after the previous one; a refused
+            # connect is retried (XWARP_CONNECT_RETRY_MS).
+            time.sleep(1)
             args = ["-c", "-a", vm.GUEST_IP]
         argv = host_env(Path(lib)) + ["stdbuf", "-oL", "rping"] + args + [
             "-p", str(RPING_PORT), "-S", str(size), "-C", str(COUNT), "-v", "-V"]
@@ -158,29 +147,36 @@ def run_direction(c: Checks, out: Path, lib: Path, role: str, timeout: float) ->
             check_pings(c, f"{label} S={size} (siw)", gtext, "server ping data: ", size)
 
 
-def run_rdma_cm(c: Checks, out: Path, lib: Path, timeout: float) -> None:
-    """rdma_server on xwarp (host) <- rdma_client on siw (guest)."""
-    label = "xwarp rdma_server"
-    guest = f"sleep 3; rdma_client -s {vm.ENGINE_IP} -p 7471; echo \"XW-GUEST rc=$?\""
+def run_rdma_cm(c: Checks, out: Path, lib: Path, role: str, timeout: float) -> None:
+    """rdmacm-utils' synchronous examples; role: what xwarp (the host) runs.
+    server: rdma_server on xwarp <- rdma_client on siw; client: rdma_client on xwarp ->
+    rdma_server on siw."""
+    label = f"xwarp rdma_{role}"
+    other = "client" if role == "server" else "server"
+    if role == "server":
+        guest = f"sleep 3; rdma_client -s {vm.ENGINE_IP} -p 7471; echo \"XW-GUEST rc=$?\""
+        host = ["rdma_server", "-s", vm.ENGINE_IP, "-p", "7471"]
+    else:
+        guest = f"rdma_server -s {vm.GUEST_IP} -p 7471; echo \"XW-GUEST rc=$?\""
+        host = ["rdma_client", "-s", vm.GUEST_IP, "-p", "7471"]
     with vm.Guest(guest, siw="default", timeout=timeout,
-                  console_log=out / f"{NAME}_rdma_cm.console", xwarp=True) as g:
+                  console_log=out / f"{NAME}_rdma_{role}.console", xwarp=True) as g:
         g.start()
         if not g.wait_ready():
             c.check(f"{label}: guest booted", False, "no READY marker")
             return
-        argv = host_env(lib) + ["timeout", str(int(timeout - 20)), "stdbuf", "-oL",
-                                "rdma_server", "-s", vm.ENGINE_IP, "-p", "7471"]
+        argv = host_env(lib) + ["timeout", str(int(timeout - 20)), "stdbuf", "-oL"] + host
         p = subprocess.run(g.netns_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
         res = g.wait()
     print(f"  [case] {label}: guest {res.total_s:.1f} s (boot {res.boot_s or 0:.1f} s)", flush=True)
-    (out / f"{NAME}_rdma_cm.host.log").write_text(p.stdout + p.stderr)
-    c.eq(f"{label}: host rdma_server (xwarp) exit code", p.returncode, 0)
-    c.check(f"{label}: host rdma_server printed end 0", "rdma_server: end 0" in p.stdout,
-            p.stdout[-200:])
-    c.eq(f"{label}: guest rdma_client exit code", re.findall(r"XW-GUEST rc=(\d+)", res.console),
+    (out / f"{NAME}_rdma_{role}.host.log").write_text(p.stdout + p.stderr)
+    c.eq(f"{label}: host rdma_{role} (xwarp) exit code", p.returncode, 0)
+    c.check(f"{label}: host rdma_{role} printed end 0", f"rdma_{role}: end 0" in p.stdout,
+            (p.stdout + p.stderr)[-200:])
+    c.eq(f"{label}: guest rdma_{other} exit code", re.findall(r"XW-GUEST rc=(\d+)", res.console),
          ["0"])
-    c.check(f"{label}: guest rdma_client printed end 0", "rdma_client: end 0" in res.console)
+    c.check(f"{label}: guest rdma_{other} printed end 0", f"rdma_{other}: end 0" in res.console)
 
 
 def main() -> int:
@@ -194,18 +190,14 @@ def main() -> int:
     a = ap.parse_args()
     if a.peer:
         return peer(a.lib, a.peer, a.deadline)
-    out, t0, c = case_start(a)
-    if not Path("/usr/bin/rping").exists():
-        c.check("host rping (rdmacm-utils) installed", False, "apt-get install rdmacm-utils")
-        return case_verdict(c, NAME, t0, "no rping on the host")
-    try:
-        lib = library()
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        c.check("build libxwarp_ibverbs.so", False, str(e))
-        return case_verdict(c, NAME, t0, "build")
+    out, t0, c, lib = lib_case_start(a, NAME, ["/usr/bin/rping", "/usr/bin/rdma_server",
+                                                "/usr/bin/rdma_client"])
+    if lib is None:
+        return case_verdict(c, NAME, t0)
     for role in ("server", "client"):
         run_direction(c, out, lib, role, a.timeout)
-    run_rdma_cm(c, out, lib, a.timeout)
+    for role in ("server", "client"):
+        run_rdma_cm(c, out, lib, role, a.timeout)
     return case_verdict(c, NAME, t0)
 
 

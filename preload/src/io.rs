@@ -108,11 +108,11 @@ fn recv_impl(st: &StreamSock, bufs: &mut [&mut [u8]], flags: c_int) -> Result<us
         return Ok(0);
     }
     if nb {
-        return match st.read_once(bufs, peek) {
+        return match st.read_once_keep(bufs, peek) {
             // Inline mode: nothing buffered yet, so run the engine once and look again.
             Err(libc::EAGAIN) if crate::inline::driver().is_some() => {
                 crate::inline::drive();
-                st.read_once(bufs, peek)
+                st.read_once_keep(bufs, peek)
             }
             r => r,
         };

@@ -316,7 +316,7 @@ unsafe fn accept_impl(fd: c_int, a: *mut sockaddr, len: *mut socklen_t, flags: c
         return fail(libc::EBADF);
     }
     let r = if l.common.nonblock.load(std::sync::atomic::Ordering::Relaxed) {
-        l.accept_once()
+        l.accept_once_keep()
     } else {
         block(l.common.evfd, spin(), None, || l.accept_once())
     };

@@ -52,8 +52,8 @@ pub(crate) fn lock_lingering() -> LingerGuard {
 pub(crate) enum Closing {
     /// Closed, failed or reset: nothing left to do.
     Done,
-    /// End of stream received and every byte handed to the engine: only the final
-    /// handshake (or TIME-WAIT) remains.
+    /// End of stream received and our FIN acknowledged (every byte delivered): only the
+    /// final handshake (or TIME-WAIT) remains.
     Quiet,
     /// Data or the peer's FIN still outstanding.
     Busy,
@@ -103,7 +103,9 @@ pub(crate) fn closing(s: &mut Stream, eof_seen: bool) -> (Closing, bool) {
     let eof = input == Input::Eof;
     let c = if s.phase() == Phase::Closed || s.error().is_some() {
         Closing::Done
-    } else if eof && s.tx_queued() == 0 {
+    } else if eof && s.tx_queued() == 0 && s.fin_acked() {
+        // The ring being empty is not enough: the engine may still hold bytes it has not
+        // sent (or not had acknowledged); only the acknowledged FIN says they arrived.
         Closing::Quiet
     } else {
         Closing::Busy

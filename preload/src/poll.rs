@@ -9,6 +9,7 @@ use libc::{c_int, epoll_event, fd_set, nfds_t, pollfd, sigset_t, size_t, timespe
 
 use crate::epoll;
 use crate::errno::set_errno;
+use crate::inline::KernelLooks;
 use crate::lifecycle::xwa;
 use crate::real;
 use crate::sock::{self, Sock};
@@ -16,7 +17,10 @@ use crate::wait;
 
 /// `poll` over a set holding xwarp sockets. `timeout`: `None` waits forever. In inline
 /// mode the caller drives the engine between non-blocking looks for up to the spin budget
-/// first, then parks (the keeper takes over) and waits for the rest of the timeout.
+/// first, then parks (the keeper takes over) and waits for the rest of the timeout. Those
+/// looks are in user space (the engine sockets' readiness, no system call); the kernel's
+/// `ppoll` is asked only for a set with kernel descriptors, every
+/// [`KernelLooks::EVERY`]th round (the engine's readiness needs no kernel look).
 unsafe fn poll_impl(
     fds: *mut pollfd,
     n: nfds_t,
@@ -29,10 +33,23 @@ unsafe fn poll_impl(
     };
     let start = Instant::now();
     let spin = crate::process::spin();
+    // SAFETY: caller's array of n pollfds.
+    let socks: Vec<Option<Arc<Sock>>> = unsafe { std::slice::from_raw_parts(fds, n as usize) }
+        .iter()
+        .map(|p| xwa(p.fd))
+        .collect();
+    let kernel_fds = socks.iter().any(|s| s.is_none());
+    let mut round = 0u32;
     loop {
         d.try_drive();
-        // SAFETY: same contract.
-        let r = unsafe { poll_blocking(fds, n, Some(Duration::ZERO), mask) };
+        let r = if kernel_fds && round.is_multiple_of(KernelLooks::EVERY) {
+            // SAFETY: same contract.
+            unsafe { poll_blocking(fds, n, Some(Duration::ZERO), mask) }
+        } else {
+            // SAFETY: same contract.
+            unsafe { poll_user(fds, n, &socks) }
+        };
+        round = round.wrapping_add(1);
         if r != 0 || timeout == Some(Duration::ZERO) {
             return r;
         }
@@ -50,6 +67,30 @@ unsafe fn poll_impl(
     unsafe { poll_blocking(fds, n, left, mask) }
 }
 
+/// One user-space look of an inline spin: the exact readiness of the xwarp entries (the
+/// eventfds left alone), no `revents` for kernel ones.
+///
+/// # Safety
+/// `fds` is the caller's array of `n` pollfds; `socks` its xwarp sockets by index.
+unsafe fn poll_user(fds: *mut pollfd, n: nfds_t, socks: &[Option<Arc<Sock>>]) -> c_int {
+    // SAFETY: caller's array of n pollfds.
+    let set = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+    let mut count = 0;
+    for (p, s) in set.iter_mut().zip(socks) {
+        p.revents = match s {
+            Some(s) => {
+                sock::readiness_keep(s, p.events)
+                    & (p.events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL)
+            }
+            None => 0,
+        };
+        if p.revents != 0 {
+            count += 1;
+        }
+    }
+    count
+}
+
 /// [`poll_impl`] without driving the engine.
 unsafe fn poll_blocking(
     fds: *mut pollfd,
@@ -61,6 +102,8 @@ unsafe fn poll_blocking(
     let set = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let socks: Vec<Option<Arc<Sock>>> = set.iter().map(|p| xwa(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
+    // Only a call that may sleep on the eventfds drains those of sockets found not ready.
+    let may_sleep = timeout != Some(Duration::ZERO);
     let orig: Vec<i16> = set.iter().map(|p| p.events).collect();
     loop {
         // Exact readiness of xwarp sockets first.
@@ -70,7 +113,11 @@ unsafe fn poll_blocking(
         for (i, s) in socks.iter().enumerate() {
             if let Some(s) = s {
                 let want = orig[i];
-                let got = sock::readiness(s, want);
+                let got = if may_sleep {
+                    sock::readiness(s, want)
+                } else {
+                    sock::readiness_keep(s, want)
+                };
                 let rev = got & (want | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL);
                 xrev[i] = rev;
                 if rev != 0 {
@@ -324,6 +371,9 @@ pub(crate) unsafe fn pselect(
 /// `epoll_ctl(2)`.
 pub(crate) unsafe fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let Some(s) = xwa(fd) else {
+        if op == libc::EPOLL_CTL_ADD {
+            epoll::note_kernel_fd(epfd);
+        }
         // SAFETY: forwarded.
         let r = unsafe { real::epoll_ctl(epfd, op, fd, ev) };
         if r == 0 {

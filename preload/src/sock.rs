@@ -563,6 +563,13 @@ impl StreamSock {
     /// One non-blocking attempt to fill `pending` from the ring. `Ok(true)`: readable
     /// (data, end of stream or error recorded). Leaves the eventfd readable iff readable.
     fn fill(&self, g: &mut StreamInner) -> bool {
+        self.fill_with(g, true)
+    }
+
+    /// [`StreamSock::fill`]; with `drain` false an empty ring only registers interest and
+    /// leaves the eventfd as it is (possibly readable without cause: see
+    /// [`StreamSock::read_once_keep`]).
+    fn fill_with(&self, g: &mut StreamInner, drain_evfd: bool) -> bool {
         if g.pos < g.plen || g.eof || g.read_shut || g.so_error.is_some() {
             return true;
         }
@@ -572,7 +579,7 @@ impl StreamSock {
             g.pending.resize(PROBE_BYTES, 0);
         }
         let mut r = g.stream.try_read(&mut g.pending);
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        if drain_evfd && matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             // Drain, then re-check with interest registered: a signal raised after the
             // drain is not lost, and a readable socket re-signals below.
             drain(self.common.evfd);
@@ -605,6 +612,28 @@ impl StreamSock {
 
     /// Non-blocking read into `bufs` (scatter). `peek` leaves the bytes in place.
     pub(crate) fn read_once(&self, bufs: &mut [&mut [u8]], peek: bool) -> Result<usize, c_int> {
+        self.read_once_with(bufs, peek, true)
+    }
+
+    /// [`StreamSock::read_once`] for a program's non-blocking read: `EAGAIN` leaves the
+    /// eventfd alone (no `read(2)` to drain it) and only registers interest at the engine.
+    /// The eventfd may then stay readable with nothing to read; every wait that sleeps on
+    /// it drains it first (blocking calls, `poll`/`select`), and `epoll` registers it
+    /// edge-triggered in the kernel, where a stale count fires nothing.
+    pub(crate) fn read_once_keep(
+        &self,
+        bufs: &mut [&mut [u8]],
+        peek: bool,
+    ) -> Result<usize, c_int> {
+        self.read_once_with(bufs, peek, false)
+    }
+
+    fn read_once_with(
+        &self,
+        bufs: &mut [&mut [u8]],
+        peek: bool,
+        drain_evfd: bool,
+    ) -> Result<usize, c_int> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut g = self.lock_io()?;
         if g.read_shut {
@@ -617,7 +646,7 @@ impl StreamSock {
         if g.pos >= g.plen && !peek && !g.eof && g.so_error.is_none() && bufs[0].len() >= 4096 {
             let b0 = &mut *bufs[0];
             let mut r = g.stream.try_read(b0);
-            if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            if drain_evfd && matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                 drain(self.common.evfd);
                 r = g.stream.try_read(b0);
                 if !matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
@@ -639,7 +668,7 @@ impl StreamSock {
                 }
             };
         }
-        if !self.fill(&mut g) {
+        if !self.fill_with(&mut g, drain_evfd) {
             return Err(libc::EAGAIN);
         }
         if g.pos >= g.plen {
@@ -762,6 +791,10 @@ impl StreamSock {
 
     /// Current readiness for `want` (`POLLIN`/`POLLOUT`); error and hang-up always.
     pub(crate) fn readiness(&self, want: Events) -> Events {
+        self.readiness_with(want, true)
+    }
+
+    fn readiness_with(&self, want: Events, drain_evfd: bool) -> Events {
         let mut g = self.lock();
         let mut ev = 0;
         let phase = g.stream.phase();
@@ -771,7 +804,9 @@ impl StreamSock {
             }
             return libc::POLLERR | libc::POLLHUP | libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
         }
-        if (want & libc::POLLIN != 0 || phase == Phase::Closed) && self.fill(&mut g) {
+        if (want & libc::POLLIN != 0 || phase == Phase::Closed)
+            && self.fill_with(&mut g, drain_evfd)
+        {
             ev |= libc::POLLIN;
             if g.eof {
                 ev |= libc::POLLRDHUP;
@@ -924,12 +959,12 @@ impl ListenerSock {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn poll_one(&self, q: &mut VecDeque<Stream>) -> Result<bool, c_int> {
+    fn poll_one(&self, q: &mut VecDeque<Stream>, drain_evfd: bool) -> Result<bool, c_int> {
         if !q.is_empty() {
             return Ok(true);
         }
         let mut r = self.ls.try_accept();
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        if drain_evfd && matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             drain(self.common.evfd);
             r = self.ls.try_accept();
             if r.is_ok() {
@@ -948,8 +983,18 @@ impl ListenerSock {
 
     /// Take one established connection without blocking.
     pub(crate) fn accept_once(&self) -> Result<Stream, c_int> {
+        self.accept_once_with(true)
+    }
+
+    /// [`ListenerSock::accept_once`] for a program's non-blocking `accept`: `EAGAIN`
+    /// leaves the eventfd alone (see [`StreamSock::read_once_keep`]).
+    pub(crate) fn accept_once_keep(&self) -> Result<Stream, c_int> {
+        self.accept_once_with(false)
+    }
+
+    fn accept_once_with(&self, drain_evfd: bool) -> Result<Stream, c_int> {
         let mut q = self.queue();
-        if self.poll_one(&mut q)? {
+        if self.poll_one(&mut q, drain_evfd)? {
             // A second queued connection keeps the descriptor readable.
             let s = q.pop_front().ok_or(libc::EAGAIN)?;
             if !q.is_empty() {
@@ -962,8 +1007,12 @@ impl ListenerSock {
 
     /// Readiness: `POLLIN` when a connection is queued.
     pub(crate) fn readiness(&self) -> Events {
+        self.readiness_with(true)
+    }
+
+    fn readiness_with(&self, drain_evfd: bool) -> Events {
         let mut q = self.queue();
-        match self.poll_one(&mut q) {
+        match self.poll_one(&mut q, drain_evfd) {
             Ok(true) => libc::POLLIN,
             Ok(false) => 0,
             Err(_) => libc::POLLERR | libc::POLLIN,
@@ -971,12 +1020,23 @@ impl ListenerSock {
     }
 }
 
-/// Readiness of any xwarp socket for `want`.
+/// Readiness of any xwarp socket for `want`. Drains the eventfd of a socket found not
+/// ready (for waits that then sleep on it: `poll`, `select`).
 pub(crate) fn readiness(s: &Sock, want: Events) -> Events {
     match s {
         Sock::Bound(_) => 0,
         Sock::Listener(l) => l.readiness(),
         Sock::Stream(st) => st.readiness(want),
+    }
+}
+
+/// [`readiness`] that leaves the eventfd alone (no `read(2)`), for `epoll`: the kernel
+/// holds the eventfds edge-triggered, so a stale count wakes nothing (`epoll.rs`).
+pub(crate) fn readiness_keep(s: &Sock, want: Events) -> Events {
+    match s {
+        Sock::Bound(_) => 0,
+        Sock::Listener(l) => l.readiness_with(false),
+        Sock::Stream(st) => st.readiness_with(want, false),
     }
 }
 

@@ -20,11 +20,12 @@ pub(crate) fn drain(fd: RawFd) {
     unsafe { real::read(fd, b.as_mut_ptr().cast(), 8) };
 }
 
-/// Make the eventfd `fd` readable.
+/// Make the eventfd `fd` readable (counted in [`crate::inline::signals`], after the write).
 pub(crate) fn signal(fd: RawFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: writing 8 bytes from a local buffer to an eventfd.
     unsafe { real::write(fd, one.as_ptr().cast(), 8) };
+    crate::inline::count_signal();
 }
 
 /// Sleep until `fd` is readable, `deadline` passes, `cap` elapses or a signal arrives

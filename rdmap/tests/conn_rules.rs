@@ -376,3 +376,88 @@ fn siw_quirk_first_fpdu_delay_holds_the_initiators_first_fpdu() {
     pump(&mut i, &mut r, &mut rng, 9, now);
     assert_eq!(r.mem(rb), b"held back please");
 }
+
+#[test]
+fn siw_quirk_without_rtr_responder_sends_after_reply() {
+    // docs/siw.md §4.8.14: siw's Responder sends right after its Reply when no RTR was
+    // negotiated; with the switch on, ours does too (a ULP whose server speaks first,
+    // like perftest's latency tests, deadlocks under RFC 5044 §7.1.2 otherwise).
+    let mut rng = Rng(9);
+    let (mut i, mut r) = connect(
+        |_| {},
+        |c| c.responder_sends_after_reply = true,
+        &mut rng,
+        64,
+    );
+    assert_eq!(r.conn.negotiated().and_then(|n| n.rtr), None);
+    let reply_len = r.sent.len();
+    assert_eq!(reply_len, 24);
+    let ib = i.reg(0x1000, vec![0; 16], Access::LOCAL_WRITE);
+    i.recv(1, sge(ib, 0x1000, 16));
+    let rs = r.reg(0x2000, b"server-goes-1st!".to_vec(), Access::LOCAL_WRITE);
+    r.send(2, SEND, sge(rs, 0x2000, 16));
+    pump(&mut i, &mut r, &mut rng, 64, Instant::now());
+    assert_eq!(
+        i.sent.len(),
+        24,
+        "the initiator sent nothing but its Request"
+    );
+    assert!(r.sent.len() > reply_len, "the responder did not send");
+    assert_eq!(i.mem(ib), b"server-goes-1st!");
+    let c = i.completions();
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode, c[0].byte_len),
+        (1, CompletionStatus::Success, WcOpcode::Recv, 16)
+    );
+    // Without the switch the same exchange waits (the RFC rule).
+    let (mut i2, mut r2) = connect(|_| {}, |_| {}, &mut rng, 64);
+    let ib2 = i2.reg(0x1000, vec![0; 16], Access::LOCAL_WRITE);
+    i2.recv(1, sge(ib2, 0x1000, 16));
+    let rs2 = r2.reg(0x2000, b"server-goes-1st!".to_vec(), Access::LOCAL_WRITE);
+    r2.send(2, SEND, sge(rs2, 0x2000, 16));
+    pump(&mut i2, &mut r2, &mut rng, 64, Instant::now());
+    assert_eq!(r2.sent.len(), 24);
+    assert_eq!(i2.mem(ib2), vec![0; 16]);
+}
+
+#[test]
+fn rfc6581_responder_waits_for_the_rtr_even_when_it_may_send_after_reply() {
+    // With P2P negotiated the switch changes nothing: the Responder sends only after the
+    // RTR (RFC 6581 §4; docs/siw.md §4.8.14). The Initiator holds its RTR back here, so
+    // the Responder would have a window to send in.
+    let now = Instant::now();
+    let mut rng = Rng(10);
+    let delay = Duration::from_millis(50);
+    let mut i = Peer::new(true, now, |c| {
+        c.initiator.p2p = Some(RtrSet::only(RtrType::Write));
+        c.first_fpdu_delay = delay;
+    });
+    let mut r = Peer::new(false, now, |c| c.responder_sends_after_reply = true);
+    let ib = i.reg(0x1000, vec![0; 16], Access::LOCAL_WRITE);
+    i.recv(1, sge(ib, 0x1000, 16));
+    let rs = r.reg(0x2000, b"after-the-rtr-ok".to_vec(), Access::LOCAL_WRITE);
+    r.send(2, SEND, sge(rs, 0x2000, 16));
+    pump(&mut i, &mut r, &mut rng, 64, now);
+    r.conn.accept(Default::default()).unwrap();
+    pump(&mut i, &mut r, &mut rng, 64, now);
+    assert!(i.conn.is_established());
+    assert_eq!(
+        r.conn.negotiated().and_then(|n| n.rtr),
+        Some(RtrType::Write)
+    );
+    assert_eq!(i.sent.len(), 24, "the RTR is still held");
+    assert_eq!(r.sent.len(), 24, "the responder sent before the RTR");
+    let reported = |p: &Peer| {
+        p.events
+            .iter()
+            .any(|e| matches!(e, ConnEvent::Established(_)))
+    };
+    assert!(!reported(&r), "Established before the RTR");
+    let t = i.conn.poll_timeout().expect("the delay's timer");
+    i.conn.handle_timeout(t);
+    pump(&mut i, &mut r, &mut rng, 64, now);
+    assert!(reported(&r));
+    assert!(r.sent.len() > 24);
+    assert_eq!(i.mem(ib), b"after-the-rtr-ok");
+}

@@ -36,7 +36,7 @@ pub use config::{
     TcpOptions, MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER,
 };
 pub use service::TcpService;
-pub use shared::{Phase, Readiness, SocketError, TcpInfo};
+pub use shared::{readiness_signals, Phase, Readiness, SocketError, TcpInfo};
 pub use stats::{EngineUsage, StackStats};
 
 use std::sync::atomic::AtomicU64;

@@ -95,6 +95,18 @@ pub(crate) const WANT_READ: u8 = 1;
 /// See [`WANT_READ`].
 pub(crate) const WANT_WRITE: u8 = 2;
 
+/// How many times any [`Readiness`] descriptor of this process was signalled.
+static SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+/// How many readiness signals every engine of this process has raised so far (a counter
+/// that only grows; bumped right after each [`Readiness::signal`]'s write). A poller that
+/// recorded it before looking at its descriptors, and reads the same value later, knows
+/// no readiness descriptor was written in between, so it need not ask the kernel about
+/// them again.
+pub fn readiness_signals() -> u64 {
+    SIGNALS.load(Ordering::Acquire)
+}
+
 /// An eventfd that becomes readable when the engine has news for the application.
 #[derive(Debug)]
 pub struct Readiness {
@@ -113,6 +125,7 @@ impl Readiness {
         // EAGAIN only happens when the counter is about to overflow, i.e. it is
         // already readable: nothing is lost by ignoring it.
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        SIGNALS.fetch_add(1, Ordering::Release);
     }
 
     /// Reset the descriptor to not readable.
@@ -544,6 +557,16 @@ impl ListenerShared {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn readiness_signals_counts_every_signal() {
+        let r = Readiness::new().unwrap();
+        let before = readiness_signals();
+        r.signal();
+        r.signal();
+        // Other tests signal in parallel: at least these two.
+        assert!(readiness_signals() >= before + 2);
+    }
 
     #[test]
     fn readiness_wait_times_out_then_wakes() {

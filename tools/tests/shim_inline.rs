@@ -86,12 +86,25 @@ s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
 fn inline_python_selectors_echo_server_serves_concurrent_clients() {
     require_root_and_afxdp!();
     let _g = serial();
-    let net = Net::new(177);
+    selectors_echo_server("DefaultSelector", 177);
+}
+
+/// The same with `selectors.PollSelector`: inline mode's spinning `poll`, whose looks
+/// between engine iterations are user-space ones.
+#[test]
+fn inline_python_poll_selector_echo_server_serves_concurrent_clients() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    selectors_echo_server("PollSelector", 180);
+}
+
+fn selectors_echo_server(selector: &str, net_id: u8) {
+    let net = Net::new(net_id);
     let conns = 16;
     let server = format!(
         r#"
 import selectors, socket, sys
-sel = selectors.DefaultSelector()
+sel = selectors.{selector}()
 ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 ls.bind(("{ip}", 7100)); ls.listen(64); ls.setblocking(False)
 sel.register(ls, selectors.EVENT_READ)
@@ -125,7 +138,8 @@ while closed < {conns} + 1:
 print("served", closed)
 "#,
         ip = net.engine,
-        conns = conns
+        conns = conns,
+        selector = selector
     );
     let srv = spawn(
         inline(net.shimmed(60, "python3", &["-c", &server])),
@@ -142,4 +156,105 @@ print("served", closed)
         "{text} {err}"
     );
     assert!(err.contains("inline mode"), "engine not inline: {err}");
+}
+
+/// `tests/preload/epoll_late_kernel_fd.c` under the shim in `mode`: its engine
+/// connections stay readable at every `epoll_wait` (level-triggered, one 16-byte read per
+/// event: it takes bytes in slower than the peers send), so the shim's user-space hot
+/// list always has events to return, and a kernel pipe in the same set becomes readable
+/// late, while that traffic flows. The pipe must be reported within a few calls and while
+/// the connections are still open (the shim asks the kernel when a readiness eventfd was
+/// signalled, and every 16th look for a set holding kernel descriptors), and every echo
+/// is verified. A shim that asked the kernel only when its engine sockets ran dry failed
+/// this: thousands of calls later, or after the traffic.
+fn late_kernel_fd_is_reported_while_engine_sockets_are_busy(
+    mode: &str,
+    net_id: u8,
+    maxevents: u32,
+) {
+    let dir = scratch(&format!("epoll-late-{mode}-{maxevents}"));
+    let bin = dir.join("epoll_late_kernel_fd");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/epoll_late_kernel_fd.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc epoll_late_kernel_fd.c");
+    let net = Net::new(net_id);
+    let conns = 8;
+    let mut cmd = net.shimmed(
+        90,
+        bin.to_str().unwrap(),
+        &["7200", &conns.to_string(), &maxevents.to_string()],
+    );
+    cmd.env("XWARP_MODE", mode);
+    let srv = spawn(cmd, "epoll_late_kernel_fd");
+    wait_port(&net, net.engine, 7200);
+    // wait_port's probe connection counts as one.
+    let clients = conns - 1;
+    echo_clients(&net, 7200, clients, 1_000_000);
+    let out = srv.wait_output(Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "epoll_late_kernel_fd failed: {text} {err}"
+    );
+    assert!(
+        err.contains(&format!("{mode} mode")),
+        "engine not in {mode} mode: {err}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("OK "))
+        .unwrap_or_else(|| panic!("no result: {text} {err}"));
+    eprintln!("{mode}, maxevents {maxevents}: {line}");
+    let field = |k: &str| -> i64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing in {line}"))
+    };
+    assert_eq!(field("conns"), conns as i64);
+    let expect: i64 = (0..clients).map(|i| 1_000_000 + 4099 * i as i64).sum();
+    assert_eq!(field("bytes"), expect, "bytes echoed");
+    assert!(
+        field("live") > 0,
+        "the pipe was reported only after the traffic ended: {line}"
+    );
+    // 16 looks between periodic asks, plus slack for calls that raced the write.
+    assert!(
+        field("waits") <= 40,
+        "the pipe waited behind busy engine sockets for too many calls: {line}"
+    );
+    // Generous for a loaded 2-core machine.
+    assert!(
+        field("late_us") < 250_000,
+        "the pipe waited too long behind busy engine sockets: {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn inline_late_kernel_fd_is_reported_while_engine_sockets_are_busy() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    late_kernel_fd_is_reported_while_engine_sockets_are_busy("inline", 178, 16);
+}
+
+#[test]
+fn thread_mode_late_kernel_fd_is_reported_while_engine_sockets_are_busy() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    late_kernel_fd_is_reported_while_engine_sockets_are_busy("thread", 179, 16);
+}
+
+/// The same with an `epoll_wait` buffer of 4 events for 8 busy connections: the hot list
+/// alone could fill every call, so the shim leaves the kernel a slot when it is to be
+/// asked, and rotates the hot list so every connection gets its turn.
+#[test]
+fn late_kernel_fd_is_reported_when_busy_sockets_alone_would_fill_the_buffer() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    late_kernel_fd_is_reported_while_engine_sockets_are_busy("thread", 181, 4);
 }

@@ -59,6 +59,15 @@ impl Device {
     pub fn cm_stats(&self) -> io::Result<CmStats> {
         self.inner.call(|reply| Cmd::CmStats { reply })
     }
+
+    /// Start a graceful disconnect ([`QueuePair::disconnect`](crate::QueuePair::disconnect))
+    /// of every QP of this engine whose connection is still open or being set up; returns
+    /// how many. For a process about to exit: its engine, and with it every TCP
+    /// connection, ends with the process, so connections left open would never tell the
+    /// peer (no FIN, no RST). Wait for [`CmStats::connections`] to reach 0 afterwards.
+    pub fn disconnect_all(&self) -> io::Result<usize> {
+        self.inner.call(|reply| Cmd::DisconnectAll { reply })
+    }
 }
 
 /// A listening endpoint of the connection manager.

@@ -58,6 +58,29 @@ pub struct ConnectParams {
     pub timeout: Duration,
 }
 
+/// How often a connect the peer refused is tried again
+/// ([`ConnectTuning::retry_refused`]).
+pub const CONNECT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How [`QueuePair::connect_tuned`](crate::QueuePair::connect_tuned) connects: settings
+/// for peers and programs that need more than the protocol's defaults. The default is
+/// [`QueuePair::connect`](crate::QueuePair::connect)'s behaviour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectTuning {
+    /// Hold the first FPDU (the RTR or the first posted work) back this long after the
+    /// MPA Reply arrived (`ConnConfig::first_fpdu_delay`): a siw Responder may not read
+    /// an FPDU that comes right behind its Reply (docs/siw.md §4.3). Default zero.
+    pub first_fpdu_delay: Duration,
+    /// Try a TCP connect that the peer refused (RST to the SYN: nothing listens yet)
+    /// again every [`CONNECT_RETRY_INTERVAL`], until this long after the connect was
+    /// issued; only then report the refusal. Each attempt has the full
+    /// [`ConnectParams::timeout`]. Only a refusal is retried: a timeout, an MPA reject or
+    /// any later failure is reported at once. For programs whose client may start
+    /// before its server listens (perftest's clients, run right after their server).
+    /// Default `None`: a refusal is reported at once.
+    pub retry_refused: Option<Duration>,
+}
+
 impl Default for ConnectParams {
     fn default() -> Self {
         ConnectParams {

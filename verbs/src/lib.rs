@@ -69,7 +69,7 @@ pub use xwarp_rdmap::{
 };
 
 pub use cm::{ConnRequest, Listener};
-pub use cm_event::{CmEvent, ConnectParams};
+pub use cm_event::{CmEvent, ConnectParams, ConnectTuning, CONNECT_RETRY_INTERVAL};
 pub use cm_limits::{CmStats, ListenConfig};
 pub use context::{vwire_pair, vwire_pair_simple, Context, Device, XdpContext};
 pub use cq::{CompletionQueue, WcOpcode, WorkCompletion};

@@ -12,7 +12,7 @@ use crossbeam_channel::Receiver;
 use xwarp_rdmap::verbs::{PostError, Sge, MAX_SGE};
 use xwarp_stack::Readiness;
 
-use crate::cm_event::{CmEvent, ConnectParams};
+use crate::cm_event::{CmEvent, ConnectParams, ConnectTuning};
 use crate::context::Device;
 use crate::cq::CompletionQueue;
 use crate::engine::cmd::Cmd;
@@ -150,11 +150,31 @@ impl QueuePair {
         params: ConnectParams,
         delay: Duration,
     ) -> io::Result<()> {
+        self.connect_tuned(
+            remote,
+            params,
+            ConnectTuning {
+                first_fpdu_delay: delay,
+                ..ConnectTuning::default()
+            },
+        )
+    }
+
+    /// [`Self::connect`] with the [`ConnectTuning`] settings: a first-FPDU delay, and
+    /// retrying a connect the peer refused until a deadline (`retry_refused`). The
+    /// outcome comes as one [`CmEvent`], as for `connect`: a refusal that the retries
+    /// did not overcome is a `ConnectError`.
+    pub fn connect_tuned(
+        &self,
+        remote: SocketAddr,
+        params: ConnectParams,
+        tuning: ConnectTuning,
+    ) -> io::Result<()> {
         self.dev.inner.send(Cmd::Connect {
             qpn: self.qpn,
             remote,
             params,
-            first_fpdu_delay: delay,
+            tuning,
         })
     }
 

@@ -47,6 +47,11 @@ pub struct MpaAttr {
     /// zero-length Write. `None`: no P2P (the Responder then sends nothing before the
     /// Initiator's first message).
     pub p2p_rtr: Option<RtrType>,
+    /// As Responder without P2P (the Initiator offered no RTR), send right after the MPA
+    /// Reply instead of waiting for the Initiator's first FPDU, as siw's Responder does
+    /// (`ConnConfig::responder_sends_after_reply`; siw quirk, docs/siw.md §4.8.14).
+    /// Default false (RFC 5044 §7.1.2).
+    pub responder_sends_after_reply: bool,
 }
 
 impl Default for MpaAttr {
@@ -56,6 +61,7 @@ impl Default for MpaAttr {
             crc: false,
             markers: false,
             p2p_rtr: Some(RtrType::Write),
+            responder_sends_after_reply: false,
         }
     }
 }
@@ -246,6 +252,7 @@ impl QpModify {
             crc: self.crc.unwrap_or(mpa.crc),
             markers: self.markers.unwrap_or(mpa.markers),
             p2p_rtr: self.p2p_rtr.unwrap_or(mpa.p2p_rtr),
+            responder_sends_after_reply: mpa.responder_sends_after_reply,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use xwarp_verbs::{ConnRequest, ConnectParams, Listener, QpModify};
+use xwarp_verbs::{ConnRequest, ConnectParams, ConnectTuning, Listener, QpModify};
 
 use super::addr::{self, EngineAddr};
 use super::channel::{Channel, EventRec};
@@ -23,32 +23,31 @@ use crate::abi::*;
 /// `MPAREQ_TIMEOUT` (docs/siw.md §4.1); after it the id gets UNREACHABLE.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Default of `XWARP_FIRST_FPDU_DELAY_MS`: no delay.
-pub(crate) const DEFAULT_FIRST_FPDU_DELAY: Duration = Duration::ZERO;
+/// A millisecond setting from the environment variable `name` (`0..=max_ms`, read once per
+/// variable by the caller's `OnceLock`); unset: zero; a bad value: one warning line and
+/// zero (`crate::config::millis_from` parses it).
+fn env_millis(name: &str, max_ms: u64) -> Duration {
+    let get = |k: &str| std::env::var(k).ok();
+    match crate::config::millis_from(get, name, max_ms) {
+        Ok(d) => d.unwrap_or(Duration::ZERO),
+        Err(why) => {
+            crate::ffi::warn_line(&format!("{why}; using 0"));
+            Duration::ZERO
+        }
+    }
+}
 
 /// How long an active id holds its first FPDU (the P2P RTR) back after the MPA Reply,
 /// from `XWARP_FIRST_FPDU_DELAY_MS` (0..=10000, default 0). Toward a siw server set it
 /// (100 ms, what xwarp's own rping uses): siw sends its Reply before its QP takes over the
-/// socket, and an FPDU arriving in between stays unread (interop/README.md,
-/// "Reply-before-upcall race"): a preloaded rping client stalled after connecting to siw
-/// in 4 of 4 runs without it, and passed with 100 ms. It is not the default: it costs every
-/// connection that delay, and `rdma_client` still stalled with it (not diagnosed). (The
-/// held RTR no longer takes a send-queue slot of the program's: `xwarp_rdmap` test
-/// `rfc6581_held_rtr_takes_no_application_send_queue_slot`.)
+/// socket, and an FPDU arriving in between stays unread (docs/siw.md §4.3, "Reply before
+/// upcall"): a preloaded rping client stalled after connecting to siw in 4 of 4 runs
+/// without it, and passed with 100 ms. It is not the default: it costs every connection
+/// that delay. (The held RTR takes no send-queue slot of the program's: `xwarp_rdmap`
+/// test `rfc6581_held_rtr_takes_no_application_send_queue_slot`.)
 fn first_fpdu_delay() -> Duration {
     static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *D.get_or_init(|| match std::env::var("XWARP_FIRST_FPDU_DELAY_MS") {
-        Err(_) => DEFAULT_FIRST_FPDU_DELAY,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
-            _ => {
-                crate::ffi::warn_line(&format!(
-                    "XWARP_FIRST_FPDU_DELAY_MS={v:?}: expected 0..=10000; using 0"
-                ));
-                DEFAULT_FIRST_FPDU_DELAY
-            }
-        },
-    })
+    *D.get_or_init(|| env_millis("XWARP_FIRST_FPDU_DELAY_MS", 10_000))
 }
 
 /// How long `rdma_disconnect` waits before it closes, from `XWARP_DISCONNECT_DELAY_MS`
@@ -60,18 +59,19 @@ fn first_fpdu_delay() -> Duration {
 /// lingers.
 fn disconnect_delay() -> Duration {
     static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *D.get_or_init(|| match std::env::var("XWARP_DISCONNECT_DELAY_MS") {
-        Err(_) => Duration::ZERO,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms <= 10_000 => Duration::from_millis(ms),
-            _ => {
-                crate::ffi::warn_line(&format!(
-                    "XWARP_DISCONNECT_DELAY_MS={v:?}: expected 0..=10000; using 0"
-                ));
-                Duration::ZERO
-            }
-        },
-    })
+    *D.get_or_init(|| env_millis("XWARP_DISCONNECT_DELAY_MS", 10_000))
+}
+
+/// How long `rdma_connect` keeps trying a connection the peer refused (RST to the SYN:
+/// nothing listens there yet), from `XWARP_CONNECT_RETRY_MS` (0..=600000, default 0: the
+/// refusal is REJECTED at once, as on librdmacm). perftest starts its client right after
+/// its server and expects it to listen already; toward a slow peer (siw in a VM) the
+/// first SYN can come too early. The engine tries again every
+/// `xwarp_verbs::CONNECT_RETRY_INTERVAL` (`ConnectTuning::retry_refused`); the program
+/// sees one event, ESTABLISHED or the final REJECTED.
+fn connect_retry() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| env_millis("XWARP_CONNECT_RETRY_MS", 600_000))
 }
 
 /// Default listen backlog for `rdma_listen(id, 0)` (the kernel iw_cm's `default_backlog`).
@@ -721,13 +721,17 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
             set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
         }
         watch_qp(&mut g, &core, qpp, qp)?;
-        qp.connect_with_first_fpdu_delay(
+        let retry = connect_retry();
+        qp.connect_tuned(
             SocketAddr::V4(dst),
             ConnectParams {
                 private_data: p.map(|p| p.private_data).unwrap_or_default(),
                 timeout: CONNECT_TIMEOUT,
             },
-            first_fpdu_delay(),
+            ConnectTuning {
+                first_fpdu_delay: first_fpdu_delay(),
+                retry_refused: (!retry.is_zero()).then_some(retry),
+            },
         )
         .map_err(|e| io_errno(&e))?;
         g.state = next;

@@ -4,6 +4,9 @@
  *
  *   cm_pair server ADDR PORT      cm_pair client SERVER_ADDR PORT UNREACHABLE_ADDR
  *   cm_pair nodev ADDR PORT       (no xwarp device: every call fails cleanly)
+ *   cm_pair exit-server ADDR PORT [LISTEN_DELAY_MS]   cm_pair exit-client SERVER_ADDR PORT
+ *                                 (the client exits without rdma_disconnect; the server
+ *                                 starts its engine, then listens after the delay)
  *
  * Server: rejects the first connection request (checking its private data) with private
  * data, accepts the second with private data, receives the client's buffer advertisement,
@@ -343,6 +346,78 @@ static int nodev(const char *addr, int port)
 	return 0;
 }
 
+/* "exit-server ADDR PORT [LISTEN_DELAY_MS]": start the engine, listen after the delay, accept one connection with a receive posted, check the one
+ * Send the client queued before it exited, then wait for DISCONNECTED: the client never
+ * calls rdma_disconnect, so only the library's exit hook can close its connection. */
+static const char BYE[] = "bye, exiting now";
+
+static int exit_server(const char *addr, int port, int listen_delay_ms)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch, "rdma_create_event_channel");
+	struct rdma_cm_id *listen;
+	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	struct sockaddr_in s;
+	set_addr(&s, addr, port);
+	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&s) == 0, "rdma_bind_addr");
+	/* A PD starts the engine: from here on its TCP refuses connects to the port until
+	 * the listen (RST to the SYN). */
+	struct ibv_pd *pd = ibv_alloc_pd(listen->verbs);
+	CHECK(pd, "ibv_alloc_pd");
+	STEP("engine up, listening in %d ms", listen_delay_ms);
+	usleep((useconds_t)listen_delay_ms * 1000);
+	CHECK(rdma_listen(listen, 4) == 0, "rdma_listen");
+	STEP("listening on %s:%d", addr, port);
+	struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *id = e->id;
+	rdma_ack_cm_event(e);
+	make_qp(id);
+	char *msg = calloc(1, sizeof BYE);
+	struct ibv_mr *mr = rdma_reg_msgs(id, msg, sizeof BYE);
+	CHECK(mr, "rdma_reg_msgs");
+	CHECK(rdma_post_recv(id, (void *)21, msg, sizeof BYE, mr) == 0, "post recv");
+	CHECK(rdma_accept(id, NULL) == 0, "rdma_accept");
+	e = expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+	rdma_ack_cm_event(e);
+	struct ibv_wc wc;
+	wc_ok(&wc, rdma_get_recv_comp(id, &wc), "recv bye");
+	CHECK(wc.byte_len == sizeof BYE && memcmp(msg, BYE, sizeof BYE) == 0, "the client's last Send");
+	STEP("the client's last Send arrived");
+	e = expect(ch, RDMA_CM_EVENT_DISCONNECTED);
+	rdma_ack_cm_event(e);
+	rdma_dereg_mr(mr);
+	rdma_destroy_qp(id);
+	CHECK(rdma_destroy_id(id) == 0, "destroy id");
+	CHECK(rdma_destroy_id(listen) == 0, "destroy listener");
+	CHECK(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	rdma_destroy_event_channel(ch);
+	STEP("exit-server done");
+	return 0;
+}
+
+/* "exit-client ADDR PORT": connect, queue one Send and return from main at once, without
+ * waiting for its completion and without rdma_disconnect. */
+static int exit_client(const char *addr, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch, "rdma_create_event_channel");
+	struct rdma_cm_id *id = resolved(ch, addr, port);
+	make_qp(id);
+	char *msg = malloc(sizeof BYE);
+	memcpy(msg, BYE, sizeof BYE);
+	struct ibv_mr *mr = rdma_reg_msgs(id, msg, sizeof BYE);
+	CHECK(mr, "rdma_reg_msgs");
+	struct rdma_conn_param cp = { 0 };
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect");
+	struct rdma_cm_event *e = expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+	rdma_ack_cm_event(e);
+	CHECK(rdma_post_send(id, (void *)22, msg, sizeof BYE, mr, IBV_SEND_SIGNALED) == 0, "post send");
+	STEP("exiting without rdma_disconnect");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -352,6 +427,10 @@ int main(int argc, char **argv)
 		return client(argv[2], atoi(argv[3]), argv[4]);
 	if (argc == 4 && strcmp(argv[1], "nodev") == 0)
 		return nodev(argv[2], atoi(argv[3]));
+	if ((argc == 4 || argc == 5) && strcmp(argv[1], "exit-server") == 0)
+		return exit_server(argv[2], atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
+	if (argc == 4 && strcmp(argv[1], "exit-client") == 0)
+		return exit_client(argv[2], atoi(argv[3]));
 	fprintf(stderr, "usage: cm_pair server ADDR PORT | client ADDR PORT UNREACHABLE\n");
 	return 2;
 }

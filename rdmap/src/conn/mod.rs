@@ -41,7 +41,9 @@
 //!   flushed and TCP is closed.
 //!
 //! * Toward siw, [`ConnConfig::first_fpdu_delay`] can hold the Initiator's first FPDU back
-//!   a little after the Reply (a siw race, see [`ConnConfig::new`]).
+//!   a little after the Reply (a siw race, see [`ConnConfig::new`]), and
+//!   [`ConnConfig::responder_sends_after_reply`] lets a Responder without P2P send right
+//!   after its Reply, as siw's does (docs/siw.md §4.8.14).
 //!
 //! RTR side effects: a zero-length Send RTR consumes the Responder's first posted receive
 //! (and MSN 1 on QN 0, docs/mpa.md §1.5); it completes with `byte_len` 0, so the
@@ -105,6 +107,13 @@ pub struct ConnConfig {
     /// Initiator: how long to hold back the first FPDU after the Reply arrived (RFC 5044
     /// allows sending at once; default zero). siw quirk, see [`ConnConfig::new`].
     pub first_fpdu_delay: Duration,
+    /// Responder without P2P (no RTR negotiated): open the transmit gate right after the
+    /// MPA Reply instead of waiting for the first inbound FPDU (RFC 5044 §7.1.2). siw's
+    /// Responder does this, and ULPs written against it (perftest's latency tests) have
+    /// the server send first; toward such an Initiator the RFC rule deadlocks. With P2P
+    /// negotiated the Responder still waits for the RTR (RFC 6581). Default false. siw
+    /// quirk, docs/siw.md §4.8.14.
+    pub responder_sends_after_reply: bool,
     /// MPA Initiator settings (used by [`Connection::initiator`]).
     pub initiator: InitiatorConfig,
     /// MPA Responder settings (used by [`Connection::responder`]).
@@ -125,6 +134,7 @@ impl ConnConfig {
             emss: DEFAULT_EMSS,
             tx_burst: DEFAULT_TX_BURST,
             first_fpdu_delay: Duration::ZERO,
+            responder_sends_after_reply: false,
             initiator: InitiatorConfig::default(),
             responder: ResponderConfig::default(),
         }
@@ -884,7 +894,12 @@ impl Connection {
 
     fn new_stream(&self, n: Negotiated, qp: QueuePair) -> Stream {
         let mulpdu = mulpdu(self.cfg.emss, n.markers_tx);
-        Stream::new(n, qp, mulpdu, self.role == Role::Initiator)
+        // The Responder's gate opens on the first inbound FPDU (RFC 5044 §7.1.2), or at
+        // once when asked to send after its Reply and no RTR will come (siw quirk,
+        // docs/siw.md §4.8.14).
+        let gate_open = self.role == Role::Initiator
+            || (self.cfg.responder_sends_after_reply && n.rtr.is_none());
+        Stream::new(n, qp, mulpdu, gate_open)
     }
 
     fn pump_qp(&mut self) {

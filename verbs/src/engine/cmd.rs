@@ -75,8 +75,8 @@ pub(crate) enum Cmd {
         qpn: u32,
         remote: SocketAddr,
         params: ConnectParams,
-        /// Hold the first FPDU back this long after the MPA Reply (`ConnConfig::first_fpdu_delay`).
-        first_fpdu_delay: std::time::Duration,
+        /// First-FPDU delay and refused-connect retry.
+        tuning: crate::cm_event::ConnectTuning,
     },
     Disconnect {
         qpn: u32,
@@ -116,6 +116,10 @@ pub(crate) enum Cmd {
     },
     CmStats {
         reply: Sender<CmStats>,
+    },
+    /// `Device::disconnect_all`: how many QPs began to close.
+    DisconnectAll {
+        reply: Sender<usize>,
     },
     /// `QueuePair::stats`: one QP's snapshot (`None`: no such QP).
     QpStats {

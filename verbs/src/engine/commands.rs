@@ -8,7 +8,7 @@ use xwarp_stack::proto::ProtoCtl;
 use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
 use crate::engine::host::{ListenSlot, Owner, VerbsHost};
-use crate::engine::slot::{Early, QpSlot};
+use crate::engine::slot::{Connecting, Early, QpSlot};
 use crate::qp_attr::{check_inline, QpAttr};
 
 impl VerbsHost {
@@ -19,7 +19,7 @@ impl VerbsHost {
                 qpn,
                 remote,
                 params,
-                first_fpdu_delay,
+                tuning,
             } => {
                 let Some(slot) = self.qps.get_mut(&qpn) else {
                     return;
@@ -34,7 +34,16 @@ impl VerbsHost {
                 let deadline = now + params.timeout;
                 let id = ctl.connect(remote, None, deadline);
                 slot.conn_id = Some(id);
-                slot.connecting = Some((params.private_data, deadline, first_fpdu_delay));
+                slot.connecting = Some(Connecting {
+                    remote,
+                    private_data: params.private_data,
+                    deadline,
+                    timeout: params.timeout,
+                    first_fpdu_delay: tuning.first_fpdu_delay,
+                    retry_until: tuning.retry_refused.map(|d| now + d),
+                    retry_at: None,
+                    refused: 0,
+                });
                 self.owners.insert(id, Owner::Qp(qpn));
             }
             Cmd::Listen {
@@ -185,6 +194,23 @@ impl VerbsHost {
             Cmd::Reject { conn, private_data } => self.reject_pending(conn, &private_data),
             Cmd::CmStats { reply } => {
                 let _ = reply.send(self.cm_stats());
+            }
+            Cmd::DisconnectAll { reply } => {
+                let open: Vec<u32> = self
+                    .qps
+                    .values()
+                    .filter(|s| {
+                        s.conn_id.is_some()
+                            && !s.finished
+                            && !s.disconnect_requested
+                            && !s.conn.as_ref().is_some_and(|c| c.is_closed())
+                    })
+                    .map(|s| s.qpn)
+                    .collect();
+                for &q in &open {
+                    self.disconnect(q);
+                }
+                let _ = reply.send(open.len());
             }
             Cmd::QpStats { qpn, reply } => {
                 let s = self

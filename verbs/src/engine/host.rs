@@ -124,6 +124,8 @@ impl VerbsHost {
         c.responder.max_revision = slot.mpa.revision;
         c.responder.crc = slot.mpa.crc;
         c.responder.markers = slot.mpa.markers;
+        // siw quirk, docs/siw.md §4.8.14 (only when no RTR is negotiated).
+        c.responder_sends_after_reply = slot.mpa.responder_sends_after_reply;
         c
     }
 }

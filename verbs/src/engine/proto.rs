@@ -16,6 +16,50 @@ use crate::engine::host::{fpdu_direct, Owner, VerbsHost, MAX_PENDING_RAW};
 use crate::qp_stats::QpStatsSnapshot;
 
 impl VerbsHost {
+    /// Start the connect attempts that wait for their retry instant
+    /// (`ConnectTuning::retry_refused`); a QP aborted, reset or destroyed while waiting
+    /// gets its `ConnectError` now. Returns the earliest retry instant still ahead.
+    fn poll_retries(&mut self, now: Instant, ctl: &mut ProtoCtl) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let waiting: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|s| s.connecting.as_ref().is_some_and(|c| c.retry_at.is_some()))
+            .map(|s| s.qpn)
+            .collect();
+        for qpn in waiting {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if slot.abort || slot.destroyed || slot.errored || slot.disconnect_requested {
+                let refused = slot.connecting.take().map_or(0, |c| c.refused);
+                slot.conn_id = None;
+                slot.finished = true;
+                slot.event(CmEvent::ConnectError(format!(
+                    "connect ended while waiting to retry ({refused} attempts refused)"
+                )));
+                slot.flush_early();
+                continue;
+            }
+            let Some(c) = slot.connecting.as_mut() else {
+                continue;
+            };
+            let Some(at) = c.retry_at else {
+                continue;
+            };
+            if at > now {
+                next = Some(next.map_or(at, |n| n.min(at)));
+                continue;
+            }
+            c.retry_at = None;
+            c.deadline = now + c.timeout;
+            let id = ctl.connect(c.remote, None, c.deadline);
+            slot.conn_id = Some(id);
+            self.owners.insert(id, Owner::Qp(qpn));
+        }
+        next
+    }
+
     /// Apply queued application commands in order, up to the first one that needs the
     /// engine's `ProtoCtl`; that one and everything after it wait for `poll`.
     fn apply_queued(&mut self, now: Instant) {
@@ -111,6 +155,9 @@ impl ProtocolHost for VerbsHost {
         if let Some(t) = self.poll_pending(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
+        if let Some(t) = self.poll_retries(now, ctl) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         let done: Vec<u32> = self
             .qps
             .values()
@@ -202,10 +249,11 @@ impl ProtocolHost for VerbsHost {
             return;
         };
         let mut cfg = self.conn_config(slot);
-        if let Some((pd, deadline, delay)) = &slot.connecting {
-            cfg.first_fpdu_delay = *delay;
-            cfg.initiator.private_data = pd.clone();
-            cfg.initiator.reply_timeout = deadline
+        if let Some(c) = &slot.connecting {
+            cfg.first_fpdu_delay = c.first_fpdu_delay;
+            cfg.initiator.private_data = c.private_data.clone();
+            cfg.initiator.reply_timeout = c
+                .deadline
                 .saturating_duration_since(now)
                 .max(std::time::Duration::from_millis(1));
         }
@@ -343,7 +391,7 @@ impl ProtocolHost for VerbsHost {
         }
     }
 
-    fn on_closed(&mut self, conn: ProtoConnId, _now: Instant, error: Option<SocketError>) {
+    fn on_closed(&mut self, conn: ProtoConnId, now: Instant, error: Option<SocketError>) {
         let Some(owner) = self.owners.remove(&conn) else {
             return;
         };
@@ -358,6 +406,11 @@ impl ProtocolHost for VerbsHost {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return;
         };
+        if slot.conn.is_none() && error == Some(SocketError::Refused) && slot.schedule_retry(now) {
+            // Refused, and `ConnectTuning::retry_refused` allows another attempt: `poll`
+            // starts it; nothing is reported yet.
+            return;
+        }
         match slot.conn.as_mut() {
             Some(c) => {
                 if !c.is_closed() {

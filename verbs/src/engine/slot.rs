@@ -30,6 +30,26 @@ pub(crate) enum Early {
     },
 }
 
+/// A connect in progress: what each attempt needs, and the refused-connect retry.
+pub(crate) struct Connecting {
+    /// The listener's address.
+    pub(crate) remote: SocketAddr,
+    /// Private data for the MPA Request.
+    pub(crate) private_data: Vec<u8>,
+    /// The current attempt gives up at this instant (TCP handshake plus MPA).
+    pub(crate) deadline: Instant,
+    /// Each attempt's bound (`ConnectParams::timeout`).
+    pub(crate) timeout: std::time::Duration,
+    /// `ConnConfig::first_fpdu_delay` of the connection.
+    pub(crate) first_fpdu_delay: std::time::Duration,
+    /// A refused attempt is tried again while the next try starts before this instant.
+    pub(crate) retry_until: Option<Instant>,
+    /// The last attempt was refused: the next starts at this instant (`VerbsHost::poll`).
+    pub(crate) retry_at: Option<Instant>,
+    /// Attempts refused so far.
+    pub(crate) refused: u32,
+}
+
 pub(crate) struct QpSlot {
     pub(crate) qpn: u32,
     pub(crate) qp: QpConfig,
@@ -44,8 +64,8 @@ pub(crate) struct QpSlot {
     /// Inline buffer: STag, slot size, next slot.
     pub(crate) inline: Option<(Stag, usize, usize)>,
     pub(crate) abort: bool,
-    /// Connect in progress: private data, MPA deadline and first-FPDU delay.
-    pub(crate) connecting: Option<(Vec<u8>, Instant, std::time::Duration)>,
+    /// Connect in progress (until Established or the failure is reported).
+    pub(crate) connecting: Option<Connecting>,
     pub(crate) destroyed: bool,
     pub(crate) finished: bool,
     pub(crate) disconnect_requested: bool,
@@ -219,6 +239,27 @@ impl QpSlot {
             if let Some(e) = out {
                 self.event(e);
             }
+        }
+    }
+
+    /// The connect attempt was refused: schedule the next one if
+    /// `ConnectTuning::retry_refused` allows it (it would start before its deadline and
+    /// the QP is neither aborted nor destroyed); false when the refusal is final.
+    pub(crate) fn schedule_retry(&mut self, now: Instant) -> bool {
+        if self.abort || self.destroyed || self.errored || self.disconnect_requested {
+            return false;
+        }
+        let Some(c) = self.connecting.as_mut() else {
+            return false;
+        };
+        let at = now + crate::cm_event::CONNECT_RETRY_INTERVAL;
+        match c.retry_until {
+            Some(until) if at < until => {
+                c.retry_at = Some(at);
+                c.refused += 1;
+                true
+            }
+            _ => false,
         }
     }
 
