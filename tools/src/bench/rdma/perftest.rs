@@ -11,7 +11,8 @@
 //! output says nothing before the connection) and 200 ms more. A client that still fails
 //! without a result line while its server runs (its connect came before the listen and
 //! was refused: perftest gives up at once) is started again, at most [`CLIENT_TRIES`]
-//! times; `XWARP_CONNECT_RETRY_MS` is set too, for a library that retries by itself.
+//! times; `XWARP_CONNECT_RETRY_MS=5000` makes the library itself retry a refused connect
+//! for up to 5 s.
 //! Every process runs in its own process group with a deadline, and is killed (group and
 //! all) when the row ends, fails, or the bench is torn down (`common::teardown`, SIGTERM).
 //!
