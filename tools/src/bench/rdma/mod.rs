@@ -742,9 +742,11 @@ fn run_perftest(
     t: &perftest::Tools,
     r: &mut Results,
 ) -> io::Result<()> {
-    // `--pin sides`: each process (program + its engine) on its side's core; otherwise the
-    // scheduler places the four threads.
-    let cores = if o.pin == Pin::Sides {
+    // `--pin sides` and `apart`: each process (program + its engine) on its side's core, as
+    // both modes place the Rust latency tests (client + engine A on the first core, server
+    // + engine B on the second; a process's threads cannot be split the way `apart` places
+    // the write_bw client). `--pin none`: the scheduler places the four threads.
+    let cores = if o.pin != Pin::None {
         [core_of(0), core_of(1)]
     } else {
         [None, None]

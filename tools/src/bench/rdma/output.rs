@@ -223,7 +223,7 @@ pub fn fill(rep: &mut Report, o: &Options, r: &Results) {
         rep.config("perftest_iters", o.perftest_iters);
         rep.config(
             "perftest_pin",
-            if o.pin == Pin::Sides { "sides" } else { "none" },
+            if o.pin == Pin::None { "none" } else { "sides" },
         );
         rep.config("perftest_mtu", o.mtu.min(9000));
     }

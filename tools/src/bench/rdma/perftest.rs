@@ -135,7 +135,7 @@ pub(super) struct End<'a> {
     pub ifname: &'a str,
     /// The engine's address.
     pub ip: Ipv4Addr,
-    /// The core the whole process is pinned to (`--pin sides`), if any.
+    /// The core the whole process is pinned to (`--pin sides` / `apart`), if any.
     pub core: Option<usize>,
 }
 
