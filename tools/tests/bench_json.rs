@@ -286,6 +286,9 @@ fn bench_rdma_json_and_plot_parse_back_root() {
             "4K,64K",
             "--net",
             "172",
+            // The perftest rows have their own test below.
+            "--only",
+            "write_bw,read_bw,write_lat,send_lat,tcp,ceiling",
             "--json",
             json.to_str().unwrap(),
             "--plot",
@@ -328,6 +331,100 @@ fn bench_rdma_json_and_plot_parse_back_root() {
             "tcp-polled (us)",
         ],
     );
+}
+
+/// The perftest rows: Debian's `ib_write_bw -R` and `ib_send_lat -R` under `xwarp run`
+/// between two engines, beside the Rust-API rows and kernel TCP of the same run; the
+/// parsed bandwidth and latencies are positive and the C ABI rows are the quotient and
+/// difference of the rows they compare.
+#[test]
+fn bench_rdma_perftest_rows_parse_back_root() {
+    require_root_and_afxdp!();
+    if !Path::new("/usr/bin/ib_write_bw").exists() || !Path::new("/usr/bin/ib_send_lat").exists() {
+        println!("SKIPPED: bench rdma perftest rows: /usr/bin/ib_write_bw or ib_send_lat missing (apt-get install perftest)");
+        return;
+    }
+    let _serial = shim_env::serial();
+    let (shim, ibverbs) = (shim_env::shim(), shim_env::ibverbs());
+    let json = scratch("rdma-perftest.json");
+    let out = xwarp(
+        &[
+            "bench",
+            "rdma",
+            "--duration",
+            "1",
+            "--only",
+            "tcp,write_bw,send_lat,ib_write_bw,ib_send_lat",
+            "--perftest-iters",
+            "300",
+            "--net",
+            "174",
+            "--quiet",
+            "--preload",
+            shim.to_str().unwrap(),
+            "--rdma-lib",
+            ibverbs.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    let rep = parse_back(&out, &json, "rdma");
+    check_ratios(&rep);
+    let bw = |name: &str| {
+        rep.rows
+            .iter()
+            .find(|r| {
+                r.test == "bulk"
+                    && r.name == name
+                    && r.metric == "bandwidth"
+                    && r.size == Some(65536)
+            })
+            .unwrap_or_else(|| panic!("no {name} bandwidth: {:?}", rep.rows))
+    };
+    let (c, rust) = (bw("ib_write_bw"), bw("write_bw"));
+    assert!(c.value > 0.0 && c.unit == Unit::Gbps, "{c:?}");
+    assert_eq!(c.kernel_row.as_deref(), Some("tcp"), "{c:?}");
+    for m in ["latency_p50", "latency_avg", "latency_p99"] {
+        let r = rep
+            .find("pingpong", "ib_send_lat", m)
+            .unwrap_or_else(|| panic!("no ib_send_lat {m}"));
+        assert!(
+            r.value > 0.0 && r.unit == Unit::Us && r.size == Some(64),
+            "{r:?}"
+        );
+    }
+    let lat = rep.value("pingpong", "ib_send_lat", "latency_p50").unwrap();
+    let (p99, avg) = (
+        rep.value("pingpong", "ib_send_lat", "latency_p99").unwrap(),
+        rep.value("pingpong", "ib_send_lat", "latency_avg").unwrap(),
+    );
+    assert!(p99 >= lat && avg > 0.0, "p99 {p99} typical {lat}");
+    let ratio = rep
+        .find("c-abi", "ib_write_bw/write_bw", "bandwidth_ratio")
+        .expect("bandwidth ratio");
+    assert!(
+        (ratio.value - c.value / rust.value).abs() < 1e-9,
+        "{ratio:?}"
+    );
+    let added = rep
+        .value("c-abi", "ib_send_lat-send_lat", "latency_added_p50")
+        .expect("latency added");
+    let rust_lat = rep.value("pingpong", "send_lat", "latency_p50").unwrap();
+    assert!((added - (lat - rust_lat)).abs() < 1e-9, "{added}");
+    assert_eq!(
+        rep.config.get("perftest_iters").and_then(|v| v.as_u64()),
+        Some(300)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    for l in [
+        "ib_write_bw 64 KiB (Gb/s)",
+        "ib_send_lat typ",
+        "ib_write_bw / write_bw 64 KiB",
+        "ib_send_lat - send_lat p50 64 B",
+    ] {
+        assert!(table.contains(l), "{l:?} not in the table:\n{table}");
+    }
 }
 
 #[test]

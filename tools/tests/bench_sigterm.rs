@@ -1,6 +1,7 @@
 //! A bench stopped by SIGTERM or SIGINT tears down what it made (root): `xwarp bench tcp`
 //! is signalled while it measures and while it is still creating its namespaces, `xwarp
-//! bench rdma` while its AF_XDP engines run; it must
+//! bench rdma` while its AF_XDP engines run and while its perftest rows' processes run
+//! (`ib_write_bw` under `xwarp run`); it must
 //! exit with 128 + the signal's number within a bound, and leave no namespace (they hold
 //! its veth pair), no process it started and no stats segment behind.
 #![cfg(target_os = "linux")]
@@ -9,6 +10,9 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "support/shim_env.rs"]
+mod shim_env;
 
 const XWARP: &str = env!("CARGO_BIN_EXE_xwarp");
 
@@ -239,6 +243,35 @@ fn sigterm_during_the_loss_rows_tears_the_loss_path_down() {
         214,
         3,
         Duration::from_millis(1500),
+        libc::SIGTERM,
+    );
+}
+
+#[test]
+fn sigterm_during_the_perftest_rows_stops_the_perftest_processes() {
+    if !is_root() {
+        println!("SKIPPED: bench_sigterm needs root (network namespaces)");
+        return;
+    }
+    if !Path::new("/usr/bin/ib_write_bw").exists() {
+        println!("SKIPPED: sigterm during the perftest rows: /usr/bin/ib_write_bw missing (apt-get install perftest)");
+        return;
+    }
+    let (shim, ibverbs) = (shim_env::shim(), shim_env::ibverbs());
+    // Only ib_write_bw (5 s, --duration): the signal comes while both processes run.
+    signal_bench_with(
+        "rdma",
+        &[
+            "--only",
+            "ib_write_bw",
+            "--preload",
+            shim.to_str().unwrap(),
+            "--rdma-lib",
+            ibverbs.to_str().unwrap(),
+        ],
+        215,
+        2,
+        Duration::from_millis(2500),
         libc::SIGTERM,
     );
 }

@@ -65,32 +65,43 @@ pub fn shim() -> &'static Path {
         if let Ok(p) = std::env::var("XWARP_PRELOAD") {
             return PathBuf::from(p);
         }
-        let exe = std::env::current_exe().expect("current_exe");
-        // <target>/<profile>/deps/<test binary>
-        let target = exe
-            .parent()
-            .and_then(Path::parent)
-            .and_then(Path::parent)
-            .expect("target dir")
-            .to_path_buf();
-        let st = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "-q",
-                "-p",
-                "xwarp-preload",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(st.success(), "building xwarp-preload failed");
-        let so = target.join("release").join("libxwarp_preload.so");
-        assert!(so.exists(), "{} missing", so.display());
-        so
+        build_release_lib("xwarp-preload", "libxwarp_preload.so")
     })
+}
+
+/// The libibverbs-compatible library (`xwarp-ibverbs`), built once (release profile) into
+/// this test binary's own target directory (`$XWARP_IBVERBS` if set).
+pub fn ibverbs() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        if let Ok(p) = std::env::var("XWARP_IBVERBS") {
+            return PathBuf::from(p);
+        }
+        build_release_lib("xwarp-ibverbs", "libxwarp_ibverbs.so")
+    })
+}
+
+/// `cargo build --release -p PKG` into this test binary's target directory; the path of
+/// its library `file`.
+fn build_release_lib(pkg: &str, file: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // <target>/<profile>/deps/<test binary>
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-q", "-p", pkg, "--target-dir"])
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo");
+    assert!(st.success(), "building {pkg} failed");
+    let so = target.join("release").join(file);
+    assert!(so.exists(), "{} missing", so.display());
+    so
 }
 
 /// A child process killed (and reaped) on drop.

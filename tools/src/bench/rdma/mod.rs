@@ -8,6 +8,10 @@
 //!   (small messages, ping-pong, one-way = half the round trip).
 //! * kernel↔kernel on the same veth (`.1` ↔ `.2`): bulk (64 KiB writes) and ping-pong
 //!   (small messages, half round trip), `TCP_NODELAY`.
+//! * perftest through the C ABI (`.30` ↔ `.40`, after the engines above stopped):
+//!   Debian's `ib_write_bw -R` and `ib_send_lat -R` as two processes under `xwarp run`
+//!   (libxwarp_ibverbs.so, one engine each), and what they cost against the Rust API rows
+//!   of the same round ([`perftest`]).
 //!
 //! Placement (`--pin apart`, the default): engine A on the first core, engine B on the
 //! second; the client thread (it posts requests and reaps completions) on the core of the
@@ -56,6 +60,7 @@ use xwarp::poll_driver::netns::VethPair;
 
 mod options;
 mod output;
+pub mod perftest;
 
 use options::*;
 pub use options::{parse, BwResults, Options, Pin, Results};
@@ -652,30 +657,123 @@ pub fn run(o: &Options) -> io::Result<Results> {
     let mtu = o.mtu.to_string();
     net.a.ip(&["link", "set", &net.if_a, "mtu", &mtu])?;
     net.b.ip(&["link", "set", &net.if_b, "mtu", &mtu])?;
+    let tools = perftest_tools(o)?;
     let mut rounds = Vec::new();
     for round in 0..o.repeat {
         if o.repeat > 1 {
             eprintln!("xwarp bench rdma: round {}/{}", round + 1, o.repeat);
         }
-        let r = run_round(o, &net)?;
+        let mut r = run_round(o, &net)?;
+        match &tools {
+            Ok(t) => run_perftest(o, &net, t, &mut r)?,
+            Err(why) => r.perftest_skipped = Some(why.clone()),
+        }
         if o.repeat > 1 {
             // Each round's bandwidths, so the spread behind the medians is on record.
             for b in &r.bw {
                 eprintln!(
-                    "xwarp bench rdma: round {}: {} B: write_bw {:.2} read_bw {:.2} kernel bulk \
-                     {:.2} ceiling {:.2} Gbit/s",
+                    "xwarp bench rdma: round {}: {} B: write_bw {:.2} read_bw {:.2} ib_write_bw \
+                     {:.2} kernel bulk {:.2} ceiling {:.2} Gbit/s",
                     round + 1,
                     b.size,
                     b.write_bw_gbps,
                     b.read_bw_gbps,
+                    b.ib_write_bw_gbps,
                     b.tcp_bulk_gbps,
                     r.ceiling_gbps
+                );
+            }
+            if r.perftest_skipped.is_none() {
+                eprintln!(
+                    "xwarp bench rdma: round {}: {} B: send_lat p50 {:.2} ib_send_lat typical {:.2} \
+                     avg {:.2} p99 {:.2} us",
+                    round + 1,
+                    o.small,
+                    r.send_lat_us,
+                    r.ib_send_lat_us,
+                    r.ib_send_lat_avg_us,
+                    r.ib_send_lat_p99_us
                 );
             }
         }
         rounds.push(r);
     }
     Ok(output::median(&rounds))
+}
+
+/// The perftest rows' programs and libraries: `Ok(Err(why))` when the rows are skipped
+/// (selected by default, but perftest or libxwarp_ibverbs.so is missing; said loudly on
+/// stderr), an error when `--only` names them and they cannot run.
+fn perftest_tools(o: &Options) -> io::Result<Result<perftest::Tools, String>> {
+    let (bw, lat) = (o.runs(perftest::WRITE_BW), o.runs(perftest::SEND_LAT));
+    if !bw && !lat {
+        return Ok(Err("not selected (--only)".into()));
+    }
+    let xwarp = std::env::current_exe()?;
+    // The library's engine takes MTUs up to 9000 (XWARP_MTU).
+    let mtu = o.mtu.min(9000);
+    match perftest::Tools::check(xwarp, o.preload.clone(), o.rdma_lib.clone(), mtu, 24) {
+        Ok(mut t) => {
+            match perftest::engine_env(engine_spin(o)) {
+                Some(v) => t.engine_env = v,
+                None => eprintln!(
+                    "xwarp bench rdma: the library's engines cannot spin {}: they keep their default",
+                    spin_name(o)
+                ),
+            }
+            Ok(Ok(t))
+        }
+        Err(e) if o.asked_for(perftest::WRITE_BW) || o.asked_for(perftest::SEND_LAT) => {
+            Err(err(format!("perftest rows: {e}")))
+        }
+        Err(e) => {
+            eprintln!(
+                "xwarp bench rdma: SKIPPED the perftest rows (ib_write_bw, ib_send_lat): {e}"
+            );
+            Ok(Err(e))
+        }
+    }
+}
+
+/// The perftest rows of one round ([`perftest`]), after `run_round`'s engines stopped.
+fn run_perftest(
+    o: &Options,
+    net: &VethPair,
+    t: &perftest::Tools,
+    r: &mut Results,
+) -> io::Result<()> {
+    // `--pin sides` and `apart`: each process (program + its engine) on its side's core, as
+    // both modes place the Rust latency tests (client + engine A on the first core, server
+    // + engine B on the second; a process's threads cannot be split the way `apart` places
+    // the write_bw client). `--pin none`: the scheduler places the four threads.
+    let cores = if o.pin != Pin::None {
+        [core_of(0), core_of(1)]
+    } else {
+        [None, None]
+    };
+    let ends = perftest::ends(net, o.net, cores);
+    if o.runs(perftest::WRITE_BW) {
+        for (i, w) in r.bw.iter_mut().enumerate() {
+            eprintln!("xwarp bench rdma: {} -R {} B", perftest::WRITE_BW, w.size);
+            let res = perftest::write_bw(
+                t,
+                &ends,
+                sweep_port(18600, i),
+                w.size,
+                DEPTH,
+                SIGNAL_EVERY,
+                o.duration,
+            )?;
+            w.ib_write_bw_gbps = res.avg_gbps;
+        }
+    }
+    if o.runs(perftest::SEND_LAT) {
+        eprintln!("xwarp bench rdma: {} -R {} B", perftest::SEND_LAT, o.small);
+        let l = perftest::send_lat(t, &ends, 18601, o.small, o.perftest_iters)?;
+        (r.ib_send_lat_us, r.ib_send_lat_avg_us, r.ib_send_lat_p99_us) =
+            (l.typical_us, l.avg_us, l.p99_us);
+    }
+    Ok(())
 }
 
 /// One round of every selected test on the pair: kernel TCP first (no XDP program attached
@@ -957,5 +1055,30 @@ mod tests {
         let o = parse(&a(&[])).unwrap().unwrap();
         assert_eq!(engine_spin(&o), SpinBudget::Yield(Duration::from_millis(2)));
         assert!(TESTS.iter().all(|t| o.runs(t)));
+        assert!(!o.asked_for("ib_write_bw"));
+        assert_eq!(o.perftest_iters, 5000);
+        assert!(parse(&a(&["--perftest-iters", "5"])).is_err());
+        assert!(parse(&a(&["--perftest-iters", "many"])).is_err());
+        let o = parse(&a(&[
+            "--only",
+            "ib_write_bw,write_bw",
+            "--perftest-iters",
+            "300",
+            "--preload",
+            "/x/p.so",
+            "--rdma-lib",
+            "/x/i.so",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(o.asked_for("ib_write_bw") && !o.runs("ib_send_lat") && !o.asked_for("write_lat"));
+        assert_eq!(o.perftest_iters, 300);
+        assert_eq!(
+            (o.preload.as_deref(), o.rdma_lib.as_deref()),
+            (
+                Some(std::path::Path::new("/x/p.so")),
+                Some(std::path::Path::new("/x/i.so"))
+            )
+        );
     }
 }

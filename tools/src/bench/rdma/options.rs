@@ -45,6 +45,12 @@ pub struct Options {
     pub plot: Option<std::path::PathBuf>,
     /// No per-second progress lines.
     pub quiet: bool,
+    /// `--preload` for the perftest rows' `xwarp run` (default: its own lookup).
+    pub preload: Option<std::path::PathBuf>,
+    /// `--rdma-lib` for the perftest rows' `xwarp run` (default: its own lookup).
+    pub rdma_lib: Option<std::path::PathBuf>,
+    /// Round trips of the `ib_send_lat` row (`-n`).
+    pub perftest_iters: u64,
 }
 
 /// Thread placement of `xwarp bench rdma` (see the module docs).
@@ -80,13 +86,15 @@ pub(super) const MAX_SIZES: usize = 16;
 pub(super) const MAX_MTU: usize = 60000;
 
 /// Test names for `--only`.
-pub(super) const TESTS: [&str; 6] = [
+pub(super) const TESTS: [&str; 8] = [
     "write_bw",
     "read_bw",
     "write_lat",
     "send_lat",
     "tcp",
     "ceiling",
+    "ib_write_bw",
+    "ib_send_lat",
 ];
 
 impl Options {
@@ -94,6 +102,14 @@ impl Options {
         self.only
             .as_ref()
             .is_none_or(|o| o.iter().any(|t| t == test))
+    }
+
+    /// True when `--only` names `test` (a test that cannot run is then an error, not a
+    /// skipped row).
+    pub(super) fn asked_for(&self, test: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|t| t == test))
     }
 }
 
@@ -114,6 +130,9 @@ impl Default for Options {
             json: None,
             plot: None,
             quiet: false,
+            preload: None,
+            rdma_lib: None,
+            perftest_iters: 5000,
         }
     }
 }
@@ -135,6 +154,8 @@ pub struct BwResults {
     pub read_bw_cpu_s_per_gb: f64,
     /// Process CPU seconds per GB moved by the kernel bulk transfer (both sockets).
     pub tcp_bulk_cpu_s_per_gb: f64,
+    /// perftest's `ib_write_bw -R` between two engines through the C ABI: its BW average.
+    pub ib_write_bw_gbps: f64,
 }
 
 impl BwResults {
@@ -148,6 +169,7 @@ impl BwResults {
             write_bw_cpu_s_per_gb: f64::NAN,
             read_bw_cpu_s_per_gb: f64::NAN,
             tcp_bulk_cpu_s_per_gb: f64::NAN,
+            ib_write_bw_gbps: f64::NAN,
         }
     }
 }
@@ -181,6 +203,14 @@ pub struct Results {
     /// Every round's bandwidth results (the spread behind the medians; empty for one round's
     /// own results).
     pub bw_rounds: Vec<Vec<BwResults>>,
+    /// perftest's `ib_send_lat -R` through the C ABI: typical (median) one-way time.
+    pub ib_send_lat_us: f64,
+    /// Its average one-way time.
+    pub ib_send_lat_avg_us: f64,
+    /// Its 99th percentile one-way time.
+    pub ib_send_lat_p99_us: f64,
+    /// Why the perftest rows did not run (perftest or the library missing), if so.
+    pub perftest_skipped: Option<String>,
 }
 
 impl Results {
@@ -198,6 +228,10 @@ impl Results {
             tcp_lat_samples: Vec::new(),
             tcp_lat_poll_samples: Vec::new(),
             bw_rounds: Vec::new(),
+            ib_send_lat_us: f64::NAN,
+            ib_send_lat_avg_us: f64::NAN,
+            ib_send_lat_p99_us: f64::NAN,
+            perftest_skipped: None,
         }
     }
 }
@@ -234,8 +268,10 @@ pub(super) struct Cli {
     /// that long, then sleep) or forever (default: yield2000).
     #[arg(long = "spin-us", value_name = "SPIN")]
     spin_us: Option<String>,
-    /// Run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling (comma
-    /// separated; the others report 0).
+    /// Run only these of write_bw,read_bw,write_lat,send_lat,tcp,ceiling,ib_write_bw,
+    /// ib_send_lat (comma separated; the others have no rows). ib_write_bw and ib_send_lat
+    /// are Debian's perftest programs under `xwarp run` (skipped with a note when perftest or
+    /// libxwarp_ibverbs.so is missing, unless named here).
     #[arg(long = "only", value_name = "TESTS")]
     only: Option<String>,
     /// IP MTU of the veth pair, for both the kernel and the engines (default 1500, at
@@ -268,6 +304,16 @@ pub(super) struct Cli {
     /// No per-second progress lines on stderr.
     #[arg(long)]
     quiet: bool,
+    /// The socket shim for the perftest rows' `xwarp run --preload` (default: its lookup).
+    #[arg(long = "preload", value_name = "PATH")]
+    preload: Option<String>,
+    /// libxwarp_ibverbs.so for the perftest rows' `xwarp run --rdma-lib` (default: its
+    /// lookup).
+    #[arg(long = "rdma-lib", value_name = "PATH")]
+    rdma_lib: Option<String>,
+    /// Round trips of the ib_send_lat row, perftest's -n (default 5000).
+    #[arg(long = "perftest-iters", value_name = "N")]
+    perftest_iters: Option<String>,
 }
 
 impl Cli {
@@ -287,6 +333,9 @@ impl Cli {
             ("--sizes", self.sizes),
             ("--json", self.json),
             ("--plot", self.plot),
+            ("--preload", self.preload),
+            ("--rdma-lib", self.rdma_lib),
+            ("--perftest-iters", self.perftest_iters),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v?)))
@@ -385,6 +434,14 @@ pub(super) fn check(c: Cli) -> Result<Options, String> {
                 }
             }
             "--json" => o.json = Some(v.into()),
+            "--preload" => o.preload = Some(v.into()),
+            "--rdma-lib" => o.rdma_lib = Some(v.into()),
+            "--perftest-iters" => {
+                o.perftest_iters = v.parse().map_err(|_| format!("bad --perftest-iters {v}"))?;
+                if !(10..=1_000_000).contains(&o.perftest_iters) {
+                    return Err(format!("--perftest-iters {v} out of range (10..=1000000)"));
+                }
+            }
             "--plot" => o.plot = Some(v.into()),
             "--only" => {
                 let list: Vec<String> = v.split(',').map(str::to_string).collect();

@@ -1,7 +1,7 @@
 //! `xwarp bench rdma` output: the median over the rounds, the results as [`Report`] rows
 //! (the `--json` schema) and the table printed from those rows.
 
-use super::options::{BwResults, Options, Results};
+use super::options::{BwResults, Options, Pin, Results};
 use super::{csum_name, spin_name, DEPTH};
 use crate::bench::report::{fmt_opt, fmt_ratio, Dist, Report, Row, Side, Unit};
 
@@ -39,6 +39,7 @@ pub(super) fn median(rounds: &[Results]) -> Results {
                 write_bw_cpu_s_per_gb: mb(|b| b.write_bw_cpu_s_per_gb),
                 read_bw_cpu_s_per_gb: mb(|b| b.read_bw_cpu_s_per_gb),
                 tcp_bulk_cpu_s_per_gb: mb(|b| b.tcp_bulk_cpu_s_per_gb),
+                ib_write_bw_gbps: mb(|b| b.ib_write_bw_gbps),
             }
         })
         .collect();
@@ -57,6 +58,10 @@ pub(super) fn median(rounds: &[Results]) -> Results {
         tcp_lat_samples: all(|r| &r.tcp_lat_samples),
         tcp_lat_poll_samples: all(|r| &r.tcp_lat_poll_samples),
         bw_rounds: rounds.iter().map(|r| r.bw.clone()).collect(),
+        ib_send_lat_us: m(|r| r.ib_send_lat_us),
+        ib_send_lat_avg_us: m(|r| r.ib_send_lat_avg_us),
+        ib_send_lat_p99_us: m(|r| r.ib_send_lat_p99_us),
+        perftest_skipped: rounds.iter().find_map(|r| r.perftest_skipped.clone()),
     }
 }
 
@@ -86,7 +91,7 @@ pub fn fill(rep: &mut Report, o: &Options, r: &Results) {
     type Of = fn(&BwResults) -> f64;
     for (i, b) in r.bw.iter().enumerate() {
         let rounds: Vec<&BwResults> = r.bw_rounds.iter().filter_map(|bw| bw.get(i)).collect();
-        let tests: [(&str, Side, Of, Of); 3] = [
+        let tests: [(&str, Side, Of, Of); 4] = [
             (
                 "tcp",
                 Side::Kernel,
@@ -104,6 +109,13 @@ pub fn fill(rep: &mut Report, o: &Options, r: &Results) {
                 Side::Xwarp,
                 |b| b.read_bw_gbps,
                 |b| b.read_bw_cpu_s_per_gb,
+            ),
+            // perftest's own report has no CPU time: no cpu row.
+            (
+                "ib_write_bw",
+                Side::Xwarp,
+                |b| b.ib_write_bw_gbps,
+                |_| f64::NAN,
             ),
         ];
         for (name, side, gbps, cpu) in tests {
@@ -161,10 +173,65 @@ pub fn fill(rep: &mut Report, o: &Options, r: &Results) {
             row
         });
     }
+    for (metric, v) in [
+        ("latency_p50", r.ib_send_lat_us),
+        ("latency_avg", r.ib_send_lat_avg_us),
+        ("latency_p99", r.ib_send_lat_p99_us),
+    ] {
+        let row = Row::new("pingpong", "ib_send_lat", Side::Xwarp, metric, Unit::Us, v)
+            .size(o.small)
+            .note(
+                "perftest ib_send_lat -R through libxwarp_ibverbs.so; latency_p50 is its t_typical",
+            );
+        rep.push(if metric == "latency_p50" {
+            row.against("tcp")
+        } else {
+            row
+        });
+    }
+    // What the C ABI costs against the Rust API, same run (issue 12's goals: at most 5%
+    // of the bandwidth at 64 KiB, at most 0.5 µs of latency at 64 B).
+    for b in &r.bw {
+        rep.push(
+            Row::new(
+                "c-abi",
+                "ib_write_bw/write_bw",
+                Side::Xwarp,
+                "bandwidth_ratio",
+                Unit::Ratio,
+                b.ib_write_bw_gbps / b.write_bw_gbps,
+            )
+            .size(b.size)
+            .note("perftest ib_write_bw -R over the Rust API's write_bw; goal >= 0.95 at 64 KiB"),
+        );
+    }
+    rep.push(
+        Row::new(
+            "c-abi",
+            "ib_send_lat-send_lat",
+            Side::Xwarp,
+            "latency_added_p50",
+            Unit::Us,
+            r.ib_send_lat_us - r.send_lat_us,
+        )
+        .size(o.small)
+        .note("perftest ib_send_lat -R t_typical minus the Rust API's send_lat p50; goal <= 0.5 us at 64 B"),
+    );
+    if let Some(why) = &r.perftest_skipped {
+        rep.config("perftest_skipped", why.clone());
+    } else {
+        rep.config("perftest_iters", o.perftest_iters);
+        rep.config(
+            "perftest_pin",
+            if o.pin == Pin::None { "none" } else { "sides" },
+        );
+        rep.config("perftest_mtu", o.mtu.min(9000));
+    }
     rep.notes = vec![
         "bulk: xwarp RDMA Write/Read (DEPTH outstanding, MPA CRC on) against kernel TCP bulk of the same message size; cpu: process CPU seconds per GB moved.".into(),
         "pingpong latency: one-way, half the round trip; kernel tcp: blocking reads; tcp-polled spins on non-blocking reads as the xwarp waiters poll (ratio_to_kernel is against tcp).".into(),
         "afxdp-ceiling: raw UDP frames between two AF_XDP sockets on this veth with one copy at each end and no TCP or RDMA, the most any engine on this path could move.".into(),
+        "ib_write_bw / ib_send_lat: Debian's perftest (-R, rdma_cm) as two processes under `xwarp run` (libxwarp_ibverbs.so, one engine each), ib_write_bw with -t 16 -Q 4 like write_bw, busy-polling; c-abi rows: those over the Rust API rows of the same run.".into(),
     ];
 }
 
@@ -250,6 +317,37 @@ pub fn table(o: &Options, rep: &Report) -> String {
     let kp = find("pingpong", "tcp-polled", "latency_p50", small).map(|r| r.value);
     let polled = w.zip(kp).filter(|(_, k)| *k > 0.0).map(|(w, k)| w / k);
     line("write_lat vs polled TCP".into(), w, kp, polled, "<= 0.5", 2);
+    for &size in &o.sizes {
+        let sz = Some(size as u64);
+        let x = find("bulk", "ib_write_bw", "bandwidth", sz);
+        line(
+            format!("ib_write_bw {} (Gb/s)", size_name(sz)),
+            x.map(|r| r.value),
+            find("bulk", "tcp", "bandwidth", sz).map(|r| r.value),
+            x.and_then(|r| r.ratio_to_kernel),
+            "",
+            2,
+        );
+    }
+    for (metric, label) in [
+        ("latency_p50", "typ"),
+        ("latency_avg", "avg"),
+        ("latency_p99", "p99"),
+    ] {
+        let x = find("pingpong", "ib_send_lat", metric, small);
+        if x.is_none() {
+            continue;
+        }
+        let k = (metric == "latency_p50").then_some(klat).flatten();
+        line(
+            format!("ib_send_lat {label} (µs, 1/2)"),
+            x.map(|r| r.value),
+            k,
+            x.and_then(|r| r.ratio_to_kernel),
+            "",
+            2,
+        );
+    }
     let c = find("bulk", "afxdp-ceiling", "bandwidth", None);
     line(
         "afxdp ceiling (Gb/s)".into(),
@@ -259,6 +357,31 @@ pub fn table(o: &Options, rep: &Report) -> String {
         "",
         2,
     );
+    let abi: Vec<&crate::bench::report::Row> =
+        rep.rows.iter().filter(|r| r.test == "c-abi").collect();
+    if !abi.is_empty() {
+        s += "C ABI (perftest) vs Rust API, same run                  value   target\n";
+        for r in abi {
+            let (label, target, v) = if r.metric == "bandwidth_ratio" {
+                let sz = size_name(r.size);
+                (
+                    format!("ib_write_bw / write_bw {sz}"),
+                    if r.size == Some(65536) { ">= 0.95" } else { "" },
+                    format!("{:.3}", r.value),
+                )
+            } else {
+                (
+                    format!("ib_send_lat - send_lat p50 {} (µs)", size_name(r.size)),
+                    if r.size == Some(64) { "<= 0.5" } else { "" },
+                    format!("{:+.2}", r.value),
+                )
+            };
+            s += &format!("{label:<52} {v:>8}   {target}\n");
+        }
+    }
+    if let Some(why) = rep.config.get("perftest_skipped").and_then(|v| v.as_str()) {
+        s += &format!("(perftest rows skipped: {why})\n");
+    }
     s += "(kernel TCP latency: blocking reads; the polled row spins on non-blocking reads,\n\
           \x20as the xwarp waiters poll; afxdp ceiling: raw UDP frames between two AF_XDP sockets\n\
           \x20on this veth with one copy at each end and no TCP or RDMA, the most any engine on\n\
@@ -283,6 +406,8 @@ mod tests {
         }
         r.ceiling_gbps = 10.0 * scale;
         (r.write_lat_us, r.tcp_lat_us, r.tcp_lat_poll_us) = (5.0, 20.0, 10.0);
+        r.bw[1].ib_write_bw_gbps = 1.5 * scale;
+        (r.ib_send_lat_us, r.ib_send_lat_avg_us, r.ib_send_lat_p99_us) = (6.25, 7.0, 9.0);
         r.write_lat_samples = vec![4.0, 5.0, 6.0];
         r.tcp_lat_samples = vec![20.0];
         r
@@ -324,6 +449,42 @@ mod tests {
             "{t}"
         );
         assert!(t.contains(" 0.25 ") && t.contains(" 0.50 "), "{t}");
+        // The perftest rows and what the C ABI costs against the Rust API.
+        let ib = w(65536);
+        assert_eq!(ib.name, "write_bw");
+        let c = rep.rows.iter().find(|r| r.name == "ib_write_bw").unwrap();
+        assert_eq!(
+            (c.value, c.ratio_to_kernel, c.size),
+            (3.0, Some(0.375), Some(65536))
+        );
+        let ratio = rep
+            .find("c-abi", "ib_write_bw/write_bw", "bandwidth_ratio")
+            .unwrap();
+        assert_eq!((ratio.value, ratio.size), (0.75, Some(65536)));
+        // No ib_write_bw at 4 KiB and no send_lat: no ratio rows for them.
+        assert_eq!(rep.rows.iter().filter(|r| r.test == "c-abi").count(), 1);
+        let mut with_send = m.clone();
+        with_send.send_lat_us = 6.0;
+        let mut rep2 = Report::new("rdma");
+        fill(&mut rep2, &o, &with_send);
+        let added = rep2.value("c-abi", "ib_send_lat-send_lat", "latency_added_p50");
+        assert_eq!(added, Some(0.25));
+        let t2 = table(&o, &rep2);
+        assert!(
+            t2.contains("ib_send_lat - send_lat p50 64 B (µs)") && t2.contains("+0.25"),
+            "{t2}"
+        );
+        let l = rep.find("pingpong", "ib_send_lat", "latency_p50").unwrap();
+        assert_eq!((l.value, l.kernel_row.as_deref()), (6.25, Some("tcp")));
+        assert_eq!(
+            rep.value("pingpong", "ib_send_lat", "latency_p99"),
+            Some(9.0)
+        );
+        assert!(
+            t.contains("ib_write_bw / write_bw 64 KiB") && t.contains(" 0.750 "),
+            "{t}"
+        );
+        assert!(t.contains("ib_send_lat p99 (µs, 1/2)"), "{t}");
         let back = Report::from_json(&rep.to_json()).unwrap();
         assert_eq!(back, rep);
     }
