@@ -752,6 +752,11 @@ impl Connection {
         }
     }
 
+    /// Turn Nagle's algorithm on or off (`TCP_NODELAY`).
+    pub fn set_nagle(&mut self, on: bool) {
+        self.cfg.nagle = on;
+    }
+
     /// Close the write side: a FIN follows the queued bytes (RFC 9293 §3.10.4). The owner
     /// must not queue more bytes after it.
     pub fn close(&mut self) {
