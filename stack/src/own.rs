@@ -415,6 +415,65 @@ impl OwnCore {
         }
     }
 
+    /// Telemetry records of up to `cap` connections (`xwarp stat`); returns how many
+    /// connections exist.
+    pub(crate) fn conn_records(
+        &self,
+        out: &mut Vec<xwarp_telemetry::ConnRecord>,
+        cap: usize,
+    ) -> usize {
+        let us = |d: smoltcp::time::Duration| d.total_micros();
+        for (&id, c) in &self.conns {
+            if out.len() >= cap {
+                break;
+            }
+            let i = c.tcp.info();
+            let (rx_ring, tx_ring, send_buffer, queued) = match &c.end {
+                End::App(a) => (
+                    Some((a.rx.buffer().capacity() - a.rx.slots()) as u64),
+                    Some(a.tx.slots() as u64),
+                    a.tx.buffer().capacity() as u64,
+                    a.tx.slots() as u64,
+                ),
+                End::Host(h) => (None, None, h.tx.len() as u64 + h.tx.free() as u64, h.tx.len()),
+                End::Half { .. } => (None, None, 0, 0),
+            };
+            out.push(xwarp_telemetry::ConnRecord {
+                id,
+                state: linux_state(i.state),
+                hosted: matches!(c.end, End::Host(_)),
+                local: Some(to_sock(c.key.0)),
+                remote: Some(to_sock(c.key.1)),
+                bytes_sent: i.bytes_sent,
+                bytes_acked: i.bytes_acked,
+                bytes_received: i.bytes_received,
+                send_queue: queued,
+                send_buffer,
+                recv_queue: i.ooo_bytes,
+                recv_buffer: c.window as u64,
+                rx_ring_used: rx_ring,
+                tx_ring_used: tx_ring,
+                retransmits: i.retransmits,
+                srtt_us: i.srtt.map(us),
+                rttvar_us: i.srtt.map(|_| us(i.rttvar)),
+                rto_us: Some(us(i.rto)),
+                cwnd: Some(u64::from(i.cwnd)),
+                mss: u64::from(i.snd_mss),
+            });
+        }
+        self.conns.len()
+    }
+
+    /// Hosted connections.
+    pub(crate) fn hosted(&self) -> usize {
+        self.hosted
+    }
+
+    /// Listeners (the application's and the host's).
+    pub(crate) fn listeners(&self) -> usize {
+        self.app_listeners.len() + self.host_listeners.len()
+    }
+
     /// Number of connections (any state, handshakes included).
     pub(crate) fn len(&self) -> usize {
         self.conns.len()

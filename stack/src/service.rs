@@ -166,15 +166,28 @@ impl TcpService {
             refused_limit: c.refused_limit,
             flows_evicted: c.flows_evicted,
             syn_received_expired: c.syn_received_expired,
-            sockets: self.table.socket_count() as u64,
+            sockets: self
+                .own
+                .as_ref()
+                .map_or(self.table.socket_count(), |o| o.len()) as u64,
             socket_buffer_bytes: self.table.buffer_bytes(),
-            connections: self.table.len_all() as u64,
-            hosted_connections: self.table.len(Kind::Hosted) as u64,
-            listeners: self.listeners.len() as u64,
+            connections: self.own.as_ref().map_or(self.table.len_all(), |o| o.len()) as u64,
+            hosted_connections: self
+                .own
+                .as_ref()
+                .map_or(self.table.len(Kind::Hosted), |o| o.hosted())
+                as u64,
+            listeners: self
+                .own
+                .as_ref()
+                .map_or(self.listeners.len(), |o| o.listeners()) as u64,
         });
         let cap = t.seg.capacity();
         t.conns.clear();
         let mut total = 0;
+        if let Some(own) = &self.own {
+            total = own.conn_records(&mut t.conns, cap.conns);
+        }
         for (id, conn, sock) in self.table.each() {
             total += 1;
             if t.conns.len() < cap.conns {
@@ -817,9 +830,10 @@ impl TcpService {
         self.iface = Some(iface);
         self.own = Some(own);
         self.next_deadline = next;
+        let publish_at = self.publish_telemetry(now, busy);
         PollOutcome {
             busy,
-            next_deadline: next,
+            next_deadline: [next, publish_at].into_iter().flatten().min(),
         }
     }
 
