@@ -435,7 +435,12 @@ impl OwnCore {
                     a.tx.buffer().capacity() as u64,
                     a.tx.slots() as u64,
                 ),
-                End::Host(h) => (None, None, h.tx.len() as u64 + h.tx.free() as u64, h.tx.len()),
+                End::Host(h) => (
+                    None,
+                    None,
+                    h.tx.len() as u64 + h.tx.free() as u64,
+                    h.tx.len(),
+                ),
                 End::Half { .. } => (None, None, 0, 0),
             };
             out.push(xwarp_telemetry::ConnRecord {
@@ -578,7 +583,7 @@ impl OwnCore {
         let remote_ep = IpEndpoint::new(remote.ip().into(), remote.port());
         let (rx, _) = buffer_sizes(config, options);
         let window = match &end {
-            End::App(_) => config.ring_size,
+            End::App(a) => a.rx.buffer().capacity(),
             _ => rx,
         };
         let cfg = self.conn_config(config, options, window);
@@ -875,16 +880,16 @@ impl OwnCore {
                     return Action::None;
                 }
                 let cid = env.ids.fetch_add(1, Ordering::Relaxed);
-                let window = if self.app_listeners.contains_key(&lid) {
-                    env.config.ring_size
-                } else {
-                    env.config.rx_buffer
-                };
                 let options = self
                     .app_listeners
                     .get(&lid)
                     .map(|a| a.shared.options)
                     .unwrap_or_default();
+                let window = if self.app_listeners.contains_key(&lid) {
+                    crate::socket::ring_sizes(env.config, &options).0
+                } else {
+                    env.config.rx_buffer
+                };
                 let cfg = self.conn_config(env.config, &options, window);
                 let iss = self.iss(f.local, f.remote, now);
                 let Ok(tcp) = Connection::accept_syn(cfg, f.local, f.remote, &f.repr, iss, t)
@@ -1105,8 +1110,9 @@ impl OwnCore {
             };
             shared.init_options(al.shared.options);
             shared.set_established(local, remote);
-            let (rx_prod, rx_cons) = rtrb::RingBuffer::new(env.config.ring_size);
-            let (tx_prod, tx_cons) = rtrb::RingBuffer::new(env.config.ring_size);
+            let (rx_ring, tx_ring) = crate::socket::ring_sizes(env.config, &al.shared.options);
+            let (rx_prod, rx_cons) = rtrb::RingBuffer::new(rx_ring);
+            let (tx_prod, tx_cons) = rtrb::RingBuffer::new(tx_ring);
             c.end = End::App(AppSide {
                 shared: shared.clone(),
                 rx: rx_prod,
