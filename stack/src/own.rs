@@ -112,7 +112,7 @@ struct OwnConn {
     /// The outcome was reported; the connection only waits for CLOSED to be removed.
     finished: bool,
     end: End,
-    /// Receive window offered while the end does not bound it (handshakes, discarding).
+    /// Most receive window offered: the receive buffer size (the rx ring holds more).
     window: usize,
     /// Serve it again on the next iteration (room appeared in a full rx ring).
     again: bool,
@@ -197,7 +197,8 @@ enum Sink<'a> {
     Hold(usize),
     /// Take and drop everything (the application closed its end).
     Discard(usize),
-    Ring(&'a mut rtrb::Producer<u8>, &'a mut usize),
+    /// The application's rx ring, offering at most the receive buffer's worth.
+    Ring(&'a mut rtrb::Producer<u8>, &'a mut usize, usize),
     Host {
         host: &'a mut dyn ProtocolHost,
         id: ProtoConnId,
@@ -211,7 +212,7 @@ impl RxSink for Sink<'_> {
     fn free(&self) -> usize {
         match self {
             Sink::Hold(w) | Sink::Discard(w) => *w,
-            Sink::Ring(rx, _) => rx.slots(),
+            Sink::Ring(rx, _, limit) => rx.slots().min(*limit),
             Sink::Host { window, .. } => *window,
         }
     }
@@ -220,7 +221,7 @@ impl RxSink for Sink<'_> {
         match self {
             Sink::Hold(_) => 0,
             Sink::Discard(_) => data.len(),
-            Sink::Ring(rx, pushed) => {
+            Sink::Ring(rx, pushed, _) => {
                 let (_, rest) = rx.push_partial_slice(data);
                 let n = data.len() - rest.len();
                 **pushed += n;
@@ -252,7 +253,7 @@ fn parts<'a>(
             let sink = if a.app_closed {
                 Sink::Discard(window)
             } else {
-                Sink::Ring(&mut a.rx, &mut a.pushed)
+                Sink::Ring(&mut a.rx, &mut a.pushed, window)
             };
             (&mut c.tcp, Box::new(AppTx(RefCell::new(&mut a.tx))), sink)
         }
@@ -353,7 +354,13 @@ pub(crate) struct OwnCore {
     caps: ChecksumCapabilities,
     mac: EthernetAddress,
     mtu: usize,
+    /// Source MAC of the last TCP frame from each peer address (a routed peer's frames
+    /// carry the gateway's): a new connection to a known peer needs no neighbour lookup.
+    neighbours: HashMap<IpAddress, EthernetAddress>,
 }
+
+/// Most peers whose MAC is remembered (the map is cleared when it is full).
+const NEIGHBOURS_MAX: usize = 4096;
 
 impl OwnCore {
     /// An empty core for `config`.
@@ -364,7 +371,7 @@ impl OwnCore {
                 Some(v),
                 Some(IpProtocol::Tcp),
                 raw::PacketBuffer::new(Vec::new(), Vec::new()),
-                raw::PacketBuffer::new(vec![raw::PacketMetadata::EMPTY; 64], vec![0; 64 * 1600]),
+                raw::PacketBuffer::new(vec![raw::PacketMetadata::EMPTY; 256], vec![0; 256 * 1600]),
             )
         };
         let raw4 = raw.add(mk(IpVersion::Ipv4));
@@ -391,6 +398,7 @@ impl OwnCore {
             caps: ChecksumCapabilities::default(),
             mac: EthernetAddress(config.mac),
             mtu: config.mtu,
+            neighbours: HashMap::new(),
         }
     }
 
@@ -583,7 +591,7 @@ impl OwnCore {
         let remote_ep = IpEndpoint::new(remote.ip().into(), remote.port());
         let (rx, _) = buffer_sizes(config, options);
         let window = match &end {
-            End::App(a) => a.rx.buffer().capacity(),
+            End::App(_) => rx,
             _ => rx,
         };
         let cfg = self.conn_config(config, options, window);
@@ -600,12 +608,13 @@ impl OwnCore {
             self.ports.release(port);
             return Err(SocketError::AddrInUse);
         }
+        let mac = self.neighbours.get(&remote_ep.addr).copied();
         self.insert(
             id,
             OwnConn {
                 tcp,
                 key,
-                mac: None,
+                mac,
                 port: Some(port),
                 connecting: Some(deadline),
                 close_deadline: None,
@@ -853,6 +862,12 @@ impl OwnCore {
         if !Self::is_ours(env.config, &f.local.addr) {
             return Action::None;
         }
+        if self.neighbours.get(&f.remote.addr) != Some(&f.src_mac) {
+            if self.neighbours.len() >= NEIGHBOURS_MAX {
+                self.neighbours.clear();
+            }
+            self.neighbours.insert(f.remote.addr, f.src_mac);
+        }
         let t = self.smol(now);
         if let Some(id) = self.demux.lookup(f.local, f.remote) {
             let Some(c) = self.conns.get_mut(&id) else {
@@ -886,7 +901,7 @@ impl OwnCore {
                     .map(|a| a.shared.options)
                     .unwrap_or_default();
                 let window = if self.app_listeners.contains_key(&lid) {
-                    crate::socket::ring_sizes(env.config, &options).0
+                    buffer_sizes(env.config, &options).0
                 } else {
                     env.config.rx_buffer
                 };
@@ -1067,6 +1082,9 @@ impl OwnCore {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
+        let t = smoltcp::time::Instant::from_micros(
+            now.saturating_duration_since(self.epoch).as_micros() as i64,
+        );
         let state = c.tcp.state();
         let moved = match &c.end {
             End::Half { listener } => {
@@ -1078,7 +1096,7 @@ impl OwnCore {
                     false
                 }
             }
-            End::App(_) => report_app(c, env, now),
+            End::App(_) => report_app(c, env, now, t),
             End::Host(_) => report_host(c, id, env, now),
         };
         if let Some(c) = self.conns.get_mut(&id) {
@@ -1349,6 +1367,8 @@ fn std_dur(d: smoltcp::time::Duration) -> Duration {
 fn tcp_info(tcp: &Connection, a: &AppSide, config: &StackConfig) -> TcpInfo {
     let i = tcp.info();
     let u32c = |v: u64| v.min(u32::MAX as u64) as u32;
+    // The socket buffers the application asked for (they are part of the rings here).
+    let (rx_buf, tx_buf) = buffer_sizes(config, &a.shared.options());
     let rcv_mss = ConnConfig {
         mtu: config.mtu.min(u16::MAX as usize) as u16,
         ..ConnConfig::default()
@@ -1363,13 +1383,13 @@ fn tcp_info(tcp: &Connection, a: &AppSide, config: &StackConfig) -> TcpInfo {
         rcv_mss: u32::from(rcv_mss),
         send_queue: u32c(a.tx.slots() as u64),
         recv_queue: u32c(i.ooo_bytes),
-        rcv_wnd: u32c(a.rx.slots() as u64),
+        rcv_wnd: u32c(a.rx.slots().min(rx_buf) as u64),
         bytes_sent: i.bytes_sent,
         bytes_acked: i.bytes_acked,
         bytes_received: i.bytes_received,
         retransmits: u32c(i.retransmits),
-        recv_buffer: u32c(a.rx.buffer().capacity() as u64),
-        send_buffer: u32c(a.tx.buffer().capacity() as u64),
+        recv_buffer: u32c(rx_buf as u64),
+        send_buffer: u32c(tx_buf as u64),
         rtos: u32c(i.rto_count),
         tlps: u32c(i.tlp_count),
         fast_recoveries: u32c(i.fast_recoveries),
@@ -1380,7 +1400,7 @@ fn tcp_info(tcp: &Connection, a: &AppSide, config: &StackConfig) -> TcpInfo {
 
 /// Report an application connection's progress to its shared state and take its
 /// requests (shutdown, close, options, `TCP_INFO`).
-fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant) -> bool {
+fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time::Instant) -> bool {
     let End::App(a) = &mut c.end else {
         return false;
     };
@@ -1390,6 +1410,16 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant) -> bool {
         if let Some(o) = a.shared.take_changed_options() {
             if let Some(nd) = o.nodelay {
                 c.tcp.set_nagle(!nd);
+            }
+            let d = |d: Duration| smoltcp::time::Duration::from_micros(d.as_micros() as u64);
+            match o.keepalive {
+                Some(k) => c
+                    .tcp
+                    .set_keepalive(Some(d(k.idle)), d(k.interval), k.count, t),
+                None => match env.config.tcp.keepalive {
+                    Some(k) => c.tcp.set_keepalive(Some(d(k)), d(k), 9, t),
+                    None => c.tcp.set_keepalive(None, d(Duration::from_secs(75)), 9, t),
+                },
             }
         }
         if a.shared.info_pending() {
