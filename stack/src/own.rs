@@ -782,6 +782,9 @@ impl OwnCore {
                     if let Err(e) =
                         self.open(env.config, id, remote, local_port, deadline, &o, end, now)
                     {
+                        if e == SocketError::NoBuffers {
+                            env.counters.refused_limit += 1;
+                        }
                         if let Some(h) = env.host() {
                             h.on_closed(id, now, Some(e));
                         }
@@ -1488,7 +1491,8 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time
         c.fin_queued = true;
         moved = true;
     }
-    if c.tcp.rx_eof() && !a.app_closed {
+    // After a RST the outcome below decides (a reset is no end of stream).
+    if c.tcp.rx_eof() && !a.app_closed && state != State::Closed {
         a.shared.set_rx_eof();
     }
     if c.fin_queued && matches!(state, State::FinWait2 | State::TimeWait) {
