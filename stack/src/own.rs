@@ -965,7 +965,11 @@ impl OwnCore {
         }
         let mut moved = self.report(env, id, now);
         moved |= self.transmit(env, dev, id, now);
-        moved |= self.report(env, id, now);
+        if self.report(env, id, now) {
+            // What the end asked for (a FIN, a RST, bytes from the host) leaves now.
+            moved = true;
+            self.transmit(env, dev, id, now);
+        }
         let Some(c) = self.conns.get(&id) else {
             return moved;
         };
