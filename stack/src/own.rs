@@ -414,6 +414,8 @@ impl OwnCore {
 
     /// What the core holds now.
     pub(crate) fn usage(&self) -> EngineUsage {
+        // Every connection is in the demultiplexer, under its own 4-tuple.
+        debug_assert_eq!(self.demux.len(), self.conns.len());
         EngineUsage {
             sockets: self.conns.len(),
             socket_buffer_bytes: 0,
