@@ -1643,3 +1643,74 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
     }
     moved
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_range_spans_both_slices() {
+        let (a, b) = (b"abcd".as_slice(), b"efgh".as_slice());
+        let mut d = [0u8; 5];
+        copy_range(a, b, 2, &mut d);
+        assert_eq!(&d, b"cdefg");
+        let mut d = [0u8; 2];
+        copy_range(a, b, 5, &mut d);
+        assert_eq!(&d, b"fg");
+        copy_range(a, b, 0, &mut d);
+        assert_eq!(&d, b"ab");
+    }
+
+    /// The tx ring as `TxSource`: bytes read at offsets from SND.UNA (across the ring's
+    /// wrap) stay in the ring until `release` consumes what was acknowledged.
+    #[test]
+    fn app_tx_reads_at_offsets_without_consuming_until_acknowledged() {
+        let (mut prod, mut cons) = rtrb::RingBuffer::<u8>::new(8);
+        let put = |p: &mut rtrb::Producer<u8>, d: &[u8]| {
+            for &x in d {
+                p.push(x).unwrap();
+            }
+        };
+        put(&mut prod, b"abcdef");
+        // Move the read position so the next bytes wrap.
+        cons.read_chunk(5).unwrap().commit_all();
+        put(&mut prod, b"ghijklm");
+        {
+            let tx = AppTx(RefCell::new(&mut cons));
+            assert_eq!(tx.len(), 8);
+            let mut d = [0u8; 8];
+            assert_eq!(tx.copy_at(0, &mut d), 8);
+            assert_eq!(&d, b"fghijklm");
+            assert_eq!(tx.copy_at(6, &mut d), 2);
+            assert_eq!(&d[..2], b"lm");
+            assert_eq!(tx.copy_at(8, &mut d), 0);
+            // Reading consumed nothing.
+            assert_eq!(tx.len(), 8);
+        }
+        let mut d = [0u8; 3];
+        assert_eq!(cons.read_chunk(3).map(|c| c.len()).unwrap(), 3);
+        let tx = AppTx(RefCell::new(&mut cons));
+        assert_eq!(tx.copy_at(0, &mut d), 3);
+        assert_eq!(&d, b"fgh");
+    }
+
+    /// The rx ring as `RxSink`: the window offered is the ring's room capped at the
+    /// receive buffer; a full ring takes a prefix, the rest stays with the connection.
+    #[test]
+    fn ring_sink_offers_at_most_the_receive_buffer_and_takes_a_prefix() {
+        let (mut prod, mut cons) = rtrb::RingBuffer::<u8>::new(10);
+        let mut pushed = 0;
+        let mut sink = Sink::Ring(&mut prod, &mut pushed, 4);
+        assert_eq!(sink.free(), 4);
+        assert_eq!(sink.deliver(b"0123456"), 7);
+        assert_eq!(sink.free(), 3);
+        assert_eq!(sink.deliver(b"789ab"), 3);
+        assert_eq!(sink.free(), 0);
+        assert_eq!(pushed, 10);
+        assert_eq!(cons.pop().unwrap(), b'0');
+        let mut d = Sink::Discard(16);
+        assert_eq!((d.free(), d.deliver(b"xyz")), (16, 3));
+        let mut h = Sink::Hold(16);
+        assert_eq!((h.free(), h.deliver(b"xyz")), (16, 0));
+    }
+}
