@@ -134,9 +134,7 @@ fn duplex(mut s: TcpStream, send_seed: u64, recv_seed: u64, total: u64) -> (Dupl
     });
     let got = recv_stream(&mut r, recv_seed, true).expect("recv");
     let (sent, w) = writer.join().unwrap();
-    let s = xwarp::net::reunite(r, w)
-        .ok()
-        .expect("halves of one stream");
+    let s = xwarp::net::reunite(r, w).expect("halves of one stream");
     let info = s.tcp_info().unwrap();
     ((sent, got, info), s)
 }

@@ -445,12 +445,7 @@ impl OwnCore {
                     a.tx.buffer().capacity() as u64,
                     a.tx.slots() as u64,
                 ),
-                End::Host(h) => (
-                    None,
-                    None,
-                    h.tx.len() as u64 + h.tx.free() as u64,
-                    h.tx.len(),
-                ),
+                End::Host(h) => (None, None, h.tx.len() + h.tx.free() as u64, h.tx.len()),
                 End::Half { .. } => (None, None, 0, 0),
             };
             out.push(xwarp_telemetry::ConnRecord {
