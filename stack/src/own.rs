@@ -138,18 +138,6 @@ struct HostListener {
     port: u16,
 }
 
-/// An empty send queue (handshakes, finished connections).
-struct NoTx;
-
-impl TxSource for NoTx {
-    fn len(&self) -> u64 {
-        0
-    }
-    fn copy_at(&self, _offset: u64, _dst: &mut [u8]) -> usize {
-        0
-    }
-}
-
 /// The application's tx ring as the connection's `TxSource`: offset 0 is SND.UNA (the
 /// ring's read position); bytes are read without being consumed.
 struct AppTx<'a>(RefCell<&'a mut rtrb::Consumer<u8>>);
@@ -245,17 +233,17 @@ fn parts<'a>(
     id: u64,
     now: Instant,
     got: &'a mut u64,
-) -> (&'a mut Connection, Box<dyn TxSource + 'a>, Sink<'a>) {
+) -> (&'a mut Connection, Tx<'a>, Sink<'a>) {
     let window = c.window;
     match &mut c.end {
-        End::Half { .. } => (&mut c.tcp, Box::new(NoTx), Sink::Hold(window)),
+        End::Half { .. } => (&mut c.tcp, Tx::None, Sink::Hold(window)),
         End::App(a) => {
             let sink = if a.app_closed {
                 Sink::Discard(window)
             } else {
                 Sink::Ring(&mut a.rx, &mut a.pushed, window)
             };
-            (&mut c.tcp, Box::new(AppTx(RefCell::new(&mut a.tx))), sink)
+            (&mut c.tcp, Tx::App(AppTx(RefCell::new(&mut a.tx))), sink)
         }
         End::Host(h) => {
             let sink = match host {
@@ -268,32 +256,39 @@ fn parts<'a>(
                 },
                 _ => Sink::Hold(window),
             };
-            (&mut c.tcp, Box::new(&h.tx), sink)
+            (&mut c.tcp, Tx::Host(&h.tx), sink)
         }
     }
 }
 
-impl TxSource for &RingTx {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn copy_at(&self, offset: u64, dst: &mut [u8]) -> usize {
-        (**self).copy_at(offset, dst)
-    }
-    fn next_boundary(&self, offset: u64) -> Option<u64> {
-        (**self).next_boundary(offset)
-    }
+/// The send queue of one connection for one call (no allocation per segment).
+enum Tx<'a> {
+    /// Nothing to send (handshakes, RSTs the engine sends itself).
+    None,
+    App(AppTx<'a>),
+    Host(&'a RingTx),
 }
 
-impl TxSource for Box<dyn TxSource + '_> {
+impl TxSource for Tx<'_> {
     fn len(&self) -> u64 {
-        (**self).len()
+        match self {
+            Tx::None => 0,
+            Tx::App(a) => a.len(),
+            Tx::Host(r) => r.len(),
+        }
     }
     fn copy_at(&self, offset: u64, dst: &mut [u8]) -> usize {
-        (**self).copy_at(offset, dst)
+        match self {
+            Tx::None => 0,
+            Tx::App(a) => a.copy_at(offset, dst),
+            Tx::Host(r) => r.copy_at(offset, dst),
+        }
     }
     fn next_boundary(&self, offset: u64) -> Option<u64> {
-        (**self).next_boundary(offset)
+        match self {
+            Tx::Host(r) => r.next_boundary(offset),
+            _ => None,
+        }
     }
 }
 
@@ -454,7 +449,8 @@ impl OwnCore {
                 hosted: matches!(c.end, End::Host(_)),
                 local: Some(to_sock(c.key.0)),
                 remote: Some(to_sock(c.key.1)),
-                bytes_sent: i.bytes_sent,
+                // Handed to TCP (as under smoltcp): acknowledged plus still queued.
+                bytes_sent: i.bytes_acked + queued,
                 bytes_acked: i.bytes_acked,
                 bytes_received: i.bytes_received,
                 send_queue: queued,
@@ -1227,7 +1223,16 @@ impl OwnCore {
                         let len = frames::frame_len(&seg, &local);
                         let (mtu, src) = (self.mtu, self.mac);
                         let _ = tok.consume(len, |buf| {
-                            frames::write_segment(buf, mtu, src, mac, local, remote, &seg, &NoTx)
+                            frames::write_segment(
+                                buf,
+                                mtu,
+                                src,
+                                mac,
+                                local,
+                                remote,
+                                &seg,
+                                &Tx::None,
+                            )
                         });
                     }
                 }
@@ -1388,7 +1393,8 @@ fn tcp_info(tcp: &Connection, a: &AppSide, config: &StackConfig) -> TcpInfo {
         send_queue: u32c(a.tx.slots() as u64),
         recv_queue: u32c(i.ooo_bytes),
         rcv_wnd: u32c(a.rx.slots().min(rx_buf) as u64),
-        bytes_sent: i.bytes_sent,
+        // Handed to TCP (as under smoltcp): acknowledged plus still in the tx ring.
+        bytes_sent: i.bytes_acked + a.tx.slots() as u64,
         bytes_acked: i.bytes_acked,
         bytes_received: i.bytes_received,
         retransmits: u32c(i.retransmits),
