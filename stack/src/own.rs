@@ -116,6 +116,9 @@ struct OwnConn {
     window: usize,
     /// Serve it again on the next iteration (room appeared in a full rx ring).
     again: bool,
+    /// Buffer bytes it holds (rings, the host's send queue; reserved at the SYN for a
+    /// passive open), counted against `socket_buffer_budget`.
+    bytes: u64,
 }
 
 /// An application listener's engine side.
@@ -352,6 +355,8 @@ pub(crate) struct OwnCore {
     /// Source MAC of the last TCP frame from each peer address (a routed peer's frames
     /// carry the gateway's): a new connection to a known peer needs no neighbour lookup.
     neighbours: HashMap<IpAddress, EthernetAddress>,
+    /// Sum of the connections' `bytes`.
+    buffer_bytes: u64,
 }
 
 /// Most peers whose MAC is remembered (the map is cleared when it is full).
@@ -394,6 +399,7 @@ impl OwnCore {
             mac: EthernetAddress(config.mac),
             mtu: config.mtu,
             neighbours: HashMap::new(),
+            buffer_bytes: 0,
         }
     }
 
@@ -413,7 +419,7 @@ impl OwnCore {
         debug_assert_eq!(self.demux.len(), self.conns.len());
         EngineUsage {
             sockets: self.conns.len(),
-            socket_buffer_bytes: 0,
+            socket_buffer_bytes: self.buffer_bytes,
             connections: self.conns.len(),
             half_open: self.listeners.half_open(),
             tracked_flows: 0,
@@ -546,7 +552,15 @@ impl OwnCore {
         }
     }
 
+    /// Whether one more connection holding `bytes` of buffers fits `max_sockets` and
+    /// `socket_buffer_budget`.
+    fn room_for(&self, config: &StackConfig, bytes: u64) -> bool {
+        self.conns.len() < config.max_sockets
+            && self.buffer_bytes.saturating_add(bytes) <= config.socket_buffer_budget
+    }
+
     fn insert(&mut self, id: u64, c: OwnConn) {
+        self.buffer_bytes += c.bytes;
         if matches!(c.end, End::Host(_)) {
             self.hosted += 1;
         }
@@ -572,7 +586,15 @@ impl OwnCore {
         let Some(laddr) = Self::local_addr(config, remote.ip()) else {
             return Err(SocketError::InvalidAddress);
         };
-        if self.conns.len() >= config.max_sockets {
+        let bytes = match &end {
+            // The socket-buffer part of the rings (`socket::ring_sizes`); the `ring_size`
+            // part is bounded through `max_sockets`, as under smoltcp.
+            End::App(a) => (a.rx.buffer().capacity() + a.tx.buffer().capacity())
+                .saturating_sub(2 * config.ring_size) as u64,
+            End::Host(h) => h.tx.len() + (h.tx.free() + config.rx_buffer) as u64,
+            End::Half { .. } => 0,
+        };
+        if !self.room_for(config, bytes) {
             return Err(SocketError::NoBuffers);
         }
         let port = match local_port {
@@ -583,10 +605,7 @@ impl OwnCore {
         let local = IpEndpoint::new(laddr, port);
         let remote_ep = IpEndpoint::new(remote.ip().into(), remote.port());
         let (rx, _) = buffer_sizes(config, options);
-        let window = match &end {
-            End::App(_) => rx,
-            _ => rx,
-        };
+        let window = rx;
         let cfg = self.conn_config(config, options, window);
         let iss = self.iss(local, remote_ep, now);
         let tcp = match Connection::connect(cfg, local, remote_ep, iss, self.smol(now)) {
@@ -616,6 +635,7 @@ impl OwnCore {
                 end,
                 window,
                 again: false,
+                bytes,
             },
         );
         self.dirty.push(id);
@@ -886,16 +906,23 @@ impl OwnCore {
         if syn {
             if let Some(l) = self.listeners.find_mut(f.local) {
                 let lid = l.id;
-                if l.admit().is_err() || self.conns.len() >= env.config.max_sockets {
-                    env.counters.syn_dropped_backlog += 1;
-                    return Action::None;
-                }
-                let cid = env.ids.fetch_add(1, Ordering::Relaxed);
                 let options = self
                     .app_listeners
                     .get(&lid)
                     .map(|a| a.shared.options)
                     .unwrap_or_default();
+                // The buffers the connection will hold once established, reserved now.
+                let bytes = if self.app_listeners.contains_key(&lid) {
+                    let (r, t) = buffer_sizes(env.config, &options);
+                    (r + t) as u64
+                } else {
+                    (env.config.rx_buffer + env.config.tx_buffer) as u64
+                };
+                if l.admit().is_err() || !self.room_for(env.config, bytes) {
+                    env.counters.syn_dropped_backlog += 1;
+                    return Action::None;
+                }
+                let cid = env.ids.fetch_add(1, Ordering::Relaxed);
                 let window = if self.app_listeners.contains_key(&lid) {
                     buffer_sizes(env.config, &options).0
                 } else {
@@ -928,6 +955,7 @@ impl OwnCore {
                         end: End::Half { listener: lid },
                         window,
                         again: false,
+                        bytes,
                     },
                 );
                 return Action::Drive(cid);
@@ -988,6 +1016,7 @@ impl OwnCore {
         let Some(c) = self.conns.remove(&id) else {
             return;
         };
+        self.buffer_bytes = self.buffer_bytes.saturating_sub(c.bytes);
         if matches!(c.end, End::Host(_)) {
             self.hosted -= 1;
         }

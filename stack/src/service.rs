@@ -170,7 +170,10 @@ impl TcpService {
                 .own
                 .as_ref()
                 .map_or(self.table.socket_count(), |o| o.len()) as u64,
-            socket_buffer_bytes: self.table.buffer_bytes(),
+            socket_buffer_bytes: self
+                .own
+                .as_ref()
+                .map_or(self.table.buffer_bytes(), |o| o.usage().socket_buffer_bytes),
             connections: self.own.as_ref().map_or(self.table.len_all(), |o| o.len()) as u64,
             hosted_connections: self
                 .own
