@@ -122,21 +122,49 @@ fn lossy_duplicating_reordering_corrupting_wire_delivers_exact_bytes() {
 /// and its `TCP_INFO` at the end.
 type Duplex = ((u64, u64), (u64, u64), xwarp::net::TcpInfo);
 
-/// Send stream `send_seed` and receive stream `recv_seed` on ONE connection at once.
-fn duplex(mut s: TcpStream, send_seed: u64, recv_seed: u64, total: u64) -> (Duplex, TcpStream) {
-    s.set_read_timeout(Some(STALL)).unwrap();
-    s.set_write_timeout(Some(STALL)).unwrap();
+/// Read exactly `total` bytes of stream `seed`, checking every byte; returns (len, hash).
+fn recv_exact(r: &mut impl Read, seed: u64, total: u64) -> (u64, u64) {
+    let mut h = net_common::StreamHash::default();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut expect = vec![0u8; 64 << 10];
+    while h.len < total {
+        let want = buf.len().min((total - h.len) as usize);
+        let n = r.read(&mut buf[..want]).expect("recv");
+        assert!(n > 0, "end of stream after {} of {total} bytes", h.len);
+        net_common::fill(seed, h.len, &mut expect[..n]);
+        assert!(
+            buf[..n] == expect[..n],
+            "stream {seed} differs at {}",
+            h.len
+        );
+        h.update(&buf[..n]);
+    }
+    h.finish()
+}
+
+/// Send stream `send_seed` and receive stream `recv_seed` on ONE connection at once;
+/// once both ends have everything (`both`), read `TCP_INFO` while the connection is still
+/// open (a closed connection has left the engine), then close.
+fn duplex(
+    s: TcpStream,
+    send_seed: u64,
+    recv_seed: u64,
+    total: u64,
+    both: &std::sync::Barrier,
+) -> Duplex {
     let (mut r, mut w) = s.into_split().unwrap();
     let writer = std::thread::spawn(move || {
         let h = send_stream(&mut w, send_seed, total, 64 << 10).expect("send");
-        w.shutdown().unwrap();
         (h, w)
     });
-    let got = recv_stream(&mut r, recv_seed, true).expect("recv");
+    let got = recv_exact(&mut r, recv_seed, total);
     let (sent, w) = writer.join().unwrap();
     let s = xwarp::net::reunite(r, w).expect("halves of one stream");
+    both.wait();
     let info = s.tcp_info().unwrap();
-    ((sent, got, info), s)
+    both.wait();
+    drop(s);
+    (sent, got, info)
 }
 
 /// Issue 13 on the own TCP core: ONE connection carrying `total` bytes each way at once
@@ -157,13 +185,19 @@ fn own_core_duplex_over(drop: f64, dup: f64, total: u64, seed: u64) -> (Duplex, 
     let (a, b) = vwire_pair_with(cfg).unwrap();
     let listener = TcpListener::bind(b.stack(), addr(2, 9100)).unwrap();
     let t = Instant::now();
+    let both = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let both2 = both.clone();
     let server = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
-        duplex(s, 2, 1, total)
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(STALL)).unwrap();
+        s.set_write_timeout(Some(STALL)).unwrap();
+        duplex(s, 2, 1, total, &both2)
     });
-    let c = TcpStream::connect(a.stack(), addr(2, 9100)).unwrap();
-    let (ra, _ca) = duplex(c, 1, 2, total);
-    let (rb, _sb) = server.join().unwrap();
+    let mut c = TcpStream::connect(a.stack(), addr(2, 9100)).unwrap();
+    c.set_read_timeout(Some(STALL)).unwrap();
+    c.set_write_timeout(Some(STALL)).unwrap();
+    let ra = duplex(c, 1, 2, total, &both);
+    let rb = server.join().unwrap();
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(ra.0, rb.1, "a->b stream differs (len, hash)");
     assert_eq!(rb.0, ra.1, "b->a stream differs (len, hash)");
