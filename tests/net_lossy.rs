@@ -117,3 +117,152 @@ fn lossy_duplicating_reordering_corrupting_wire_delivers_exact_bytes() {
         assert!(f.dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0);
     }
 }
+
+/// What one end of a full-duplex transfer saw: (len, hash) sent, (len, hash) received,
+/// and its `TCP_INFO` at the end.
+type Duplex = ((u64, u64), (u64, u64), xwarp::net::TcpInfo);
+
+/// Read exactly `total` bytes of stream `seed`, checking every byte; returns (len, hash).
+fn recv_exact(r: &mut impl Read, seed: u64, total: u64) -> (u64, u64) {
+    let mut h = net_common::StreamHash::default();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut expect = vec![0u8; 64 << 10];
+    while h.len < total {
+        let want = buf.len().min((total - h.len) as usize);
+        let n = r.read(&mut buf[..want]).expect("recv");
+        assert!(n > 0, "end of stream after {} of {total} bytes", h.len);
+        net_common::fill(seed, h.len, &mut expect[..n]);
+        assert!(
+            buf[..n] == expect[..n],
+            "stream {seed} differs at {}",
+            h.len
+        );
+        h.update(&buf[..n]);
+    }
+    h.finish()
+}
+
+/// Send stream `send_seed` and receive stream `recv_seed` on ONE connection at once;
+/// once both ends have everything (`both`), read `TCP_INFO` while the connection is still
+/// open (a closed connection has left the engine), then close.
+fn duplex(
+    s: TcpStream,
+    send_seed: u64,
+    recv_seed: u64,
+    total: u64,
+    both: &std::sync::Barrier,
+) -> Duplex {
+    let (mut r, mut w) = s.into_split().unwrap();
+    let writer = std::thread::spawn(move || {
+        let h = send_stream(&mut w, send_seed, total, 64 << 10).expect("send");
+        (h, w)
+    });
+    let got = recv_exact(&mut r, recv_seed, total);
+    let (sent, w) = writer.join().unwrap();
+    let s = xwarp::net::reunite(r, w).expect("halves of one stream");
+    both.wait();
+    let info = s.tcp_info().unwrap();
+    both.wait();
+    drop(s);
+    (sent, got, info)
+}
+
+/// Issue 13 on the own TCP core: ONE connection carrying `total` bytes each way at once
+/// over the virtual wire with `drop` loss plus duplication and reordering; both streams
+/// byte-exact. Returns both ends' reports and the time taken.
+fn own_core_duplex_over(drop: f64, dup: f64, total: u64, seed: u64) -> (Duplex, Duplex, f64) {
+    let link = LinkConfig {
+        drop,
+        duplicate: dup,
+        reorder: dup,
+        reorder_delay: Duration::from_micros(200),
+        ..LinkConfig::seeded(seed)
+    };
+    let mut cfg = pair_config(|c| {
+        c.tcp_core = xwarp::stack::TcpCore::Own;
+    });
+    cfg.wire = WireConfig::symmetric(1500, link);
+    let (a, b) = vwire_pair_with(cfg).unwrap();
+    let listener = TcpListener::bind(b.stack(), addr(2, 9100)).unwrap();
+    let t = Instant::now();
+    let both = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let both2 = both.clone();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(STALL)).unwrap();
+        s.set_write_timeout(Some(STALL)).unwrap();
+        duplex(s, 2, 1, total, &both2)
+    });
+    let mut c = TcpStream::connect(a.stack(), addr(2, 9100)).unwrap();
+    c.set_read_timeout(Some(STALL)).unwrap();
+    c.set_write_timeout(Some(STALL)).unwrap();
+    let ra = duplex(c, 1, 2, total, &both);
+    let rb = server.join().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(ra.0, rb.1, "a->b stream differs (len, hash)");
+    assert_eq!(rb.0, ra.1, "b->a stream differs (len, hash)");
+    assert_eq!(ra.0 .0, total);
+    let (fa, fb) = (
+        a.stop().unwrap().backend.tx_faults(),
+        b.stop().unwrap().backend.tx_faults(),
+    );
+    for f in [&fa, &fb] {
+        assert!(f.dropped > 0, "the wire dropped nothing: {f:?}");
+    }
+    eprintln!(
+        "own core, one connection, {:.0}% loss: {} MiB each way in {secs:.2} s ({:.0} Mbit/s \
+         per direction); a: retransmits {} RTOs {} TLPs {} fast recoveries {} DSACKs {}; \
+         b: retransmits {} RTOs {} TLPs {} fast recoveries {} DSACKs {}; faults a->b \
+         {fa:?}; b->a {fb:?}",
+        drop * 100.0,
+        total >> 20,
+        total as f64 * 8.0 / secs / 1e6,
+        ra.2.retransmits,
+        ra.2.rtos,
+        ra.2.tlps,
+        ra.2.fast_recoveries,
+        ra.2.dsacks,
+        rb.2.retransmits,
+        rb.2.rtos,
+        rb.2.tlps,
+        rb.2.fast_recoveries,
+        rb.2.dsacks,
+    );
+    (ra, rb, secs)
+}
+
+/// Bytes per direction of the own-core tests: `XWARP_LOSSY_OWN_BYTES` (default 16 MiB).
+fn own_bytes() -> u64 {
+    std::env::var("XWARP_LOSSY_OWN_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16 << 20)
+}
+
+/// 1% loss, 1% duplication, 1% reordering, one full-duplex connection: every loss is
+/// repaired without a retransmission timeout (SACK, RACK-TLP), both ends.
+#[test]
+fn own_core_one_duplex_connection_at_1pct_loss_is_exact_with_no_rto() {
+    let (a, b, _) = own_core_duplex_over(0.01, 0.01, own_bytes(), 0x13_01);
+    assert!(
+        a.2.retransmits > 0 && b.2.retransmits > 0,
+        "losses were repaired"
+    );
+    assert_eq!(
+        (a.2.rtos, b.2.rtos),
+        (0, 0),
+        "RTOs at 1% loss: a {:?} b {:?}",
+        a.2,
+        b.2
+    );
+}
+
+/// 5% loss, 2% duplication, 2% reordering, one full-duplex connection: byte-exact.
+#[test]
+fn own_core_one_duplex_connection_at_5pct_loss_is_exact() {
+    let (a, b, _) = own_core_duplex_over(0.05, 0.02, own_bytes() / 2, 0x13_05);
+    assert!(
+        a.2.retransmits > 0 && b.2.retransmits > 0,
+        "losses were repaired"
+    );
+}

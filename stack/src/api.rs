@@ -131,8 +131,9 @@ impl StackHandle {
         let options = *options;
         engine_shared.update_options(|o| *o = options);
         let shared = Arc::new(engine_shared.app_handle());
-        let (rx_prod, rx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
-        let (tx_prod, tx_cons) = rtrb::RingBuffer::new(self.config.ring_size);
+        let (rx_ring, tx_ring) = crate::socket::ring_sizes(&self.config, &options);
+        let (rx_prod, rx_cons) = rtrb::RingBuffer::new(rx_ring);
+        let (tx_prod, tx_cons) = rtrb::RingBuffer::new(tx_ring);
         let deadline = Instant::now() + timeout.unwrap_or(self.config.connect_timeout);
         self.send(Command::Connect {
             shared: Arc::new(engine_shared),

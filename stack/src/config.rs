@@ -20,9 +20,9 @@ pub enum Congestion {
 pub enum TcpCore {
     /// smoltcp's `tcp::Socket` in a `SocketSet`, with the workarounds of `rescue.rs`.
     Smoltcp,
-    /// The crate's own sans-IO connection (`tcp::conn`). **Not wired into `TcpService`
-    /// yet**: selecting it logs a warning once and the engine runs [`TcpCore::Smoltcp`]
-    /// (the engine-side parts exist in `engine/`, see the crate README).
+    /// The crate's own sans-IO connection (`tcp::conn`) for every connection, smoltcp's
+    /// `Interface` only for ARP/NDP/ICMP (`own.rs`; opt-in, see the crate README, "Own
+    /// TCP core: engine side").
     Own,
 }
 

@@ -686,6 +686,7 @@ fn tcp_info(s: &tcp::Socket<'static>, c: &ConnTcp, a: &AppEnd, config: &StackCon
         retransmits: x.rescues,
         recv_buffer: u32c(x.buffers.0),
         send_buffer: u32c(x.buffers.1),
+        ..TcpInfo::default()
     }
 }
 

@@ -18,6 +18,7 @@ mod conn;
 mod device;
 mod engine;
 mod hosted;
+mod own;
 mod ports;
 pub mod proto;
 mod rescue;

@@ -87,6 +87,9 @@ pub struct TcpService {
     capture: Option<Capture>,
     /// Where `xwarp stat` reads the counters and tables, if published.
     telemetry: Option<Telemetry>,
+    /// `TcpCore::Own`: the own TCP core runs the connections (`own.rs`); the smoltcp
+    /// socket set, listener pools and rescue stay empty.
+    own: Option<crate::own::OwnCore>,
 }
 
 impl std::fmt::Debug for TcpService {
@@ -106,18 +109,14 @@ impl TcpService {
         next_id: Arc<AtomicU64>,
         stats: Arc<StatsCell>,
     ) -> TcpService {
-        if config.tcp_core == crate::config::TcpCore::Own {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                log::warn!(
-                    "tcp_core Own is not wired into the engine yet: running smoltcp's socket"
-                )
-            });
-        }
+        let epoch = Instant::now();
+        let own = (config.tcp_core == crate::config::TcpCore::Own)
+            .then(|| crate::own::OwnCore::new(&config, epoch));
         TcpService {
+            own,
             table: ConnTable::new(Ports::new(config.ephemeral_ports.clone())),
             config,
-            epoch: Instant::now(),
+            epoch,
             cmds,
             next_id,
             iface: None,
@@ -167,15 +166,31 @@ impl TcpService {
             refused_limit: c.refused_limit,
             flows_evicted: c.flows_evicted,
             syn_received_expired: c.syn_received_expired,
-            sockets: self.table.socket_count() as u64,
-            socket_buffer_bytes: self.table.buffer_bytes(),
-            connections: self.table.len_all() as u64,
-            hosted_connections: self.table.len(Kind::Hosted) as u64,
-            listeners: self.listeners.len() as u64,
+            sockets: self
+                .own
+                .as_ref()
+                .map_or(self.table.socket_count(), |o| o.len()) as u64,
+            socket_buffer_bytes: self
+                .own
+                .as_ref()
+                .map_or(self.table.buffer_bytes(), |o| o.usage().socket_buffer_bytes),
+            connections: self.own.as_ref().map_or(self.table.len_all(), |o| o.len()) as u64,
+            hosted_connections: self
+                .own
+                .as_ref()
+                .map_or(self.table.len(Kind::Hosted), |o| o.hosted())
+                as u64,
+            listeners: self
+                .own
+                .as_ref()
+                .map_or(self.listeners.len(), |o| o.listeners()) as u64,
         });
         let cap = t.seg.capacity();
         t.conns.clear();
         let mut total = 0;
+        if let Some(own) = &self.own {
+            total = own.conn_records(&mut t.conns, cap.conns);
+        }
         for (id, conn, sock) in self.table.each() {
             total += 1;
             if t.conns.len() < cap.conns {
@@ -194,11 +209,17 @@ impl TcpService {
 
     /// Number of smoltcp sockets alive (connections, TIME-WAIT, armed listeners).
     pub fn socket_count(&self) -> usize {
+        if let Some(own) = &self.own {
+            return own.len();
+        }
         self.table.sockets.iter().count()
     }
 
     /// What the engine holds right now, against the limits of [`StackConfig`].
     pub fn usage(&self) -> EngineUsage {
+        if let Some(own) = &self.own {
+            return own.usage();
+        }
         // The limit checks use the table's running count: it must match the socket set.
         debug_assert_eq!(self.table.socket_count(), self.socket_count());
         let half_open = self
@@ -774,7 +795,55 @@ impl TcpService {
         self.capture.as_ref()
     }
 
+    /// One iteration of the own TCP core (`own.rs`).
+    fn poll_own<B: Backend>(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
+        let Some(mut own) = self.own.take() else {
+            return PollOutcome {
+                busy: false,
+                next_deadline: None,
+            };
+        };
+        let _ = backend.poll_rx();
+        let max_frame = self.config.mtu + ETHERNET_HEADER_LEN;
+        let mut iface = match self.iface.take() {
+            Some(i) => i,
+            None => {
+                let mut dev = CappedDevice {
+                    inner: &mut *backend,
+                    max_frame,
+                };
+                self.make_iface(&mut dev, now)
+            }
+        };
+        let mut busy = false;
+        let mut env = crate::own::Env {
+            config: &self.config,
+            counters: &mut self.counters,
+            host: self.proto.as_mut().map(|p| p.host_mut()),
+            ids: &self.next_id,
+        };
+        while let Ok(cmd) = self.cmds.try_recv() {
+            busy = true;
+            own.command(&mut env, cmd, now);
+        }
+        let (moved, next) = own.poll(&mut env, &mut iface, backend, now, max_frame);
+        busy |= moved;
+        let _ = backend.flush();
+        self.stats.store(&self.counters);
+        self.iface = Some(iface);
+        self.own = Some(own);
+        self.next_deadline = next;
+        let publish_at = self.publish_telemetry(now, busy);
+        PollOutcome {
+            busy,
+            next_deadline: [next, publish_at].into_iter().flatten().min(),
+        }
+    }
+
     fn poll_backend<B: Backend>(&mut self, backend: &mut B, now: Instant) -> PollOutcome {
+        if self.own.is_some() {
+            return self.poll_own(backend, now);
+        }
         let t = self.smol_now(now);
         let mut busy = false;
         let _ = backend.poll_rx();

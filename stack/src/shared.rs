@@ -279,6 +279,16 @@ pub struct TcpInfo {
     pub recv_buffer: u32,
     /// The TCP send buffer size of this connection.
     pub send_buffer: u32,
+    /// Retransmission timeouts (own TCP core only; 0 under smoltcp, which hides them).
+    pub rtos: u32,
+    /// Tail-loss probes sent (own TCP core only).
+    pub tlps: u32,
+    /// Fast recoveries entered (own TCP core only).
+    pub fast_recoveries: u32,
+    /// DSACK blocks received (own TCP core only).
+    pub dsacks: u32,
+    /// Congestion window in bytes (own TCP core only; smoltcp keeps it private).
+    pub cwnd: u32,
 }
 
 impl SocketShared {

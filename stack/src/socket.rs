@@ -46,6 +46,19 @@ pub(crate) fn buffer_sizes(config: &StackConfig, o: &SocketOptions) -> (usize, u
     )
 }
 
+/// The (rx, tx) application ring sizes of a connection with options `o`. Under the own
+/// TCP core the rings are the TCP buffers too (the rx ring is the receive buffer, the tx
+/// ring holds the unacknowledged bytes), so each ring also gets the socket buffer it
+/// replaces: the bytes a connection can hold are the same under both cores.
+pub(crate) fn ring_sizes(config: &StackConfig, o: &SocketOptions) -> (usize, usize) {
+    if config.tcp_core == crate::config::TcpCore::Own {
+        let (rx, tx) = buffer_sizes(config, o);
+        (config.ring_size + rx, config.ring_size + tx)
+    } else {
+        (config.ring_size, config.ring_size)
+    }
+}
+
 /// A socket with the application's options on top of the engine defaults; also
 /// returns its (receive, send) buffer sizes and whether smoltcp may time it out.
 pub(crate) fn new_socket_with(

@@ -49,6 +49,12 @@ fn read_all(s: &mut Stream, peer: &mut Peer, got: &mut Vec<u8>) -> bool {
 
 #[test]
 fn rfc9293_fin_past_a_retreated_window_edge_does_not_end_the_stream_early() {
+    // smoltcp's bug only: the own core never moves the right edge left (RFC 7323 §2.4,
+    // `tcp::conn` tests), so the window this test waits for never retreats there.
+    if xwarp_stack::TcpCore::from_env() == xwarp_stack::TcpCore::Own {
+        eprintln!("skipped under XWARP_TCP_CORE=own: the right edge never retreats");
+        return;
+    }
     // 1 MiB: window scale 5, so advertised windows are multiples of 32 bytes. Every
     // segment acknowledged at once: the test reads each window the engine sends.
     let cfg = peer::config(US, 24, 1 << 20, 64 << 10, 64 << 10);

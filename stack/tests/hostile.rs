@@ -215,7 +215,10 @@ fn hostile_spoofed_ack_flood_tracks_no_flow() {
     let listener = hs.listen(8);
     let mut legit = Legit::open(&mut hs, &listener);
     legit.exchange(&mut hs);
-    assert_eq!(hs.svc.usage().tracked_flows, 1);
+    // The ACK watch (rescue.rs) exists only for smoltcp's socket: the own core tracks
+    // no flows at all.
+    let flows = usize::from(xwarp_stack::TcpCore::from_env() == xwarp_stack::TcpCore::Smoltcp);
+    assert_eq!(hs.svc.usage().tracked_flows, flows);
     let sockets = hs.svc.usage().sockets;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..100 {
@@ -239,7 +242,7 @@ fn hostile_spoofed_ack_flood_tracks_no_flow() {
             legit.exchange(&mut hs);
         }
         let u = hs.svc.usage();
-        assert_eq!(u.tracked_flows, 1, "round {round}: {u:?}");
+        assert_eq!(u.tracked_flows, flows, "round {round}: {u:?}");
         assert_eq!(u.sockets, sockets, "round {round}: {u:?}");
     }
     legit.exchange(&mut hs);

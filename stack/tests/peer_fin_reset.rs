@@ -171,8 +171,12 @@ fn a_reset_keeps_the_bytes_already_acknowledged() {
         assert!(got == expect, "stream content");
         // In TIME-WAIT (we closed first) the stream was complete: a clean end of stream,
         // as before; in CLOSE-WAIT the reset error.
+        // Under the own core the rx ring is the receive buffer too (16 KiB + 64 KiB): the
+        // peer's FIN and every byte before it were in the ring before the RST, so the
+        // end of stream was already announced; the bytes are what this test is about.
+        let own = xwarp_stack::TcpCore::from_env() == xwarp_stack::TcpCore::Own;
         match end {
-            Some(Ok(())) if half_close_first => {}
+            Some(Ok(())) if half_close_first || own => {}
             Some(Err(e)) if !half_close_first => {
                 assert_eq!(e.kind(), io::ErrorKind::ConnectionReset)
             }

@@ -3,10 +3,8 @@
 //! demultiplexer (`demux`), listeners with their SYN and accept-queue limits (`listen`)
 //! and the deadline heap (`timers`).
 //!
-//! **Not wired into `TcpService` yet** (see the crate README, "Own TCP core: engine
-//! side"): `StackConfig::tcp_core = Own` still runs smoltcp's socket. These parts are
-//! unit-tested on their own so the poll loop can be built on them.
-#![cfg_attr(not(test), allow(dead_code))]
+//! The poll loop built on them is `own.rs` (`StackConfig::tcp_core = Own`, see the crate
+//! README, "Own TCP core: engine side").
 
 pub(crate) mod demux;
 pub(crate) mod frames;

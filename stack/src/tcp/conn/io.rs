@@ -76,6 +76,29 @@ impl RingTx {
         n
     }
 
+    /// Append bytes written by `f` into the free space (called with each contiguous free
+    /// region until it writes less than offered); returns how many were appended.
+    pub fn fill(&mut self, mut f: impl FnMut(&mut [u8]) -> usize) -> usize {
+        let cap = self.buf.len();
+        let mut total = 0;
+        while self.free() > 0 {
+            let tail = (self.head + self.len) % cap;
+            let room = if tail >= self.head {
+                cap - tail
+            } else {
+                self.head - tail
+            }
+            .min(self.free());
+            let n = f(&mut self.buf[tail..tail + room]).min(room);
+            self.len += n;
+            total += n;
+            if n < room {
+                break;
+            }
+        }
+        total
+    }
+
     /// Append `data` as one record (all or nothing); `false` when it does not fit.
     pub fn push_record(&mut self, data: &[u8]) -> bool {
         if data.len() > self.free() || data.is_empty() {
@@ -153,6 +176,26 @@ mod tests {
         assert_eq!(r.copy_at(6, &mut d), 2);
         assert_eq!(&d[..2], b"kl");
         assert_eq!(r.copy_at(8, &mut d), 0);
+    }
+
+    #[test]
+    fn ring_fill_writes_contiguous_regions_across_the_wrap() {
+        let mut r = RingTx::new(8);
+        assert_eq!(r.write(b"abcdef"), 6);
+        r.release(5);
+        let mut next = b'g';
+        let n = r.fill(|buf| {
+            for b in buf.iter_mut() {
+                *b = next;
+                next += 1;
+            }
+            buf.len()
+        });
+        assert_eq!(n, 7);
+        let mut d = [0u8; 8];
+        assert_eq!(r.copy_at(0, &mut d), 8);
+        assert_eq!(&d, b"fghijklm");
+        assert_eq!(r.fill(|buf| buf.len()), 0);
     }
 
     #[test]

@@ -752,6 +752,30 @@ impl Connection {
         }
     }
 
+    /// Change keep-alive (`SO_KEEPALIVE`, `TCP_KEEPIDLE`/`KEEPINTVL`/`KEEPCNT`): `idle`
+    /// `None` turns it off; otherwise the idle timer restarts at `now`.
+    pub fn set_keepalive(
+        &mut self,
+        idle: Option<Duration>,
+        interval: Duration,
+        probes: u32,
+        now: Instant,
+    ) {
+        self.cfg.keepalive = idle;
+        self.cfg.keepalive_interval = interval;
+        self.cfg.keepalive_probes = probes.max(1);
+        if self.state.synchronized() && self.state != State::TimeWait {
+            self.arm_keepalive(now);
+        } else {
+            self.keepalive_at = None;
+        }
+    }
+
+    /// Turn Nagle's algorithm on or off (`TCP_NODELAY`).
+    pub fn set_nagle(&mut self, on: bool) {
+        self.cfg.nagle = on;
+    }
+
     /// Close the write side: a FIN follows the queued bytes (RFC 9293 §3.10.4). The owner
     /// must not queue more bytes after it.
     pub fn close(&mut self) {
