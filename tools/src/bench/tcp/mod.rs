@@ -27,8 +27,8 @@
 //!
 //! The xwarp pairs run once per `--mode` (`thread`: engine threads; `inline`: the
 //! application threads drive their engines, `EngineMode::Inline`, what `XWARP_MODE=inline`
-//! selects; `both`) with the `--tcp-core` (`StackConfig::tcp_core`; `own` is not wired yet,
-//! the engine warns and runs smoltcp). Their rows are named `pair/mode/core`, e.g.
+//! selects; `both`) with the `--tcp-core` (`StackConfig::tcp_core`: `own` runs the crate's own
+//! TCP connection, opt-in; see xwarp-stack's README). Their rows are named `pair/mode/core`, e.g.
 //! `xwarp-xwarp/inline/smoltcp`.
 //!
 //! `--loss P[,P...]` adds, after the rows above, goodput through a lossy path (a forwarding
@@ -118,12 +118,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     progress::set_quiet(opts.quiet);
     let (t0, mut rep) = (Instant::now(), Report::new("tcp"));
-    if opts.tcp_core == xwarp::stack::TcpCore::Own {
-        eprintln!(
-            "xwarp bench tcp: --tcp-core own: the own TCP core is not wired into the engine yet; \
-             its rows run smoltcp (rows named .../own)"
-        );
-    }
     let results = run(&opts).and_then(|pairs| {
         let losses = if opts.loss.is_empty() {
             Vec::new()

@@ -298,7 +298,7 @@ pub(super) struct Cli {
     #[arg(long, value_name = "MODE")]
     mode: Option<String>,
     /// smoltcp | own: the engines' TCP core (StackConfig::tcp_core; default
-    /// XWARP_TCP_CORE or smoltcp). own is not wired yet: the engine warns and runs smoltcp.
+    /// XWARP_TCP_CORE or smoltcp). own: the crate's own TCP connection (SACK, RACK-TLP), opt-in.
     #[arg(long = "tcp-core", value_name = "CORE")]
     tcp_core: Option<String>,
     /// Loss probabilities, e.g. 0.001,0.01,0.05 (each within 0..=0.5): after the loss-free

@@ -81,7 +81,7 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[PairResult]) {
         "cpu_*: CPU seconds per GB on the client and server application threads (getrusage RUSAGE_THREAD) and on the engine threads.".into(),
         "afxdp-ceiling: UDP frames between the two AF_XDP sockets with one copy at each end and no TCP, the most any TCP engine on this AF_XDP path could move; its latency rows: 64-byte UDP ping-pong between the two sockets, both spinning, the least any engine on this path could take (xwarp_tools::bench::ceiling).".into(),
         "kernel-busypoll: ping-pong only, kernel sockets non-blocking with SO_BUSY_POLL, both ends spinning on their reads (ratio_to_kernel of the latency rows is against the blocking kernel-kernel row; the table prints the ratio to kernel-busypoll beside it).".into(),
-        "xwarp row names: pair/mode/tcp_core (mode thread: engine threads; inline: the application threads drive their engines). tcp_core own is not wired yet: its rows ran smoltcp.".into(),
+        "xwarp row names: pair/mode/tcp_core (mode thread: engine threads; inline: the application threads drive their engines).".into(),
     ];
 }
 
@@ -193,9 +193,6 @@ pub fn table(o: &Options, rep: &Report) -> String {
           the most any TCP engine on this AF_XDP path could move; its p50/p90/p99: 64-byte UDP ping-pong\n\
           between the two sockets, both spinning, the least any engine on this path could take.\n\
           xwarp rows: pair/mode/tcp-core (thread: engine threads; inline: application threads drive the engine).\n";
-    if o.tcp_core == xwarp::stack::TcpCore::Own {
-        s += "tcp-core own is not wired into the engine yet: the .../own rows ran smoltcp.\n";
-    }
     s
 }
 
