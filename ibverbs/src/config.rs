@@ -57,6 +57,47 @@ mod millis_tests {
     }
 }
 
+/// The MPA CRC an active side asks for, from the variable `XWARP_MPA_CRC` read through
+/// `get`: `1` asks for CRC32c (the MPA Request's C bit, markers stay off), `0` asks for
+/// none, `auto` or unset/empty leaves the QP's own setting (C=0 unless the program's QP
+/// says otherwise, the default). `1` is what turns CRC on for `xwarp-rping`
+/// (tools/src/bin/rping.rs) too. `Ok(Some(crc))` to set, `Ok(None)` to leave, else the
+/// one-line reason naming the variable and its values.
+pub fn mpa_crc_from(get: impl Fn(&str) -> Option<String>) -> Result<Option<bool>, String> {
+    let Some(v) = get("XWARP_MPA_CRC").filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match v.trim() {
+        "1" => Ok(Some(true)),
+        "0" => Ok(Some(false)),
+        a if a.eq_ignore_ascii_case("auto") => Ok(None),
+        _ => Err(format!(
+            "XWARP_MPA_CRC={v:?}: expected 1 (ask for MPA CRC), 0 (no CRC) or auto"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod mpa_crc_tests {
+    use super::mpa_crc_from;
+
+    #[test]
+    fn mpa_crc_setting_parses_or_names_the_variable() {
+        let one = |v: &'static str| move |k: &str| (k == "XWARP_MPA_CRC").then(|| v.to_string());
+        assert_eq!(mpa_crc_from(|_| None), Ok(None));
+        assert_eq!(mpa_crc_from(one("")), Ok(None));
+        assert_eq!(mpa_crc_from(one(" 1 ")), Ok(Some(true)));
+        assert_eq!(mpa_crc_from(one("0")), Ok(Some(false)));
+        assert_eq!(mpa_crc_from(one("auto")), Ok(None));
+        assert_eq!(mpa_crc_from(one("AUTO")), Ok(None));
+        for bad in ["2", "yes", "on", "true", "-1", "1 0"] {
+            let e = mpa_crc_from(one(bad)).unwrap_err();
+            assert!(e.starts_with("XWARP_MPA_CRC=") && e.contains("auto"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}
+
 /// Default engine MTU (the shim's `XWARP_MTU` default).
 pub const DEFAULT_ENGINE_MTU: usize = 1500;
 

@@ -10,6 +10,10 @@
 //!   sides.
 //! * `rping_xwarp_to_xwarp`: `rping -s -v -C 10` ↔ `rping -c -v -C 10`, every ping line's
 //!   data checked against rping's pattern on both sides.
+//! * `mpa_crc_setting_asks_for_crc`: `rping -c` with `XWARP_MPA_CRC=1`, `0`, unset and a
+//!   bad value, the client engine's own capture (`XWARP_PCAP`) read for the MPA Request's
+//!   and Reply's C bit (markers off): C=1 both ways only with `1`, the bad value one
+//!   warning line and the default; every run's ping data checked.
 //! * `rdma_server_client_xwarp_to_xwarp`: rdmacm-utils' `rdma_server`/`rdma_client` (the
 //!   synchronous API: `rdma_getaddrinfo`, `rdma_create_ep`, `rdma_get_request`).
 //! * `ucmatose_xwarp_to_xwarp`: two connections with data transfers, both ways; again with
@@ -432,6 +436,99 @@ fn rping_xwarp_to_xwarp() {
         check_rping(&ct, "ping data: ", 10, n);
         check_rping(&st, "server ping data: ", 10, n);
     }
+}
+
+/// The MPA flags byte (M C R S Res) after the first `key` (RFC 5044 §7.1: the 16-byte key,
+/// then the flags) in a capture file's bytes; the frames are small enough to sit whole in
+/// one captured packet.
+fn mpa_flags(cap: &[u8], key: &[u8; 16]) -> Option<u8> {
+    cap.windows(17).find(|w| &w[..16] == key).map(|w| w[16])
+}
+
+#[test]
+fn mpa_crc_setting_asks_for_crc() {
+    if skip("XWARP_MPA_CRC") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Net::new(99);
+    let a = net.addr('a');
+    let dir = std::env::temp_dir().join(format!("xwarp-ibverbs-crc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("capture dir");
+    // (XWARP_MPA_CRC of the client, the C bit wanted in the Request and the Reply, a warning)
+    let runs: [(Option<&str>, bool, bool); 4] = [
+        (Some("1"), true, false),
+        (Some("0"), false, false),
+        (None, false, false),
+        (Some("yes"), false, true),
+    ];
+    for (i, (var, want_c, warns)) in runs.into_iter().enumerate() {
+        let server = net.server("rping", &["-s", "-a", &a, "-v", "-C", "4", "-S", "128"], "");
+        let pcap = dir.join(format!("client-{i}.pcapng"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // As `client`, but each try with a fresh capture and the variable.
+        let o = loop {
+            let _ = std::fs::remove_file(&pcap);
+            let mut c = net.command(
+                'b',
+                30,
+                "rping",
+                &["-c", "-a", &a, "-v", "-C", "4", "-S", "128"],
+            );
+            c.env("XWARP_PCAP", &pcap);
+            if let Some(v) = var {
+                c.env("XWARP_MPA_CRC", v);
+            }
+            let o = c.output().expect("client");
+            let t = text(&o);
+            let not_yet = !o.status.success()
+                && (t.contains("REJECTED") || t.contains("-111") || t.contains("UNREACHABLE"));
+            if !not_yet || Instant::now() > deadline {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        let ct = text(&o);
+        let so = finish(server);
+        let st = text(&so);
+        let what = format!("XWARP_MPA_CRC={var:?}");
+        assert!(o.status.success(), "{what} client:\n{ct}\nserver:\n{st}");
+        assert!(so.status.success(), "{what} server:\n{st}\nclient:\n{ct}");
+        check_rping(&ct, "ping data: ", 4, 128);
+        check_rping(&st, "server ping data: ", 4, 128);
+        // rping's own stderr line aside ("DISCONNECT EVENT..."), the library's warnings.
+        let cerr = String::from_utf8_lossy(&o.stderr);
+        let warned: Vec<&str> = cerr
+            .lines()
+            .filter(|l| !l.contains("DISCONNECT EVENT"))
+            .collect();
+        if warns {
+            assert_eq!(warned.len(), 1, "{what}: {cerr}");
+            assert!(
+                warned[0].contains("XWARP_MPA_CRC=\"yes\"") && warned[0].contains("using auto"),
+                "{what}: {cerr}"
+            );
+        } else {
+            assert!(warned.is_empty(), "{what}: {cerr}");
+        }
+        let cap = std::fs::read(&pcap).unwrap_or_else(|e| panic!("{what}: {pcap:?}: {e}"));
+        let req = mpa_flags(&cap, b"MPA ID Req Frame").expect("MPA Request in the capture");
+        let rep = mpa_flags(&cap, b"MPA ID Rep Frame").expect("MPA Reply in the capture");
+        // M (0x80) off both ways, C (0x40) as asked, R (0x20) clear on the Reply.
+        assert_eq!(req & 0x80, 0, "{what}: Request M bit, flags {req:#04x}");
+        assert_eq!(rep & 0xa0, 0, "{what}: Reply M/R bits, flags {rep:#04x}");
+        assert_eq!(
+            req & 0x40 != 0,
+            want_c,
+            "{what}: Request C bit, flags {req:#04x}"
+        );
+        assert_eq!(
+            rep & 0x40 != 0,
+            want_c,
+            "{what}: Reply C bit, flags {rep:#04x}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -7,7 +7,8 @@ Host (netns): `/usr/bin/ib_*` themselves under the launcher, `xwarp run --iface 
 path `xwarp::verbs`, device `xwarp_tap0`); guest: the same programs on siw0, `ib_X -R -d siw0 10.77.0.3`. All five
 tests, ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat, each `-R` (rdma_cm
 connection setup, needed on iWARP) `-s 4096 -n 100 -F`, first against siw-crc (its
-Initiator asks for CRC), then against plain siw (CRC off). The xwarp client role is
+Initiator asks for CRC; as client, ours does with `XWARP_MPA_CRC=1`), then against plain
+siw (CRC off). The xwarp client role is
 `xwarp_lib_perftest_client.py` (the same code, `run_role`).
 
 What makes them pass toward siw (ibverbs/README.md, "perftest toward siw"): the library's
@@ -58,9 +59,9 @@ HOST_CLIENT_SLEEP = 1
 CONNECT_RETRY_MS = 30000
 
 
-def host_cmd(run: list[str], role: str, delay_ms: int) -> list[str]:
+def host_cmd(run: list[str], role: str, delay_ms: int, siw: str = "default") -> list[str]:
     """`env XWARP_...=... xwarp run ... --` (`run`: `common.xwarp_run_argv`) with the
-    settings toward siw (ibverbs/README.md, "Toward siw")."""
+    settings toward siw (ibverbs/README.md, "Toward siw"); siw: the guest's variant."""
     client = role == "client"
     settings = {
         # siw fails a Send whose completion a FIN overtakes.
@@ -69,6 +70,9 @@ def host_cmd(run: list[str], role: str, delay_ms: int) -> list[str]:
         "XWARP_FIRST_FPDU_DELAY_MS": delay_ms if client and delay_ms else None,
         # The guest's next server may not listen yet.
         "XWARP_CONNECT_RETRY_MS": CONNECT_RETRY_MS if client else None,
+        # Our Initiator asks for CRC toward siw-crc (the Request's C bit; siw's Responder
+        # echoes it), so CRCs are checked with xwarp as client too.
+        "XWARP_MPA_CRC": 1 if client and siw == "crc" else None,
     }
     return ["env"] + [f"{k}={v}" for k, v in settings.items() if v is not None] + run
 
@@ -109,7 +113,7 @@ def run_role(c: Checks, out: Path, run: list[str], role: str, tests: list[str], 
             return
         deadline = time.monotonic() + timeout - 15
         for t in tests:
-            argv = host_cmd(run, role, delay_ms) + perftest_args(t, f"xwarp_{vm.TAP}")
+            argv = host_cmd(run, role, delay_ms, siw) + perftest_args(t, f"xwarp_{vm.TAP}")
             if role == "client":
                 time.sleep(HOST_CLIENT_SLEEP)
                 argv.append(vm.GUEST_IP)
@@ -132,7 +136,7 @@ def run_role(c: Checks, out: Path, run: list[str], role: str, tests: list[str], 
         if "Correlation coefficient r^2" in gtext:
             print(f"  [case] {label} {t}: guest perftest could not calibrate its clock "
                   "(numbers not meaningful)", flush=True)
-    check_capture(c, label, pcap, len(tests), crc_required=role == "server" and siw == "crc")
+    check_capture(c, label, pcap, len(tests), crc_required=siw == "crc")
 
 
 def check_capture(c: Checks, label: str, pcap: Path, n_tests: int, crc_required: bool,
@@ -153,11 +157,11 @@ def check_capture(c: Checks, label: str, pcap: Path, n_tests: int, crc_required:
         st = streams[sid]
         check_stream_clean(c, f"{label} conn {sid}", st)
         # CRC as the Reply negotiated it (siw-crc's Initiator asks C=1 and our Responder
-        # echoes it; our Initiator asks C=0 and siw's Responder echoes that, docs/siw.md
-        # §4.3).
+        # echoes it; our Initiator asks what XWARP_MPA_CRC says, C=0 by default, and siw's
+        # Responder echoes that, docs/siw.md §4.3).
         neg = bool(st["rep"] and st["rep"]["c"])
         if crc_required:
-            c.check(f"{label} conn {sid}: CRC negotiated (siw-crc Initiator)", neg)
+            c.check(f"{label} conn {sid}: CRC negotiated (C=1 in the Reply)", neg)
         resets = None
         for port, (data, hole) in sorted(stream_bytes(pcap, sid).items()):
             w = walk_fpdus(data, neg)

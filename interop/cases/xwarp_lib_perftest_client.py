@@ -9,8 +9,10 @@ xwarp_tap0 ... 10.77.0.2` (the launcher preloads the socket shim and libxwarp_ib
 `XWARP_CONNECT_RETRY_MS=30000` (the guest's next server may not listen yet: the refused
 connect is retried inside rdma_connect, the program never sees it) and
 `XWARP_FIRST_FPDU_DELAY_MS=100` (siw's Reply-before-upcall race, docs/siw.md §4.3).
-siw-crc first, then plain siw; our Initiator asks C=0, which siw's Responder echoes, so
-CRC is off either way. The checks are xwarp_lib_perftest.py's (`run_role`, role client).
+siw-crc first, with `XWARP_MPA_CRC=1` (our Initiator asks C=1, siw's Responder echoes it:
+every connection must negotiate CRC and every FPDU's CRC32c both ways be right), then
+plain siw (C=0 asked and echoed, CRC off). The checks are xwarp_lib_perftest.py's
+(`run_role`, role client).
 
 Usage: xwarp_lib_perftest_client.py [--out DIR] [--siw crc|default|both] [--tests ...]
 """

@@ -21,9 +21,10 @@ engine's own capture (`XWARP_PCAP`, merged by
 vm.Guest) must hold one MPA connection per rping run, each clean in tshark (Request and
 Reply, every frame after the Reply dissected as iWARP, nothing malformed, no error-level
 expert item), each direction's reassembled byte stream whole FPDUs
-(`xwarp_lib_perftest.check_capture`); with siw-crc and xwarp as server (siw's Initiator asks
-C=1, our Responder echoes it) every FPDU's CRC32c is right and every CRC tshark checked is
-"Good CRC32". As client our Initiator asks C=0 and siw echoes it, so CRC is off there.
+(`xwarp_lib_perftest.check_capture`); with siw-crc every connection negotiates C=1, every
+FPDU's CRC32c is right and every CRC tshark checked is "Good CRC32": as server siw's
+Initiator asks C=1 and our Responder echoes it; as client ours asks C=1
+(`XWARP_MPA_CRC=1`) and siw's Responder echoes it. Toward plain siw our client asks C=0.
 
 Usage: xwarp_lib_rping.py [--out DIR] [--siw crc|default|both] [--roles server,client]
 (the --peer role is internal)
@@ -76,11 +77,13 @@ def check_pings(c: Checks, label: str, text: str, prefix: str, size: int) -> Non
     c.eq(f"{label}: ping data equals rping's pattern", bad, [])
 
 
-def host_settings() -> list[str]:
+def host_settings(crc: bool) -> list[str]:
     # XWARP_FIRST_FPDU_DELAY_MS: the siw Reply-before-upcall race (docs/siw.md §4.3): our
     # client's first FPDU must not arrive right behind siw's MPA Reply.
     # XWARP_CONNECT_RETRY_MS: the guest's server may not listen yet when our client starts.
-    return ["env", "XWARP_FIRST_FPDU_DELAY_MS=100", "XWARP_CONNECT_RETRY_MS=20000"]
+    # XWARP_MPA_CRC=1 (crc): our Initiator asks for CRC (toward siw-crc).
+    return (["env", "XWARP_FIRST_FPDU_DELAY_MS=100", "XWARP_CONNECT_RETRY_MS=20000"]
+            + (["XWARP_MPA_CRC=1"] if crc else []))
 
 
 def run_bounded(argv: list[str], deadline: float) -> tuple[int | None, str, str]:
@@ -94,12 +97,12 @@ def run_bounded(argv: list[str], deadline: float) -> tuple[int | None, str, str]
         return None, txt(e.stdout), txt(e.stderr)
 
 
-def peer(run: list[str], role: str, deadline_s: float) -> int:
+def peer(run: list[str], role: str, deadline_s: float, crc: bool) -> int:
     """Host side (inside the namespace): our rping once per size; each run's stdout is
-    printed between markers, stderr after them."""
+    printed between markers, stderr after them; crc: XWARP_MPA_CRC=1."""
     ok = True
     deadline = time.monotonic() + deadline_s
-    prefix = host_settings() + run + ["stdbuf", "-oL"]
+    prefix = host_settings(crc) + run + ["stdbuf", "-oL"]
     for size in SIZES:
         if role == "server":
             args = ["-s", "-a", vm.ENGINE_IP]
@@ -148,7 +151,8 @@ def run_direction(c: Checks, out: Path, run: list[str], role: str, siw: str,
             c.check(f"{label}: guest booted", False, "no READY marker")
             return
         p = g.netns_popen([sys.executable, str(Path(__file__).resolve()), "--peer", role,
-                           "--run", json.dumps(run), "--deadline", str(timeout - 15)],
+                           "--run", json.dumps(run), "--deadline", str(timeout - 15)]
+                          + (["--crc"] if role == "client" and siw == "crc" else []),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         res = g.wait()
         try:
@@ -183,7 +187,7 @@ def run_direction(c: Checks, out: Path, run: list[str], role: str, siw: str,
         else:
             check_pings(c, f"{label} S={size} (xwarp)", host, "ping data: ", size)
             check_pings(c, f"{label} S={size} (siw)", gtext, "server ping data: ", size)
-    crc = role == "server" and siw == "crc"
+    crc = siw == "crc"
     check_capture(c, label, pcap, len(SIZES), crc_required=crc, per_test=1)
     if crc and pcap.exists():
         # tshark's own verdicts too, per connection and side.
@@ -199,6 +203,7 @@ def main() -> int:
     ap.add_argument("--peer", choices=("server", "client"), help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=60.0, help=argparse.SUPPRESS)
+    ap.add_argument("--crc", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE.parent / "build" / "results"),
                     help="directory for the captures and console logs")
     ap.add_argument("--timeout", type=float, default=60.0, help="bound per guest run (s)")
@@ -206,7 +211,7 @@ def main() -> int:
     ap.add_argument("--roles", default="server,client")
     a = ap.parse_args()
     if a.peer:
-        return peer(json.loads(a.run), a.peer, a.deadline)
+        return peer(json.loads(a.run), a.peer, a.deadline, a.crc)
     out, t0, c, lib = lib_case_start(a, NAME, ["/usr/bin/rping"])
     if lib is None:
         return case_verdict(c, NAME, t0)

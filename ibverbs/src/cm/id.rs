@@ -74,6 +74,21 @@ fn connect_retry() -> Duration {
     *D.get_or_init(|| env_millis("XWARP_CONNECT_RETRY_MS", 600_000))
 }
 
+/// The MPA CRC `rdma_connect` asks for, from `XWARP_MPA_CRC` (`1`: the Request's C bit set,
+/// CRC32c on every FPDU when the peer agrees, as siw's Responder does; `0`: not asked;
+/// `auto`/unset: the QP's own setting, C=0). Read once; a bad value: one warning line and
+/// the default (`crate::config::mpa_crc_from` parses it). The passive side echoes what
+/// the peer's Request asks, whatever this says.
+fn mpa_crc() -> Option<bool> {
+    static C: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        crate::config::mpa_crc_from(|k| std::env::var(k).ok()).unwrap_or_else(|why| {
+            crate::ffi::warn_line(&format!("{why}; using auto"));
+            None
+        })
+    })
+}
+
 /// Default listen backlog for `rdma_listen(id, 0)` (the kernel iw_cm's `default_backlog`).
 pub(crate) const DEFAULT_BACKLOG: usize = 256;
 
@@ -719,6 +734,13 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
         let dst = dst.ok_or(libc::EINVAL)?;
         if let Some(p) = &p {
             set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
+        }
+        if let Some(crc) = mpa_crc() {
+            qp.modify(&QpModify {
+                crc: Some(crc),
+                ..QpModify::default()
+            })
+            .map_err(|e| io_errno(&e))?;
         }
         watch_qp(&mut g, &core, qpp, qp)?;
         let retry = connect_retry();
