@@ -1437,9 +1437,20 @@ fn tcp_info(tcp: &Connection, a: &AppSide, config: &StackConfig) -> TcpInfo {
     }
 }
 
+/// Whether the rx ring's room (`slots`) holds the receive window below the receive
+/// buffer (`window`): then a reader freeing room can open the window, and must wake the
+/// engine to advertise it. Waiting for a full ring instead (`slots == 0`) stalled one-way
+/// bulk: a ring with less room than one SWS step advertises no new right edge while not
+/// being full, the reader drained it without telling the engine, and the sender sat
+/// behind a closed window until some timer woke the receiver's engine.
+fn room_limits_window(slots: usize, window: usize) -> bool {
+    slots < window
+}
+
 /// Report an application connection's progress to its shared state and take its
 /// requests (shutdown, close, options, `TCP_INFO`).
 fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time::Instant) -> bool {
+    let window = c.window;
     let End::App(a) = &mut c.end else {
         return false;
     };
@@ -1514,7 +1525,7 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time
         a.shared.notify(WANT_WRITE);
         moved = true;
     }
-    if !a.app_closed && a.rx.slots() == 0 {
+    if !a.app_closed && room_limits_window(a.rx.slots(), window) {
         // The reader that frees room marks the connection dirty (window update).
         a.shared.rx_stalled.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
@@ -1722,6 +1733,21 @@ mod tests {
         let tx = AppTx(RefCell::new(&mut cons));
         assert_eq!(tx.copy_at(0, &mut d), 3);
         assert_eq!(&d, b"fgh");
+    }
+
+    /// RFC 9293 §3.8.6.2.2 (receiver SWS avoidance) moves the right edge only by whole
+    /// steps, so a ring short of room stops advertising before it is full: the reader
+    /// must be asked to wake the engine as soon as room limits the window, not only at a
+    /// full ring (the cause of slow one-way bulk between two own-core engines).
+    #[test]
+    fn rfc9293_3_8_6_2_2_reader_wakes_the_engine_once_ring_room_limits_the_window() {
+        // Room left, but less than an SWS step (one MSS): no window opens by itself.
+        assert!(room_limits_window(1000, 256 << 10));
+        assert!(room_limits_window(0, 256 << 10));
+        assert!(room_limits_window((256 << 10) - 1, 256 << 10));
+        // Room for the whole buffer: the window is not held back by the ring.
+        assert!(!room_limits_window(256 << 10, 256 << 10));
+        assert!(!room_limits_window(512 << 10, 256 << 10));
     }
 
     /// The rx ring as `RxSink`: the window offered is the ring's room capped at the

@@ -1252,7 +1252,14 @@ impl Connection {
         let data_start = self.iss.wrapping_add(1);
         let data_end = self.fin_seq.unwrap_or(self.snd_nxt);
         if newly > 0 {
-            let lo = self.snd_una.max_seq(data_start);
+            // Only the SYN's octet (SND.UNA = ISS) is no data. Not `max_seq(ISS + 1)`:
+            // 2^31 octets after ISS that compares the other way, and the whole distance
+            // back to ISS counted as acknowledged data (the send queue lost unsent bytes).
+            let lo = if self.snd_una == self.iss {
+                data_start
+            } else {
+                self.snd_una
+            };
             let hi = ack.min_seq(data_end);
             let data = if hi.after(lo) { hi.since(lo) } else { 0 };
             out.acked += data as u64;

@@ -341,6 +341,12 @@ impl Scoreboard {
         if ack_off > 0 {
             info.acked = ack_off;
             self.high_ack = ack;
+            // HighRxt never lags HighACK: a HighRxt left at ISS would, once 2^31 octets
+            // have been acknowledged, compare as ahead of HighACK in sequence space, and
+            // the pipe and NextSeg would take the whole window for retransmitted.
+            if self.rxt_end.before(ack) {
+                self.rxt_end = ack;
+            }
             self.dup_acks = 0;
             self.trim_below(ack);
         }

@@ -275,3 +275,23 @@ fn cumulative_ack_trims_sacked_ranges_across_wraparound() {
         ))
     );
 }
+
+/// RFC 6675 §3: HighRxt lies between HighACK and HighData; a HighRxt left behind at ISS
+/// while more than 2^31 octets are acknowledged without a loss must not wrap around to
+/// "ahead" (that corrupted the stream of one-way bulk past 2 GiB).
+#[test]
+fn rfc6675_3_high_rxt_follows_high_ack_past_2_pow_31_octets() {
+    let mut b = sb(10);
+    let mut at = Seq(2000);
+    b.on_ack(at, &SackList::new());
+    for _ in 0..3 {
+        at = at.wrapping_add(1 << 30);
+        b.on_send_new(at);
+        b.on_ack(at, &SackList::new());
+    }
+    b.on_send_new(at.wrapping_add(10 * MSS));
+    assert_eq!(b.outstanding(), 10 * MSS);
+    // Nothing retransmitted: the pipe is what is in flight, once.
+    assert_eq!(b.pipe(), 10 * MSS);
+    assert!(matches!(b.next_seg(MSS), NextSeg::NewData(_)));
+}
