@@ -167,9 +167,8 @@ pub fn line(label: &str, iv: &Interval) -> String {
     )
 }
 
-/// The retransmissions the kernel counted on `fd`'s TCP connection (`TCP_INFO`
-/// `tcpi_total_retrans`), `None` when it cannot be read.
-pub fn kernel_retransmits(fd: std::os::fd::RawFd) -> Option<u64> {
+/// `TCP_INFO` of a kernel socket, `None` when it cannot be read.
+pub fn kernel_tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
     // SAFETY: all-zero is a valid `tcp_info` (plain integers).
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -184,7 +183,13 @@ pub fn kernel_retransmits(fd: std::os::fd::RawFd) -> Option<u64> {
             &mut len,
         )
     };
-    (r == 0).then_some(u64::from(info.tcpi_total_retrans))
+    (r == 0).then_some(info)
+}
+
+/// The retransmissions the kernel counted on `fd`'s TCP connection (`TCP_INFO`
+/// `tcpi_total_retrans`), `None` when it cannot be read.
+pub fn kernel_retransmits(fd: std::os::fd::RawFd) -> Option<u64> {
+    kernel_tcp_info(fd).map(|i| u64::from(i.tcpi_total_retrans))
 }
 
 #[cfg(test)]

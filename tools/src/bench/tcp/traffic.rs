@@ -26,25 +26,6 @@ pub(super) trait Conn: Read + Write + Send {
     fn abort(self: Box<Self>);
 }
 
-/// `TCP_INFO` of a kernel socket.
-fn kernel_tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
-    // SAFETY: all-zero is a valid `tcp_info` (plain integers).
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` is a live, writable tcp_info of `len` bytes; getsockopt writes at
-    // most `len` bytes and stores the length it wrote.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(info)
-}
-
 impl Conn for std::net::TcpStream {
     fn shutdown_write(&mut self) -> io::Result<()> {
         self.shutdown(Shutdown::Write)
@@ -59,7 +40,8 @@ impl Conn for std::net::TcpStream {
         std::net::TcpStream::set_nonblocking(self, on)
     }
     fn dsacks(&self) -> Option<u64> {
-        kernel_tcp_info(std::os::fd::AsRawFd::as_raw_fd(self)).map(|i| u64::from(i.tcpi_dsack_dups))
+        progress::kernel_tcp_info(std::os::fd::AsRawFd::as_raw_fd(self))
+            .map(|i| u64::from(i.tcpi_dsack_dups))
     }
     fn abort(self: Box<Self>) {
         // SO_LINGER 0: close sends a reset and frees the socket at once.
