@@ -237,7 +237,8 @@ pub unsafe extern "C-unwind" fn rdma_get_cm_event(
     }
 }
 
-/// The fd of a channel [`id::try_get_event`] just accepted.
+/// The fd of a channel [`id::try_get_event`] just accepted; -1 (poll then waits on
+/// nothing, for good) for one destroyed while the caller waited on it.
 fn ch_fd(ch: *mut rdma_event_channel) -> c_int {
     id::channel_of(ch).map(|c| c.c.fd).unwrap_or(-1)
 }

@@ -913,7 +913,16 @@ pub(crate) fn try_get_event(
     waited: bool,
 ) -> Result<Option<*mut rdma_cm_event>, c_int> {
     use std::sync::atomic::Ordering::SeqCst;
-    let c = channel_of(ch)?;
+    let c = match channel_of(ch) {
+        Ok(c) => c,
+        // Destroyed while this thread waited on it (`destroy_channel` then keeps the box
+        // and never signals it again): librdmacm's read() blocks for good here, and so does
+        // this caller (`Ok(None)`: it waits on no descriptor). Returning EINVAL instead let
+        // rping's CM thread, woken by a signal still pending on the fd, exit(-1) while its
+        // main thread was finishing cleanly.
+        Err(_) if waited => return Ok(None),
+        Err(e) => return Err(e),
+    };
     if waited {
         c.waiters.fetch_sub(1, SeqCst);
     }
