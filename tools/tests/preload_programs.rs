@@ -221,56 +221,10 @@ fn redis_server_under_shim_serves_cli_and_benchmark() {
 fn c_program_mixes_kernel_and_xwarp_fds_in_one_edge_triggered_epoll_set() {
     require_root_and_afxdp!();
     let _g = serial();
-    let dir = scratch("epoll");
-    let bin = dir.join("epoll_mix");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/epoll_mix.c");
-    let mut cc = Command::new("gcc");
-    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src);
-    run(cc, "gcc epoll_mix.c");
     let net = Net::new(64);
-    let conns = 8;
-    let srv = spawn(
-        net.shimmed(60, bin.to_str().unwrap(), &["7000", &conns.to_string()]),
-        "epoll_mix",
-    );
-    wait_port(&net, net.engine, 7000);
-    // A UDP datagram to the program's loopback UDP socket (kernel fallback) is echoed.
-    let udp = r#"
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
-s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
-"#;
-    let u = run(net.kernel(true, 10, "python3", &["-c", udp]), "udp probe");
-    assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
-    // wait_port's probe connection counts as one (it sends nothing and closes).
-    let clients = conns - 1;
-    echo_clients(&net, 7000, clients, 1_000_000);
-    let out = srv.wait_output(Duration::from_secs(30));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "epoll_mix failed: {text} {err}");
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("OK "))
-        .unwrap_or_else(|| panic!("no result: {text} {err}"));
-    let field = |k: &str| -> i64 {
-        line.split_whitespace()
-            .find_map(|f| f.strip_prefix(&format!("{k}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{k} missing in {line}"))
-    };
-    assert_eq!(field("conns"), conns as i64);
-    let expect: i64 = (0..clients).map(|i| 1_000_000 + 4099 * i as i64).sum();
-    assert_eq!(field("bytes"), expect, "bytes echoed");
-    assert_eq!(
-        field("pipe"),
-        5,
-        "pipe events (kernel fd in the same ET set)"
-    );
-    assert!(field("timer") >= 1, "timerfd events");
-    assert_eq!(field("udp"), 1, "UDP datagrams (kernel fallback)");
+    let mix = epoll_mix(&net, "epoll", 8, &[]);
+    let field = |k: &str| mix.field(k);
+    let err = &mix.stderr;
     assert!(
         field("oneshot") >= 1,
         "EPOLLONESHOT set never reported the listener"
@@ -283,7 +237,6 @@ s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
         err.contains("(engine)"),
         "listener not on the engine: {err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

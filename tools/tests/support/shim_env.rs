@@ -412,3 +412,75 @@ print("\n".join(errs) or "clients ok"); sys.exit(1 if errs else 0)
         "echo clients",
     );
 }
+
+/// What `tests/preload/epoll_mix.c` printed on its `OK ` line, and its stderr.
+pub struct EpollMix {
+    line: String,
+    /// The program's standard error (the shim's log lines).
+    pub stderr: String,
+}
+
+impl EpollMix {
+    /// The integer field `key=` of the result line; panics, naming it, if it is missing.
+    pub fn field(&self, key: &str) -> i64 {
+        self.line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} missing in {}", self.line))
+    }
+}
+
+/// Builds `tests/preload/epoll_mix.c`, runs it under the shim in A (with `env` set, e.g.
+/// `XWARP_MODE=inline`) serving `conns` connections on port 7000, and checks what every
+/// mode shares: the loopback UDP probe echoed by the kernel fallback, `conns - 1` kernel
+/// echo clients from B verified by SHA-256 (`wait_port`'s probe is the last connection),
+/// the byte count, the pipe, timerfd and UDP event counts. Returns the result line for
+/// the caller's own checks.
+pub fn epoll_mix(net: &Net, scratch_name: &str, conns: usize, env: &[(&str, &str)]) -> EpollMix {
+    let dir = scratch(scratch_name);
+    let bin = dir.join("epoll_mix");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/epoll_mix.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc epoll_mix.c");
+    let mut prog = net.shimmed(60, bin.to_str().unwrap(), &["7000", &conns.to_string()]);
+    prog.envs(env.iter().copied());
+    let srv = spawn(prog, "epoll_mix");
+    wait_port(net, net.engine, 7000);
+    // A UDP datagram to the program's loopback UDP socket (kernel fallback) is echoed.
+    let udp = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+s.sendto(b"udp-probe", ("127.0.0.1", 7000)); print(s.recv(100).decode())
+"#;
+    let u = run(net.kernel(true, 10, "python3", &["-c", udp]), "udp probe");
+    assert_eq!(String::from_utf8_lossy(&u.stdout).trim(), "udp-probe");
+    // wait_port's probe connection counts as one (it sends nothing and closes).
+    let clients = conns - 1;
+    echo_clients(net, 7000, clients, 1_000_000);
+    let out = srv.wait_output(Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "epoll_mix failed: {text} {stderr}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("OK "))
+        .unwrap_or_else(|| panic!("no result: {text} {stderr}"))
+        .to_string();
+    let mix = EpollMix { line, stderr };
+    assert_eq!(mix.field("conns"), conns as i64);
+    let expect: i64 = (0..clients).map(|i| 1_000_000 + 4099 * i as i64).sum();
+    assert_eq!(mix.field("bytes"), expect, "bytes echoed");
+    assert_eq!(
+        mix.field("pipe"),
+        5,
+        "pipe events (kernel fd in the same ET set)"
+    );
+    assert!(mix.field("timer") >= 1, "timerfd events");
+    assert_eq!(mix.field("udp"), 1, "UDP datagrams (kernel fallback)");
+    let _ = std::fs::remove_dir_all(&dir);
+    mix
+}
