@@ -112,12 +112,16 @@ pub fn create_xskmap(entries: u32) -> io::Result<OwnedFd> {
 
 /// Set `map[key] = value` (u32 key and value).
 pub fn map_update_u32(map: &OwnedFd, key: u32, value: u32) -> io::Result<()> {
-    let k = key;
-    let v = value;
+    map_update(map, key, &value)
+}
+
+/// `BPF_MAP_UPDATE_ELEM` of a map with u32 keys: the kernel reads the map's value size
+/// from `value`, which the caller's map type fixes (u32 or u64 here).
+fn map_update<V: Copy>(map: &OwnedFd, key: u32, value: &V) -> io::Result<()> {
     Attr::new()
         .u32(0, map.as_raw_fd() as u32)
-        .u64(8, &k as *const u32 as u64)
-        .u64(16, &v as *const u32 as u64)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, value as *const V as u64)
         .call(BPF_MAP_UPDATE_ELEM)
         .map(|_| ())
         .map_err(|e| ctx(e, "bpf(BPF_MAP_UPDATE_ELEM)"))
@@ -283,13 +287,5 @@ pub fn map_lookup_u64(map: &OwnedFd, key: u32) -> io::Result<u64> {
 
 /// Set `map[key] = value` (u32 key, u64 value).
 pub fn map_update_u64(map: &OwnedFd, key: u32, value: u64) -> io::Result<()> {
-    let k = key;
-    let v = value;
-    Attr::new()
-        .u32(0, map.as_raw_fd() as u32)
-        .u64(8, &k as *const u32 as u64)
-        .u64(16, &v as *const u64 as u64)
-        .call(BPF_MAP_UPDATE_ELEM)
-        .map(|_| ())
-        .map_err(|e| ctx(e, "bpf(BPF_MAP_UPDATE_ELEM)"))
+    map_update(map, key, &value)
 }
