@@ -452,20 +452,26 @@ def tcp_resets(pcap: Path, stream: int) -> set[int]:
 
 # ---------------------------------------------------------------- libxwarp_ibverbs cases
 
-def lib_build() -> Path:
-    """Build libxwarp_ibverbs.so (release, `CARGO_TARGET_DIR` or the tree's target/; the
-    tree is `XWARP_INTEROP_SRC` or this checkout); its path. RuntimeError if it failed and
-    no older build exists."""
+def _cargo_release_lib(package: str, file: str) -> tuple[Path, Path]:
+    """Build `package` (release) in the tree `XWARP_INTEROP_SRC` or this checkout, into
+    `CARGO_TARGET_DIR` or the tree's target/; (the tree, the built `file`). RuntimeError
+    if the build failed and no older build exists."""
     repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
     target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
-    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-ibverbs"], cwd=repo,
+    p = subprocess.run(["cargo", "build", "--release", "-p", package], cwd=repo,
                        env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    lib = target / "release" / "libxwarp_ibverbs.so"
+    lib = target / "release" / file
     if p.returncode != 0 and not lib.exists():
         print(p.stdout[-3000:], flush=True)
-        raise RuntimeError("cargo build -p xwarp-ibverbs failed")
-    return lib
+        raise RuntimeError(f"cargo build -p {package} failed")
+    return repo, lib
+
+
+def lib_build() -> Path:
+    """Build libxwarp_ibverbs.so (release); its path. RuntimeError if it failed and no
+    older build exists."""
+    return _cargo_release_lib("xwarp-ibverbs", "libxwarp_ibverbs.so")[1]
 
 
 def lib_env(lib: Path, **settings) -> list[str]:
@@ -483,15 +489,7 @@ def xwarp_run_argv(lib: Path) -> list[str]:
     """`xwarp run --iface tap0 --addr 10.77.0.3/24 --rdma-lib LIB --preload SHIM --`: the
     launcher a user would type (tools/src/launcher.rs), with the shim (`xwarp-preload`)
     and the `xwarp` binary built here (release). RuntimeError if a build failed."""
-    repo = Path(os.environ.get("XWARP_INTEROP_SRC", str(HERE.parent.parent)))
-    target = Path(os.environ.get("CARGO_TARGET_DIR", str(repo / "target")))
-    p = subprocess.run(["cargo", "build", "--release", "-p", "xwarp-preload"], cwd=repo,
-                       env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    shim = target / "release" / "libxwarp_preload.so"
-    if p.returncode != 0 and not shim.exists():
-        print(p.stdout[-3000:], flush=True)
-        raise RuntimeError("cargo build -p xwarp-preload failed")
+    repo, shim = _cargo_release_lib("xwarp-preload", "libxwarp_preload.so")
     xwarp = build_tools(["xwarp"], repo)["xwarp"]
     return [str(xwarp), "run", "--iface", vm.TAP, "--addr", f"{vm.ENGINE_IP}/{vm.PREFIX}",
             "--rdma-lib", str(lib), "--preload", str(shim), "--"]
