@@ -6,8 +6,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
-use net_common::{addr, pair_config};
+use net_common::{addr, fill, pair_config, send_stream, StreamHash, STEP};
 use xwarp::net::{vwire_pair, vwire_pair_with, TcpListener, TcpStream};
+use xwarp::poll_driver::engine::{EngineConfig, EngineMode, InlineConfig};
 use xwarp::poll_driver::vwire::WireConfig;
 
 #[test]
@@ -220,4 +221,69 @@ fn ipv6_connect_and_exchange() {
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
     assert!(got == msg);
+}
+
+/// `tcp_fin_timeout` bounds a close that stopped moving, not one still delivering its
+/// queued bytes: the client closes with about 1.3 MiB still queued (its ring and send
+/// buffer) while the server reads slowly through small buffers, so the client's
+/// FIN-WAIT-1 lasts several times the 150 ms `fin_timeout` (its FIN-WAIT-2, the server
+/// draining its own small buffers, a fraction of it). Every byte arrives, then end of
+/// stream, in both engine modes. Before, the close was aborted after `fin_timeout`
+/// however much was still being acknowledged and the reader got `ConnectionReset`:
+/// `inline_driving_from_several_threads_loses_nothing` hit that whenever its transfer
+/// ran on past the default 60 s after a client's close.
+#[test]
+fn fin_timeout_does_not_abort_a_close_that_is_still_draining() {
+    for inline in [false, true] {
+        let mut cfg = pair_config(|c| c.fin_timeout = Duration::from_millis(150));
+        cfg.b.rx_buffer = 32 << 10;
+        cfg.b.ring_size = 32 << 10;
+        if inline {
+            cfg.engine = EngineConfig {
+                mode: EngineMode::Inline(InlineConfig::default()),
+                ..EngineConfig::default()
+            };
+        }
+        let (a, b) = vwire_pair_with(cfg).unwrap();
+        let listener = TcpListener::bind(b.stack(), addr(2, 30)).unwrap();
+        let total = 2u64 << 20;
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut h = StreamHash::default();
+            let (mut buf, mut expect) = (vec![0u8; 32 << 10], vec![0u8; 32 << 10]);
+            loop {
+                let n = s.read(&mut buf)?;
+                if n == 0 {
+                    return Ok::<_, std::io::Error>((h.finish(), Instant::now()));
+                }
+                fill(31, h.len, &mut expect[..n]);
+                assert_eq!(&buf[..n], &expect[..n], "bytes at {} differ", h.len);
+                h.update(&buf[..n]);
+                // At most 1.6 MB/s: what is queued at the close drains in ~0.8 s.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let t = Instant::now();
+        let mut c = TcpStream::connect(a.stack(), addr(2, 30)).unwrap();
+        let sent = send_stream(&mut c, 31, total, 64 << 10).unwrap();
+        let queued = c.tcp_info().unwrap().send_queue as u64 + c.unsent() as u64;
+        drop(c);
+        let closed = Instant::now();
+        let (got, eof) = server.join().unwrap().unwrap_or_else(|e| {
+            panic!("inline {inline}: the reader got {e} ({queued} bytes queued at the close)")
+        });
+        assert_eq!(got, sent, "inline {inline}");
+        // The scenario holds: the drain outlasted fin_timeout several times over.
+        assert!(
+            eof - closed > Duration::from_millis(450),
+            "inline {inline}: drained in {:?} ({queued} bytes queued)",
+            eof - closed
+        );
+        assert!(
+            t.elapsed() < STEP,
+            "inline {inline}: took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(a.stack().stats().resets, 0, "inline {inline}");
+    }
 }

@@ -197,7 +197,8 @@ pub extern "C" fn rdma_disconnect(cm_id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `rdma_get_cm_event@RDMACM_1.0`: waits unless the channel's fd is non-blocking
-/// (`EAGAIN`).
+/// (`EAGAIN`). On a channel already destroyed it waits for good (see
+/// `cm::id::destroy_channel`: rping's CM thread racing its main thread's exit).
 ///
 /// `extern "C-unwind"` and blocking outside the panic guard, so that `pthread_cancel` of a
 /// thread waiting here (a program's CM thread) unwinds it instead of aborting the process
@@ -238,7 +239,7 @@ pub unsafe extern "C-unwind" fn rdma_get_cm_event(
 }
 
 /// The fd of a channel [`id::try_get_event`] just accepted; -1 (poll then waits on
-/// nothing, for good) for one destroyed while the caller waited on it.
+/// nothing, for good) for one destroyed before or while the caller waited on it.
 fn ch_fd(ch: *mut rdma_event_channel) -> c_int {
     id::channel_of(ch).map(|c| c.c.fd).unwrap_or(-1)
 }

@@ -191,8 +191,10 @@ pub struct StackConfig {
     pub connect_timeout: Duration,
     /// Local ports handed out to connections that do not bind one.
     pub ephemeral_ports: RangeInclusive<u16>,
-    /// How long a socket closed by the application may linger in FIN-WAIT-2 (or wait for
-    /// its unsent data to drain) before it is aborted, like Linux `tcp_fin_timeout`.
+    /// How long a socket closed by the application may go without progress (no byte or
+    /// FIN newly acknowledged, no state change) before it is aborted, like Linux
+    /// `tcp_fin_timeout`: it bounds FIN-WAIT-2 and a drain that stalled, not a drain that
+    /// is still being acknowledged, however slowly.
     pub fin_timeout: Duration,
     /// Upper bound on handshakes in progress (SYN-RECEIVED) per listening port, the
     /// application's and the protocol host's alike (the SYN queue). A SYN beyond it is

@@ -35,8 +35,12 @@ pub(crate) struct ConnTcp {
     pub(crate) connecting: Option<Instant>,
     pub(crate) last_state: State,
     pub(crate) fin_queued: bool,
-    /// `tcp_fin_timeout`: abort a close the peer has not finished by then.
+    /// `tcp_fin_timeout`: abort a close the peer has not finished by then, unless the
+    /// close made progress meanwhile (see [`CloseProgress`]).
     pub(crate) close_deadline: Option<Instant>,
+    /// Where the close stood when `close_deadline` was last set (`None` until first
+    /// served after the close).
+    pub(crate) close_progress: Option<CloseProgress>,
     /// The outcome was reported to the consumer; the socket only waits to be removed.
     pub(crate) finished: bool,
     /// Counters, RTT estimate and option state (`TCP_INFO`, keep-alive).
@@ -44,6 +48,44 @@ pub(crate) struct ConnTcp {
     /// Its IPv4 flow, tracked by the [`AckWatch`] while the connection exists (see
     /// [`flow_of`]).
     pub(crate) flow: Option<FlowKey>,
+}
+
+/// How far a connection closed by its owner has got: bytes the peer acknowledged and the
+/// TCP state. `tcp_fin_timeout` ([`StackConfig::fin_timeout`]) bounds how long a close
+/// may go without moving either, not how long the whole drain may take: a closed
+/// connection still delivering its queued bytes to a slow (or lossy, or loaded) peer is
+/// making progress and is not aborted. Linux likewise runs `tcp_fin_timeout` only in
+/// FIN-WAIT-2 and gives up on data still in flight only after its retransmissions fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CloseProgress {
+    /// Bytes the peer acknowledged.
+    pub(crate) acked: u64,
+    /// The TCP state (its discriminant).
+    pub(crate) state: u8,
+}
+
+/// What to do with a closed connection whose `close_deadline` passed at `now` with
+/// `progress` where it now stands: `true` (abort) only if nothing moved since the
+/// deadline was set; otherwise the deadline moves to `now + fin_timeout`.
+pub(crate) fn close_expired(
+    deadline: &mut Option<Instant>,
+    last: &mut Option<CloseProgress>,
+    progress: CloseProgress,
+    now: Instant,
+    fin_timeout: Duration,
+) -> bool {
+    if !deadline.is_some_and(|d| now >= d) {
+        if last.is_none() {
+            *last = Some(progress);
+        }
+        return false;
+    }
+    if *last == Some(progress) {
+        return true;
+    }
+    *last = Some(progress);
+    *deadline = Some(now + fin_timeout);
+    false
 }
 
 /// The [`AckWatch`] key of an IPv4 connection from local port `local_port` to `remote`.
@@ -70,6 +112,7 @@ impl ConnTcp {
             last_state: state,
             fin_queued: false,
             close_deadline: None,
+            close_progress: None,
             finished: false,
             extra,
             flow: None,
@@ -324,7 +367,7 @@ impl ConnTable {
             return Step::default();
         };
         match (sink, host) {
-            (Sink::App(a), _) => serve_app(&mut self.sockets, tcp, a, now, stats),
+            (Sink::App(a), _) => serve_app(&mut self.sockets, tcp, a, now, fin_timeout, stats),
             (Sink::Host(h), Some(host)) => {
                 serve_hosted(host, &mut self.sockets, id, tcp, h, now, fin_timeout, stats)
             }
@@ -697,6 +740,7 @@ fn serve_app(
     c: &mut ConnTcp,
     a: &mut AppEnd,
     now: Instant,
+    fin_timeout: Duration,
     stats: &mut StackStats,
 ) -> Step {
     let mut step = Step::default();
@@ -879,10 +923,17 @@ fn serve_app(
         }
         c.last_state = state;
 
-        if a.app_closed && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
-            // tcp_fin_timeout: the peer never finished the close.
-            s.abort();
-            c.finished = true;
+        if a.app_closed && c.close_deadline.is_some() && state != State::TimeWait {
+            let progress = CloseProgress {
+                acked: c.extra.tx_total.saturating_sub(s.send_queue() as u64),
+                state: state as u8,
+            };
+            let (deadline, last) = (&mut c.close_deadline, &mut c.close_progress);
+            if close_expired(deadline, last, progress, now, fin_timeout) {
+                // tcp_fin_timeout: the peer stopped finishing the close.
+                s.abort();
+                c.finished = true;
+            }
         }
     }
 
@@ -1036,7 +1087,21 @@ fn serve_hosted(
             moved = true;
         }
         c.last_state = state;
-        if !c.finished && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
+        let progress = CloseProgress {
+            acked: c.extra.tx_total.saturating_sub(s.send_queue() as u64),
+            state: state as u8,
+        };
+        if !c.finished
+            && c.close_deadline.is_some()
+            && state != State::TimeWait
+            && close_expired(
+                &mut c.close_deadline,
+                &mut c.close_progress,
+                progress,
+                now,
+                fin_timeout,
+            )
+        {
             s.abort();
             c.finished = true;
             host.on_closed(id, now, Some(SocketError::TimedOut));

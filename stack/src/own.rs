@@ -44,6 +44,7 @@ use smoltcp::wire::{EthernetAddress, IpAddress, IpEndpoint, IpProtocol, IpVersio
 
 use crate::command::{AcceptedConn, Command};
 use crate::config::{Congestion, SocketOptions, StackConfig};
+use crate::conn::{close_expired, CloseProgress};
 use crate::device::{CappedDevice, ETHERNET_HEADER_LEN};
 use crate::engine::demux::{Demux, FourTuple};
 use crate::engine::frames::{self, Ingress};
@@ -107,7 +108,10 @@ struct OwnConn {
     port: Option<u16>,
     /// Active open in progress, until this deadline.
     connecting: Option<Instant>,
+    /// `tcp_fin_timeout` of a close (see [`crate::conn::CloseProgress`]).
     close_deadline: Option<Instant>,
+    /// Where the close stood when `close_deadline` was last set.
+    close_progress: Option<CloseProgress>,
     fin_queued: bool,
     /// The outcome was reported; the connection only waits for CLOSED to be removed.
     finished: bool,
@@ -630,6 +634,7 @@ impl OwnCore {
                 port: Some(port),
                 connecting: Some(deadline),
                 close_deadline: None,
+                close_progress: None,
                 fin_queued: false,
                 finished: false,
                 end,
@@ -950,6 +955,7 @@ impl OwnCore {
                         port: None,
                         connecting: None,
                         close_deadline: None,
+                        close_progress: None,
                         fin_queued: false,
                         finished: false,
                         end: End::Half { listener: lid },
@@ -1570,8 +1576,21 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time
         c.finished = true;
         return true;
     }
-    if a.app_closed && c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
-        // tcp_fin_timeout: the peer never finished the close.
+    if a.app_closed
+        && c.close_deadline.is_some()
+        && state != State::TimeWait
+        && close_expired(
+            &mut c.close_deadline,
+            &mut c.close_progress,
+            CloseProgress {
+                acked: c.tcp.info().bytes_acked,
+                state: state as u8,
+            },
+            now,
+            env.config.fin_timeout,
+        )
+    {
+        // tcp_fin_timeout: the peer stopped finishing the close.
         c.tcp.abort();
         c.finished = true;
         moved = true;
@@ -1676,7 +1695,19 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
         }
         return true;
     }
-    if c.close_deadline.is_some_and(|d| now >= d) && state != State::TimeWait {
+    if c.close_deadline.is_some()
+        && state != State::TimeWait
+        && close_expired(
+            &mut c.close_deadline,
+            &mut c.close_progress,
+            CloseProgress {
+                acked: c.tcp.info().bytes_acked,
+                state: state as u8,
+            },
+            now,
+            fin_timeout,
+        )
+    {
         c.tcp.abort();
         c.finished = true;
         host.on_closed(id, now, Some(SocketError::TimedOut));

@@ -51,6 +51,21 @@ pub(crate) struct FlowAcks {
     ack: u32,
     last_progress: Instant,
     rescued_at: Option<Instant>,
+    /// One past the highest sequence number this end has sent on the flow (from
+    /// transmitted frames; `None` before the first data segment).
+    snd_max: Option<u32>,
+    /// RFC 6582 `recover`: `snd_max` when a rescue started a recovery, until an ACK covers
+    /// it.
+    recover: Option<u32>,
+    /// The last ACK advance was a partial ACK (RFC 6582 §3.2 step 5): it stopped below
+    /// `recover`, so the segment it asks for next is lost too and is rescued at once
+    /// instead of after another `floor`.
+    partial: bool,
+}
+
+/// `a` before `b` in sequence space (RFC 9293 §3.4, modulo 2^32).
+fn seq_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// The last pure ACK (checksums valid) of a flow the watch does not track: its packed
@@ -100,6 +115,9 @@ pub(crate) struct AckWatch {
     fins: HashMap<u64, u32>,
     /// Duplicate ACKs withheld from smoltcp while only a FIN was unacknowledged.
     pub(crate) dup_acks_withheld: u64,
+    /// A flow got a partial ACK during a recovery ([`FlowAcks::partial`]): the next
+    /// rescue scan should run now rather than at its period.
+    pub(crate) partial_pending: bool,
     /// FIN-only segments split off received data+FIN segments, to be fed to smoltcp right
     /// after the data (see [`split_fin`]).
     pub(crate) split_fins: VecDeque<Vec<u8>>,
@@ -127,6 +145,7 @@ impl Default for AckWatch {
             checksums: ChecksumCapabilities::default(),
             fins: HashMap::new(),
             dup_acks_withheld: 0,
+            partial_pending: false,
             split_fins: VecDeque::new(),
             fins_split: 0,
             held_rsts: VecDeque::new(),
@@ -253,6 +272,22 @@ impl AckWatch {
                     f.ack = p.ack;
                     f.last_progress = now;
                     f.rescued_at = None;
+                    // smoltcp has no NewReno (see the module docs): after a rescued
+                    // loss, an ACK that stops short of `recover` means the next
+                    // segment is missing as well. Without this, a burst of lost
+                    // segments (a full NIC queue) cost one `floor` each: 200 ms per
+                    // segment, a few KB/s for a minute. A pure ACK only, which becomes
+                    // the template the rescue replays.
+                    match f.recover {
+                        Some(r) if seq_before(p.ack, r) => {
+                            f.partial = p.pure_ack;
+                            self.partial_pending |= p.pure_ack;
+                        }
+                        _ => {
+                            f.recover = None;
+                            f.partial = false;
+                        }
+                    }
                 }
                 if p.pure_ack && f.template_ack != Some(seen) {
                     f.template.clear();
@@ -301,6 +336,9 @@ impl AckWatch {
             ack: 0,
             last_progress: now,
             rescued_at: None,
+            snd_max: None,
+            recover: None,
+            partial: false,
         };
         if passive && self.untracked.key == Some(key) {
             let u = &mut self.untracked;
@@ -317,18 +355,27 @@ impl AckWatch {
         self.flows.len()
     }
 
-    /// Record a transmitted frame: a segment carrying our FIN remembers the FIN's sequence
+    /// Record a transmitted frame: the highest sequence number sent on the flow (the
+    /// recovery point of a rescue), and for a segment carrying our FIN the FIN's sequence
     /// number for the flow of the peer's ACKs.
     pub(crate) fn observe_tx(&mut self, frame: &[u8]) {
         let Some((ip, tcp)) = ipv4_tcp(frame) else {
             return;
         };
-        if !tcp.fin() || tcp.rst() {
+        let len = tcp.payload().len() as u32;
+        if tcp.rst() || (len == 0 && !tcp.fin()) {
             return;
         }
-        let seq = (tcp.seq_number().0 as u32).wrapping_add(tcp.payload().len() as u32);
+        let seq = (tcp.seq_number().0 as u32).wrapping_add(len);
         let key = pack(&(ip.dst_addr(), tcp.dst_port(), tcp.src_port()));
-        if self.flows.contains_key(&key) {
+        let Some(f) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let end = seq.wrapping_add(u32::from(tcp.fin()));
+        if f.snd_max.is_none_or(|m| seq_before(m, end)) {
+            f.snd_max = Some(end);
+        }
+        if tcp.fin() {
             self.fins.insert(key, seq);
         }
     }
@@ -383,8 +430,9 @@ impl AckWatch {
         }
     }
 
-    /// If `key` has been stuck for `floor`, queue the replayed ACKs into `out`.
-    /// Each stall is rescued at most once per `floor`.
+    /// If `key` has been stuck for `floor`, or got a partial ACK during a recovery a
+    /// rescue started, queue the replayed ACKs into `out`. Each stall is rescued at most
+    /// once per `floor`; each partial ACK once, at once.
     pub(crate) fn rescue(
         &mut self,
         key: &FlowKey,
@@ -396,13 +444,17 @@ impl AckWatch {
             return false;
         };
         let since = f.rescued_at.unwrap_or(f.last_progress);
-        if now.saturating_duration_since(since) < floor {
+        if !f.partial && now.saturating_duration_since(since) < floor {
             return false;
         }
+        f.partial = false;
         let Some(nudged) = nudge_window(&f.template) else {
             return false;
         };
         f.rescued_at = Some(now);
+        if f.recover.is_none() {
+            f.recover = f.snd_max;
+        }
         for _ in 0..4 {
             out.push_back(nudged.clone());
         }

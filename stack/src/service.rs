@@ -999,7 +999,10 @@ impl TcpService {
         let mut rescue_deadline = None;
         if let Some(floor) = self.config.rto_floor {
             let scan_every = floor / 4;
-            if self.last_rescue_scan.is_none_or(|t| now >= t + scan_every) {
+            if self.watch.partial_pending
+                || self.last_rescue_scan.is_none_or(|t| now >= t + scan_every)
+            {
+                self.watch.partial_pending = false;
                 self.last_rescue_scan = Some(now);
                 let outstanding =
                     self.table

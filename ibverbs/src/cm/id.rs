@@ -231,6 +231,10 @@ pub(crate) struct CmId {
 struct Registry {
     ids: HashMap<usize, Arc<IdCore>>,
     channels: HashSet<usize>,
+    /// Destroyed channels (see [`destroy_channel`]), with whether their fd was
+    /// non-blocking; forgotten when the address becomes a channel again, all at once
+    /// past [`TOMBSTONES_MAX`].
+    destroyed: HashMap<usize, bool>,
     events: HashSet<usize>,
     ports: HashSet<u16>,
 }
@@ -243,6 +247,7 @@ fn reg() -> MutexGuard<'static, Option<Registry>> {
         *g = Some(Registry {
             ids: HashMap::new(),
             channels: HashSet::new(),
+            destroyed: HashMap::new(),
             events: HashSet::new(),
             ports: HashSet::new(),
         });
@@ -269,16 +274,39 @@ pub(crate) fn channel_of(ch: *mut rdma_event_channel) -> Result<&'static Channel
     }
 }
 
+/// Most destroyed channels remembered (a program creating and destroying channels at
+/// ever new addresses does not grow the registry for good).
+const TOMBSTONES_MAX: usize = 4096;
+
+/// `Some(nonblocking)` if `ch` is a channel this process destroyed (and no channel since).
+fn tombstone(ch: *mut rdma_event_channel) -> Option<bool> {
+    with_reg(|r| r.destroyed.get(&(ch as usize)).copied())
+}
+
 /// `rdma_create_event_channel`.
 pub(crate) fn create_channel() -> Result<*mut rdma_event_channel, c_int> {
     let ch = Channel::new().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
     let p = Box::into_raw(ch);
-    with_reg(|r| r.channels.insert(p as usize));
+    with_reg(|r| {
+        r.destroyed.remove(&(p as usize));
+        r.channels.insert(p as usize)
+    });
     Ok(p.cast())
 }
 
 /// `rdma_destroy_event_channel`: refused (the channel is kept, with a warning) while ids
 /// still use it, since freeing it would leave them pointing at freed memory.
+///
+/// The address stays known as destroyed: `rdma_get_cm_event` on it then waits for good
+/// (`EAGAIN` if the fd was non-blocking) instead of failing. In librdmacm that call reads
+/// freed memory and a closed fd (`EBADF`), which rping up to rdma-core v57 runs into on
+/// every clean exit its CM thread loses the race for: the main thread destroys the
+/// channel after the last event (DISCONNECTED) while the CM thread, having handled it,
+/// loops back into `rdma_get_cm_event`, fails, and calls `exit(-1)` (rdma-core fixed
+/// rping itself, commit f3ae6534a "rping: terminate CM event thread before exiting").
+/// Waiting is what such a thread would do had it entered the call a moment earlier
+/// (blocked in read(2) when the fd was closed), and the process exits normally from
+/// its main thread.
 pub(crate) fn destroy_channel(ch: *mut rdma_event_channel) -> Result<(), c_int> {
     let c = channel_of(ch)?;
     let users = *c.users.lock().unwrap_or_else(|p| p.into_inner());
@@ -289,7 +317,16 @@ pub(crate) fn destroy_channel(ch: *mut rdma_event_channel) -> Result<(), c_int> 
         ));
         return Err(libc::EBUSY);
     }
-    with_reg(|r| r.channels.remove(&(ch as usize)));
+    // SAFETY: F_GETFL on the channel's own descriptor, still open.
+    let fl = unsafe { libc::fcntl(c.c.fd, libc::F_GETFL) };
+    let nonblocking = fl >= 0 && fl & libc::O_NONBLOCK != 0;
+    with_reg(|r| {
+        r.channels.remove(&(ch as usize));
+        if r.destroyed.len() >= TOMBSTONES_MAX {
+            r.destroyed.clear();
+        }
+        r.destroyed.insert(ch as usize, nonblocking);
+    });
     if c.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
         // A thread is blocked in rdma_get_cm_event on this fd (rping's CM thread when main
         // tears down): as with librdmacm, whose read() then blocks for good, it keeps
@@ -921,7 +958,13 @@ pub(crate) fn try_get_event(
         // rping's CM thread, woken by a signal still pending on the fd, exit(-1) while its
         // main thread was finishing cleanly.
         Err(_) if waited => return Ok(None),
-        Err(e) => return Err(e),
+        // Destroyed before this call (see `destroy_channel`): wait for good as well, or
+        // `EAGAIN` for a non-blocking fd (no event will ever come).
+        Err(e) => match tombstone(ch) {
+            Some(false) => return Ok(None),
+            Some(true) => return Err(libc::EAGAIN),
+            None => return Err(e),
+        },
     };
     if waited {
         c.waiters.fetch_sub(1, SeqCst);
@@ -1378,4 +1421,54 @@ pub(crate) fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {
         &c.route.addr.src
     };
     addr::stored(a).map(|a| a.port().to_be()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rping (rdma-core up to v57) calls `rdma_get_cm_event` again after handling its last
+    /// event, racing its main thread's `rdma_destroy_event_channel`: a call that enters
+    /// after the destroy waits (the process exits from its main thread) instead of
+    /// failing with EINVAL, on which rping calls `exit(-1)`. A pointer that never was a
+    /// channel is still EINVAL; a non-blocking destroyed channel is EAGAIN.
+    #[test]
+    fn get_cm_event_entering_after_the_channel_was_destroyed_waits() {
+        let ch = create_channel().unwrap();
+        destroy_channel(ch).unwrap();
+        assert_eq!(try_get_event(ch, false), Ok(None), "waits, no EINVAL");
+        assert_eq!(try_get_event(ch, true), Ok(None), "and keeps waiting");
+        // Through the export, on a thread: still blocked after 300 ms.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let addr = ch as usize;
+        std::thread::spawn(move || {
+            let mut e = core::ptr::null_mut();
+            // SAFETY: `e` is writable; the channel pointer is only looked up.
+            let r = unsafe {
+                crate::exports_cm::rdma_get_cm_event(addr as *mut rdma_event_channel, &mut e)
+            };
+            let _ = tx.send(r);
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "rdma_get_cm_event returned on a destroyed channel"
+        );
+        // Never a channel: EINVAL as before.
+        let mut not_a_channel = [0u64; 4];
+        let bogus: *mut rdma_event_channel = not_a_channel.as_mut_ptr().cast();
+        assert_eq!(try_get_event(bogus, false), Err(libc::EINVAL));
+        // Non-blocking at the destroy: EAGAIN.
+        let nb = create_channel().unwrap();
+        // SAFETY: the live channel's own fd.
+        unsafe {
+            let fd = (*nb).fd;
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            );
+        }
+        destroy_channel(nb).unwrap();
+        assert_eq!(try_get_event(nb, false), Err(libc::EAGAIN));
+    }
 }

@@ -572,3 +572,101 @@ fn zero_window_is_not_rescued() {
     ));
     assert!(out.is_empty());
 }
+
+/// RFC 6582 §3.2 step 5 (NewReno partial acknowledgment): once a rescue started a
+/// recovery at the highest sequence number sent, an ACK that advances but stays below it
+/// gets the next rescue at once instead of after another floor (a burst of lost segments
+/// then costs one round trip each, not one floor each); an ACK reaching it ends the
+/// recovery, and the floor applies again.
+#[test]
+fn rfc6582_partial_ack_after_a_rescue_is_rescued_at_once() {
+    let mut w = watched();
+    let t0 = Instant::now();
+    let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+    let floor = Duration::from_millis(10);
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    // We sent up to 1000 + 10 * 100; the peer acknowledged 1000 and nothing more.
+    for i in 0..10 {
+        w.observe_tx(&segment(
+            false,
+            TcpControl::None,
+            1000 + i * 100,
+            100,
+            600,
+            &[7; 100],
+        ));
+    }
+    w.observe(&ack_frame(1000, 500, &[]), t0);
+    let mut out = VecDeque::new();
+    assert!(!w.rescue(&key, ms(5), floor, &mut out));
+    assert!(
+        w.rescue(&key, ms(10), floor, &mut out),
+        "the stall is rescued"
+    );
+    assert!(!w.partial_pending);
+    // The retransmission filled the first hole only: a partial ACK, rescued at once.
+    w.observe(&ack_frame(1100, 500, &[]), ms(11));
+    assert!(w.partial_pending, "a partial ACK asks for a scan now");
+    out.clear();
+    assert!(
+        w.rescue(&key, ms(11), floor, &mut out),
+        "partial ACK rescued at once"
+    );
+    let eth = EthernetFrame::new_checked(&out[0][..]).unwrap();
+    let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+    let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+    assert_eq!(
+        tcp.ack_number(),
+        TcpSeqNumber(1100),
+        "replays the partial ACK"
+    );
+    // Once only: the same partial ACK waits for the floor again.
+    assert!(!w.rescue(&key, ms(12), floor, &mut out));
+    // A partial ACK carried by data is no template: it waits for the floor.
+    w.observe(&ack_frame(1200, 500, b"xy"), ms(13));
+    assert!(!w.rescue(&key, ms(14), floor, &mut out));
+    // New data sent during the recovery does not move `recover` (2000).
+    w.observe_tx(&segment(false, TcpControl::None, 2000, 100, 600, &[7; 100]));
+    w.observe(&ack_frame(1900, 500, &[]), ms(15));
+    assert!(
+        w.rescue(&key, ms(15), floor, &mut out),
+        "still below recover"
+    );
+    // (The service clears the flag when it scans.)
+    w.partial_pending = false;
+    // An ACK at `recover` ends the recovery: ACK progress is normal again.
+    w.observe(&ack_frame(2000, 500, &[]), ms(16));
+    assert!(!w.partial_pending, "an ACK at recover is no partial ACK");
+    assert!(!w.rescue(&key, ms(16), floor, &mut out));
+    w.observe(&ack_frame(2050, 500, &[]), ms(17));
+    assert!(!w.partial_pending, "no recovery: no partial ACK");
+    assert!(!w.rescue(&key, ms(18), floor, &mut out));
+    assert!(
+        w.rescue(&key, ms(27), floor, &mut out),
+        "a new stall after the floor"
+    );
+}
+
+/// Without a rescue first there is no recovery: ACK progress never counts as partial
+/// (a normal ACK clock must not trigger fast retransmits).
+#[test]
+fn ack_progress_without_a_rescue_is_no_partial_ack() {
+    let mut w = watched();
+    let t0 = Instant::now();
+    let key = (Ipv4Addr::new(10, 0, 0, 2), 80, 5000);
+    let floor = Duration::from_millis(10);
+    w.observe_tx(&segment(
+        false,
+        TcpControl::None,
+        1000,
+        100,
+        600,
+        &[7; 1000],
+    ));
+    let mut out = VecDeque::new();
+    for i in 1..=9 {
+        w.observe(&ack_frame(1000 + i * 100, 500, &[]), t0);
+        assert!(!w.partial_pending);
+        assert!(!w.rescue(&key, t0, floor, &mut out));
+    }
+}
