@@ -362,6 +362,9 @@ pub(crate) unsafe fn wait(
         if spent >= spin {
             break;
         }
+        // The core goes to a thread woken onto it (a local peer this round's transmit
+        // woke, the keeper) instead of waiting for the spin to run out (see `spin_pause`).
+        crate::wait::spin_pause();
     }
     d.park();
     let left = if timeout < 0 {

@@ -206,6 +206,7 @@ fn send_impl(st: &StreamSock, bufs: &[&[u8]], flags: c_int) -> Result<usize, c_i
                         match crate::inline::driver() {
                             Some(d) => {
                                 d.try_drive();
+                                wait::spin_pause();
                             }
                             None => wait::spin_pause(),
                         }

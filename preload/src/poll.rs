@@ -60,6 +60,7 @@ unsafe fn poll_impl(
         if spent >= spin {
             break;
         }
+        crate::wait::spin_pause();
     }
     d.park();
     let left = timeout.map(|t| t.saturating_sub(start.elapsed()));

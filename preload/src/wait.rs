@@ -105,9 +105,10 @@ where
     r
 }
 
-/// One round of a spinning wait: `sched_yield` with `XWARP_YIELD=1` (the core goes to
-/// any other runnable thread, such as the engine or a local peer, and comes straight back
-/// when there is none), else a CPU spin hint.
+/// One round of a spinning wait: `sched_yield` with `XWARP_YIELD=1` (the default in
+/// inline mode, where every spinning wait calls this between engine iterations: the core
+/// goes to any other runnable thread, such as the keeper or a local peer, and comes
+/// straight back when there is none), else a CPU spin hint.
 pub(crate) fn spin_pause() {
     if crate::process::config().is_some_and(|c| c.yield_spin) {
         // SAFETY: sched_yield has no preconditions.
@@ -164,6 +165,7 @@ pub(crate) fn block_hinted<T>(
                         if now >= spin_end || deadline.is_some_and(|d| now >= d) {
                             break;
                         }
+                        spin_pause();
                         d.try_drive();
                     }
                 }

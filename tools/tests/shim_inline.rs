@@ -214,3 +214,55 @@ fn late_kernel_fd_is_reported_when_busy_sockets_alone_would_fill_the_buffer() {
     let _g = serial();
     late_kernel_fd_is_reported_while_engine_sockets_are_busy("thread", 181, 4);
 }
+
+/// A thread spinning in an inline `epoll_wait` leaves its core to another runnable thread
+/// (`tests/preload/inline_spin_yields.c`: both pinned to one CPU, the helper always
+/// runnable, the spinner waiting on an idle engine listener for 25 x 20 ms with a 20 ms
+/// spin). Before the inline waits yielded by default the spinner took half the core (the
+/// scheduler splits it between equals), which is what kept redis-benchmark's client from
+/// running while an inline redis-server spun with nothing to do: redis `-c 50` at 0.3-0.4x
+/// of the kernel's rate (preload/README.md). Yielding, its share is its rounds between the
+/// helper's time slices.
+#[test]
+fn inline_spinning_epoll_wait_leaves_the_core_to_a_runnable_thread() {
+    require_root_and_afxdp!();
+    let _g = serial();
+    let dir = scratch("inline-spin-yields");
+    let bin = dir.join("inline_spin_yields");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/preload/inline_spin_yields.c");
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    run(cc, "gcc inline_spin_yields.c");
+    let net = Net::new(182);
+    let mut cmd = net.shimmed(60, bin.to_str().unwrap(), &["7300", "25", "20"]);
+    cmd.env("XWARP_MODE", "inline")
+        .env("XWARP_SPIN_US", "20000");
+    let out = spawn(cmd, "inline_spin_yields").wait_output(Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "inline_spin_yields failed: {text} {err}"
+    );
+    assert!(err.contains("inline mode"), "engine not inline: {err}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("OK "))
+        .unwrap_or_else(|| panic!("no result: {text} {err}"));
+    eprintln!("{line}");
+    let field = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing in {line}"))
+    };
+    let (spinner, helper) = (field("spinner_us"), field("helper_us"));
+    // Measured: about 1:1 when the spin kept the core, 1:140 yielding.
+    assert!(
+        helper > 4 * spinner,
+        "the spinning epoll_wait kept the core from a runnable thread: {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
