@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use xwarp_ddp::mpa::RtrSet;
+use xwarp_ddp::mpa::{RecordSplitter, RtrSet};
 use xwarp_rdmap::conn::{ConnConfig, Connection};
 use xwarp_rdmap::verbs::Resources;
 use xwarp_stack::proto::ProtoConnId;
@@ -68,6 +68,33 @@ pub(crate) struct VerbsHost {
     /// Commands taken off the queue by `VerbsHost::apply_queued` that need the engine's
     /// `ProtoCtl` (connect, listen, unlisten); `poll` runs them first, so command order holds.
     pub(crate) stashed: std::collections::VecDeque<Cmd>,
+    /// Per connection: where its FPDUs end, for FPDU-aligned segments (`record_ends`).
+    pub(crate) framing: HashMap<ProtoConnId, Framing>,
+}
+
+/// The record ends of one connection's outgoing stream (docs/mpa.md §1.10).
+pub(crate) struct Framing {
+    /// Fed every byte `on_send` wrote, from the first (the MPA frame).
+    pub(crate) splitter: RecordSplitter,
+    /// Decided once the MPA parameters are known: report the ends (no markers in what we
+    /// send), or never (markers: the FPDU lengths then include them, and a receiver of
+    /// marked FPDUs does not need alignment). Before that nothing is reported, so the
+    /// Request goes out as a plain byte stream.
+    pub(crate) report: Option<bool>,
+}
+
+impl Framing {
+    /// Feed `data` (what `on_send` wrote for `conn`) and report its record ends.
+    pub(crate) fn feed(&mut self, conn: &Connection, data: &[u8], end: &mut dyn FnMut(usize)) {
+        if self.report.is_none() {
+            self.report = conn.negotiated().map(|n| !n.markers_tx);
+        }
+        if self.report == Some(true) {
+            self.splitter.feed(data, end);
+        } else {
+            self.splitter.feed(data, |_| {});
+        }
+    }
 }
 
 /// Encode FPDUs straight into `out` (the free space of the TCP send buffer): no staging
@@ -95,6 +122,7 @@ impl VerbsHost {
             listeners: HashMap::new(),
             emss,
             stashed: std::collections::VecDeque::new(),
+            framing: HashMap::new(),
         }
     }
 
