@@ -628,3 +628,95 @@ fn rfc5044_8_smoltcp_core_retransmissions_hold_whole_fpdus_on_a_lossy_wire() {
         assert_aligned(&o, true);
     }
 }
+
+/// Posts `n` Writes of `len` bytes with at most `depth` outstanding; returns the seconds.
+fn write_stream(
+    a: &Context<VirtualNic>,
+    b: &Context<VirtualNic>,
+    port: u16,
+    len: usize,
+    n: usize,
+    depth: usize,
+) -> f64 {
+    let (c, s) = connect(a, b, port, |q| {
+        q.mpa.crc = true;
+        q.max_send_wr = depth;
+    });
+    let cbuf = mr(&c, len.max(4096));
+    let sbuf = mr(&s, len.max(4096));
+    let data = pattern(len, port as u8);
+    cbuf.write(0, &data).unwrap();
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0, 0);
+    while done < n {
+        while posted < n && posted - done < depth {
+            c.qp.post_send(SendRequest::write(
+                posted as u64,
+                vec![cbuf.sge(0, len).unwrap()],
+                sbuf.rkey(),
+                sbuf.addr(),
+            ))
+            .unwrap();
+            posted += 1;
+        }
+        let w = c
+            .scq
+            .next(T)
+            .unwrap_or_else(|e| panic!("{len}-byte Writes: {done} of {n} done: {e}"));
+        assert_eq!(w.status, CompletionStatus::Success);
+        done += 1;
+    }
+    // A Read behind the Writes: they are placed once it completes.
+    c.qp.post_send(SendRequest::read(
+        n as u64,
+        cbuf.sge(0, len).unwrap(),
+        sbuf.rkey(),
+        sbuf.addr(),
+    ))
+    .unwrap();
+    assert_eq!(wc(&c.scq).status, CompletionStatus::Success);
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(sbuf.to_vec(0, len).unwrap() == data, "written bytes differ");
+    c.qp.disconnect().unwrap();
+    secs
+}
+
+/// What the alignment costs the own core: 64 KiB Writes (32 outstanding) and 64-byte
+/// Writes (64 outstanding) between two own-core engines on the clean virtual wire, with
+/// FPDU ends reported (aligned) and without (`XWARP_FPDU_ALIGN=0`: the byte stream of
+/// before), alternated in one run (`ROUNDS`, default 3). Prints Gbit/s and messages/s.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn measure_own_core_alignment_cost() {
+    let rounds: usize = std::env::var("ROUNDS").map_or(3, |v| v.parse().unwrap());
+    let mut rows: BTreeMap<(&str, bool), Vec<f64>> = BTreeMap::new();
+    for round in 0..rounds {
+        for align in [false, true] {
+            let (a, b) = {
+                let _g = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
+                std::env::set_var("XWARP_FPDU_ALIGN", if align { "1" } else { "0" });
+                let mut cfg = PairConfig::default();
+                for s in [&mut cfg.a, &mut cfg.b] {
+                    s.tcp_core = TcpCore::Own;
+                }
+                let p = vwire_pair(cfg).expect("engines");
+                std::env::remove_var("XWARP_FPDU_ALIGN");
+                p
+            };
+            let port = 5000 + round as u16 * 2;
+            let big = write_stream(&a, &b, port, BIG, 4096, 32);
+            rows.entry(("64 KiB Write, Gbit/s", align))
+                .or_default()
+                .push(4096.0 * BIG as f64 * 8.0 / big / 1e9);
+            let small = write_stream(&a, &b, port + 1, 64, 200_000, 64);
+            rows.entry(("64 B Write, k msg/s", align))
+                .or_default()
+                .push(200_000.0 / small / 1e3);
+            let _ = (a.stop(), b.stop());
+        }
+    }
+    for ((what, align), v) in &rows {
+        eprintln!("{what:<22} aligned={align:<5} {v:.2?}");
+    }
+    assert_eq!(rows.len(), 4);
+}

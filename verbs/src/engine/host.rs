@@ -70,6 +70,22 @@ pub(crate) struct VerbsHost {
     pub(crate) stashed: std::collections::VecDeque<Cmd>,
     /// Per connection: where its FPDUs end, for FPDU-aligned segments (`record_ends`).
     pub(crate) framing: HashMap<ProtoConnId, Framing>,
+    /// Report FPDU ends to the engine ([`fpdu_align_from_env`]).
+    pub(crate) align: bool,
+}
+
+/// `XWARP_FPDU_ALIGN`: `0`/`off` stops reporting FPDU ends (the own TCP core then segments
+/// FPDUs as a byte stream, as before issue 15; for measurements), `1`/`on` or unset
+/// reports them; anything else is warned about and reports them.
+pub(crate) fn fpdu_align_from_env() -> bool {
+    match std::env::var("XWARP_FPDU_ALIGN").as_deref() {
+        Err(_) | Ok("1" | "on" | "") => true,
+        Ok("0" | "off") => false,
+        Ok(v) => {
+            log::warn!("XWARP_FPDU_ALIGN={v:?}: expected 0, off, 1 or on; FPDUs stay aligned");
+            true
+        }
+    }
 }
 
 /// The record ends of one connection's outgoing stream (docs/mpa.md §1.10).
@@ -123,6 +139,7 @@ impl VerbsHost {
             emss,
             stashed: std::collections::VecDeque::new(),
             framing: HashMap::new(),
+            align: fpdu_align_from_env(),
         }
     }
 

@@ -353,6 +353,9 @@ impl ProtocolHost for VerbsHost {
     }
 
     fn record_ends(&mut self, conn: ProtoConnId, data: &[u8], end: &mut dyn FnMut(usize)) {
+        if !self.align {
+            return;
+        }
         let c = match self.owners.get(&conn) {
             Some(Owner::Qp(qpn)) => self.qps.get(qpn).and_then(|s| s.conn.as_ref()),
             Some(Owner::Detached { conn }) => Some(conn),
