@@ -53,6 +53,7 @@ fn tshark_ok() -> bool {
 fn engines(
     core: TcpCore,
     wire: WireConfig,
+    rx_buffer: Option<usize>,
     dir: &Path,
 ) -> (Context<VirtualNic>, Context<VirtualNic>) {
     let _g = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
@@ -63,6 +64,9 @@ fn engines(
     for s in [&mut cfg.a, &mut cfg.b] {
         s.tcp_core = core;
         s.rto_floor = Some(Duration::from_millis(10));
+        if let Some(r) = rx_buffer {
+            s.rx_buffer = r;
+        }
     }
     let spec = dir.join("e%e.pcapng");
     pcap::set_process_capture(Some(CaptureSpec::new(spec.to_str().unwrap())));
@@ -464,6 +468,16 @@ struct Outcome {
 }
 
 fn run(core: TcpCore, wire: WireConfig, iters: usize, name: &str) -> Option<Outcome> {
+    run_with(core, wire, None, iters, name)
+}
+
+fn run_with(
+    core: TcpCore,
+    wire: WireConfig,
+    rx_buffer: Option<usize>,
+    iters: usize,
+    name: &str,
+) -> Option<Outcome> {
     if !tshark_ok() {
         return None;
     }
@@ -471,7 +485,7 @@ fn run(core: TcpCore, wire: WireConfig, iters: usize, name: &str) -> Option<Outc
         std::env::temp_dir().join(format!("xwarp-fpdu-align-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (a, b) = engines(core, wire, &dir);
+    let (a, b) = engines(core, wire, rx_buffer, &dir);
     let t0 = Instant::now();
     let (na, nb) = rdma_run(a, b, iters);
     let secs = t0.elapsed().as_secs_f64();
@@ -602,6 +616,25 @@ fn rfc5044_8_own_core_every_segment_holds_whole_fpdus_over_1000_iterations() {
 fn rfc5044_8_own_core_retransmissions_hold_whole_fpdus_on_a_lossy_wire() {
     if let Some(o) = run(TcpCore::Own, lossy_wire(), 300, "own-lossy") {
         assert_aligned(&o, true);
+    }
+}
+
+/// Receive buffers of 6000 bytes (windows of a few FPDUs, rarely a multiple of one) and
+/// 0.5% loss: sends are limited by the peer's window all the time, and the records wait
+/// for a window that holds them whole instead of being split (and nothing deadlocks).
+#[test]
+fn rfc5044_8_own_core_window_limited_sends_hold_whole_fpdus() {
+    let link = |seed| LinkConfig {
+        drop: 0.005,
+        ..LinkConfig::seeded(seed)
+    };
+    let wire = WireConfig {
+        a_to_b: link(7),
+        b_to_a: link(8),
+        ..WireConfig::default()
+    };
+    if let Some(o) = run_with(TcpCore::Own, wire, Some(6000), 100, "own-small-window") {
+        assert_aligned(&o, false);
     }
 }
 
