@@ -50,10 +50,19 @@ fn tshark_ok() -> bool {
     ok
 }
 
+/// Stack settings a run changes from the defaults.
+#[derive(Default, Clone, Copy)]
+struct Tweak {
+    /// Both ends' receive buffers.
+    rx_buffer: Option<usize>,
+    /// The server end's MTU (the wire's stays 1500).
+    mtu_b: Option<usize>,
+}
+
 fn engines(
     core: TcpCore,
     wire: WireConfig,
-    rx_buffer: Option<usize>,
+    tweak: Tweak,
     dir: &Path,
 ) -> (Context<VirtualNic>, Context<VirtualNic>) {
     let _g = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
@@ -64,9 +73,12 @@ fn engines(
     for s in [&mut cfg.a, &mut cfg.b] {
         s.tcp_core = core;
         s.rto_floor = Some(Duration::from_millis(10));
-        if let Some(r) = rx_buffer {
+        if let Some(r) = tweak.rx_buffer {
             s.rx_buffer = r;
         }
+    }
+    if let Some(m) = tweak.mtu_b {
+        cfg.b.mtu = m;
     }
     let spec = dir.join("e%e.pcapng");
     pcap::set_process_capture(Some(CaptureSpec::new(spec.to_str().unwrap())));
@@ -468,13 +480,13 @@ struct Outcome {
 }
 
 fn run(core: TcpCore, wire: WireConfig, iters: usize, name: &str) -> Option<Outcome> {
-    run_with(core, wire, None, iters, name)
+    run_with(core, wire, Tweak::default(), iters, name)
 }
 
 fn run_with(
     core: TcpCore,
     wire: WireConfig,
-    rx_buffer: Option<usize>,
+    tweak: Tweak,
     iters: usize,
     name: &str,
 ) -> Option<Outcome> {
@@ -485,7 +497,7 @@ fn run_with(
         std::env::temp_dir().join(format!("xwarp-fpdu-align-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (a, b) = engines(core, wire, rx_buffer, &dir);
+    let (a, b) = engines(core, wire, tweak, &dir);
     let t0 = Instant::now();
     let (na, nb) = rdma_run(a, b, iters);
     let secs = t0.elapsed().as_secs_f64();
@@ -633,7 +645,31 @@ fn rfc5044_8_own_core_window_limited_sends_hold_whole_fpdus() {
         b_to_a: link(8),
         ..WireConfig::default()
     };
-    if let Some(o) = run_with(TcpCore::Own, wire, Some(6000), 100, "own-small-window") {
+    let tweak = Tweak {
+        rx_buffer: Some(6000),
+        ..Tweak::default()
+    };
+    if let Some(o) = run_with(TcpCore::Own, wire, tweak, 100, "own-small-window") {
+        assert_aligned(&o, false);
+    }
+}
+
+/// The server's MTU is 1400 (MSS 1360, 1348 with timestamps) where the client's is 1500:
+/// the client sizes its FPDUs by the connection's MSS, not its own MTU, so they still
+/// fit one segment (`ProtocolHost::on_path_mss`).
+#[test]
+fn rfc5044_8_own_core_fpdus_fit_a_peers_smaller_mss() {
+    let tweak = Tweak {
+        mtu_b: Some(1400),
+        ..Tweak::default()
+    };
+    if let Some(o) = run_with(
+        TcpCore::Own,
+        WireConfig::default(),
+        tweak,
+        100,
+        "own-small-mss",
+    ) {
         assert_aligned(&o, false);
     }
 }

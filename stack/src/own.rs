@@ -1202,6 +1202,7 @@ impl OwnCore {
             c.window = env.config.rx_buffer;
             self.hosted += 1;
             if let Some(h) = env.host() {
+                h.on_path_mss(id, c.tcp.info().snd_mss as usize);
                 h.on_accepted(token, id, local, remote, now);
             }
         } else {
@@ -1644,6 +1645,7 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
                 c.connecting = None;
                 h.ready = true;
                 env.counters.established += 1;
+                host.on_path_mss(id, c.tcp.info().snd_mss as usize);
                 host.on_established(id, to_sock(c.key.0), to_sock(c.key.1), now);
                 moved = true;
             }

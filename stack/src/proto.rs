@@ -88,6 +88,14 @@ pub trait ProtocolHost: Send {
     fn record_ends(&mut self, conn: ProtoConnId, data: &[u8], end: &mut dyn FnMut(usize)) {
         let _ = (conn, data, end);
     }
+    /// The payload one TCP segment of `conn` carries (the peer's MSS less the options
+    /// every segment has), called once the handshake is done, before
+    /// [`Self::on_established`] or [`Self::on_accepted`], by engines that know it (the own
+    /// TCP core): FPDUs sized to it (MULPDU, RFC 5044 §8) fit one segment even when the
+    /// peer's MSS is smaller than the local MTU gives. The default ignores it.
+    fn on_path_mss(&mut self, conn: ProtoConnId, mss: usize) {
+        let _ = (conn, mss);
+    }
     /// The peer sent FIN and every byte before it was delivered through `on_recv`.
     fn on_peer_fin(&mut self, conn: ProtoConnId, now: Instant);
     /// What to do with the connection after it was served.

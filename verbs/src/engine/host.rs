@@ -72,6 +72,9 @@ pub(crate) struct VerbsHost {
     pub(crate) framing: HashMap<ProtoConnId, Framing>,
     /// Report FPDU ends to the engine ([`fpdu_align_from_env`]).
     pub(crate) align: bool,
+    /// Per connection: the payload of one TCP segment, when the engine tells it
+    /// (`on_path_mss`); FPDUs are sized to the smaller of it and `emss`.
+    pub(crate) path_mss: HashMap<ProtoConnId, usize>,
 }
 
 /// `XWARP_FPDU_ALIGN`: `0`/`off` stops reporting FPDU ends (the own TCP core then segments
@@ -140,6 +143,7 @@ impl VerbsHost {
             stashed: std::collections::VecDeque::new(),
             framing: HashMap::new(),
             align: fpdu_align_from_env(),
+            path_mss: HashMap::new(),
         }
     }
 
@@ -153,9 +157,15 @@ impl VerbsHost {
         }
     }
 
-    pub(crate) fn conn_config(&self, slot: &QpSlot) -> ConnConfig {
+    /// The connection settings of `slot` on the TCP connection `conn`: FPDUs sized to the
+    /// local EMSS or the connection's segment payload, whichever is smaller.
+    pub(crate) fn conn_config(&self, slot: &QpSlot, conn: ProtoConnId) -> ConnConfig {
         let mut c = ConnConfig::new(slot.qp);
-        c.emss = self.emss.max(128);
+        let emss = self
+            .path_mss
+            .get(&conn)
+            .map_or(self.emss, |&m| m.min(self.emss));
+        c.emss = emss.max(128);
         c.tx_burst = TX_BURST;
         c.initiator.revision = slot.mpa.revision;
         c.initiator.enhanced = slot.mpa.revision == 2;

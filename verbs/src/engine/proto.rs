@@ -249,7 +249,7 @@ impl ProtocolHost for VerbsHost {
         let Some(slot) = self.qps.get(&qpn) else {
             return;
         };
-        let mut cfg = self.conn_config(slot);
+        let mut cfg = self.conn_config(slot, conn);
         if let Some(c) = &slot.connecting {
             cfg.first_fpdu_delay = c.first_fpdu_delay;
             cfg.initiator.private_data = c.private_data.clone();
@@ -373,6 +373,10 @@ impl ProtocolHost for VerbsHost {
             .feed(c, data, end);
     }
 
+    fn on_path_mss(&mut self, conn: ProtoConnId, mss: usize) {
+        self.path_mss.insert(conn, mss);
+    }
+
     fn on_peer_fin(&mut self, conn: ProtoConnId, _now: Instant) {
         match self.owners.get_mut(&conn) {
             Some(Owner::Qp(qpn)) => {
@@ -415,6 +419,7 @@ impl ProtocolHost for VerbsHost {
 
     fn on_closed(&mut self, conn: ProtoConnId, now: Instant, error: Option<SocketError>) {
         self.framing.remove(&conn);
+        self.path_mss.remove(&conn);
         let Some(owner) = self.owners.remove(&conn) else {
             return;
         };
