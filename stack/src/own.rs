@@ -86,6 +86,9 @@ struct HostSide {
     /// `on_established` / `on_accepted` was called: bytes may be handed to the host.
     ready: bool,
     fin_reported: bool,
+    /// Scratch for the record ends `ProtocolHost::record_ends` reports (offsets from the
+    /// head of `tx`), kept to avoid an allocation per fill.
+    ends: Vec<u64>,
 }
 
 /// Who consumes a connection's bytes.
@@ -296,6 +299,9 @@ impl TxSource for Tx<'_> {
             Tx::Host(r) => r.next_boundary(offset),
             _ => None,
         }
+    }
+    fn framed(&self) -> bool {
+        matches!(self, Tx::Host(r) if r.framed())
     }
 }
 
@@ -795,6 +801,7 @@ impl OwnCore {
                         tx: RingTx::new(env.config.tx_buffer),
                         ready: false,
                         fin_reported: false,
+                        ends: Vec::new(),
                     });
                     let o = SocketOptions::default();
                     if let Err(e) =
@@ -1196,10 +1203,12 @@ impl OwnCore {
                 tx: RingTx::new(env.config.tx_buffer),
                 ready: true,
                 fin_reported: false,
+                ends: Vec::new(),
             });
             c.window = env.config.rx_buffer;
             self.hosted += 1;
             if let Some(h) = env.host() {
+                h.on_path_mss(id, c.tcp.info().snd_mss as usize);
                 h.on_accepted(token, id, local, remote, now);
             }
         } else {
@@ -1598,6 +1607,24 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time
     moved
 }
 
+/// Fill a hosted connection's send queue from `on_send` and mark the record ends the host
+/// reports in what it wrote (`ProtocolHost::record_ends`): `tcp::conn` never lets a
+/// segment cross one, so FPDUs stay aligned to segments (docs/mpa.md §1.10).
+fn fill_records(h: &mut HostSide, host: &mut dyn ProtocolHost, id: u64, now: Instant) -> usize {
+    let mut at = h.tx.len();
+    let ends = &mut h.ends;
+    let n = h.tx.fill(|buf| {
+        let k = host.on_send(id, now, buf).min(buf.len());
+        host.record_ends(id, &buf[..k], &mut |e| ends.push(at + e as u64));
+        at += k as u64;
+        k
+    });
+    for e in h.ends.drain(..) {
+        h.tx.mark_record_end(e);
+    }
+    n
+}
+
 /// Report a hosted connection's progress to the host, fill its send queue from
 /// `on_send`, carry out its close request.
 fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> bool {
@@ -1637,6 +1664,7 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
                 c.connecting = None;
                 h.ready = true;
                 env.counters.established += 1;
+                host.on_path_mss(id, c.tcp.info().snd_mss as usize);
                 host.on_established(id, to_sock(c.key.0), to_sock(c.key.1), now);
                 moved = true;
             }
@@ -1648,7 +1676,7 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
     let mut drained = true;
     if !c.fin_queued && c.tcp.may_send() {
         loop {
-            let n = h.tx.fill(|buf| host.on_send(id, now, buf).min(buf.len()));
+            let n = fill_records(h, host, id, now);
             if n == 0 {
                 drained = h.tx.free() > 0;
                 break;

@@ -80,6 +80,22 @@ pub trait ProtocolHost: Send {
     /// Free space in the TCP send buffer: write bytes to send at its start, return how
     /// many were written.
     fn on_send(&mut self, conn: ProtoConnId, now: Instant, buf: &mut [u8]) -> usize;
+    /// Where records (e.g. MPA FPDUs) end in `data`, the bytes the last
+    /// [`Self::on_send`] for `conn` wrote (exactly those, in stream order): call `end(k)`
+    /// for each record ending at byte `k` of `data` (ascending). An engine that segments
+    /// by records (the own TCP core) then never splits or merges one across a TCP segment
+    /// (docs/mpa.md §1.10). The default reports none: a plain byte stream.
+    fn record_ends(&mut self, conn: ProtoConnId, data: &[u8], end: &mut dyn FnMut(usize)) {
+        let _ = (conn, data, end);
+    }
+    /// The payload one TCP segment of `conn` carries (the peer's MSS less the options
+    /// every segment has), called once the handshake is done, before
+    /// [`Self::on_established`] or [`Self::on_accepted`], by engines that know it (the own
+    /// TCP core): FPDUs sized to it (MULPDU, RFC 5044 §8) fit one segment even when the
+    /// peer's MSS is smaller than the local MTU gives. The default ignores it.
+    fn on_path_mss(&mut self, conn: ProtoConnId, mss: usize) {
+        let _ = (conn, mss);
+    }
     /// The peer sent FIN and every byte before it was delivered through `on_recv`.
     fn on_peer_fin(&mut self, conn: ProtoConnId, now: Instant);
     /// What to do with the connection after it was served.

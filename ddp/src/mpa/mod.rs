@@ -5,6 +5,8 @@
 //! * [`negotiator`]: the sans-IO [`Negotiator`] for Initiator and Responder.
 //! * [`fpdu`]: [`FpduEncoder`], pad and [`mulpdu`] sizing.
 //! * [`parser`]: the streaming [`FpduParser`].
+//! * [`records`]: [`RecordSplitter`], where the records of an outgoing stream end (for
+//!   FPDU-aligned segmentation).
 //! * [`error`]: [`MpaError`] and its LLP Terminate codes (docs/mpa.md §1.8).
 //!
 //! The frame parser, the negotiator and the FPDU parser take arbitrary bytes and never
@@ -16,6 +18,7 @@ pub mod fpdu;
 pub mod frame;
 pub mod negotiator;
 pub mod parser;
+pub mod records;
 
 pub use error::{llp_code, FrameError, LocalError, MpaError, TerminateCode};
 pub use fpdu::{mulpdu, pad_len, FpduEncoder};
@@ -25,3 +28,4 @@ pub use negotiator::{
     Role,
 };
 pub use parser::{FpduEvent, FpduHeader, FpduParser};
+pub use records::RecordSplitter;

@@ -41,7 +41,7 @@ impl VerbsHost {
             Some(s) if s.phase().can_start() && !s.destroyed => {
                 let ird = s.qp.ird.min(u32::from(u16::MAX)) as u16;
                 let ord = s.qp.ord.min(u32::from(u16::MAX)) as u16;
-                Connection::responder(self.conn_config(s), now)
+                Connection::responder(self.conn_config(s, conn_id), now)
                     .map(|c| (c, ird, ord))
                     .map_err(|e| e.to_string())
             }

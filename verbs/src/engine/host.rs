@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use xwarp_ddp::mpa::RtrSet;
+use xwarp_ddp::mpa::{RecordSplitter, RtrSet};
 use xwarp_rdmap::conn::{ConnConfig, Connection};
 use xwarp_rdmap::verbs::Resources;
 use xwarp_stack::proto::ProtoConnId;
@@ -68,6 +68,52 @@ pub(crate) struct VerbsHost {
     /// Commands taken off the queue by `VerbsHost::apply_queued` that need the engine's
     /// `ProtoCtl` (connect, listen, unlisten); `poll` runs them first, so command order holds.
     pub(crate) stashed: std::collections::VecDeque<Cmd>,
+    /// Per connection: where its FPDUs end, for FPDU-aligned segments (`record_ends`).
+    pub(crate) framing: HashMap<ProtoConnId, Framing>,
+    /// Report FPDU ends to the engine ([`fpdu_align_from_env`]).
+    pub(crate) align: bool,
+    /// Per connection: the payload of one TCP segment, when the engine tells it
+    /// (`on_path_mss`); FPDUs are sized to the smaller of it and `emss`.
+    pub(crate) path_mss: HashMap<ProtoConnId, usize>,
+}
+
+/// `XWARP_FPDU_ALIGN`: `0`/`off` stops reporting FPDU ends (the own TCP core then segments
+/// FPDUs as a byte stream, as before issue 15; for measurements), `1`/`on` or unset
+/// reports them; anything else is warned about and reports them.
+pub(crate) fn fpdu_align_from_env() -> bool {
+    match std::env::var("XWARP_FPDU_ALIGN").as_deref() {
+        Err(_) | Ok("1" | "on" | "") => true,
+        Ok("0" | "off") => false,
+        Ok(v) => {
+            log::warn!("XWARP_FPDU_ALIGN={v:?}: expected 0, off, 1 or on; FPDUs stay aligned");
+            true
+        }
+    }
+}
+
+/// The record ends of one connection's outgoing stream (docs/mpa.md §1.10).
+pub(crate) struct Framing {
+    /// Fed every byte `on_send` wrote, from the first (the MPA frame).
+    pub(crate) splitter: RecordSplitter,
+    /// Decided once the MPA parameters are known: report the ends (no markers in what we
+    /// send), or never (markers: the FPDU lengths then include them, and a receiver of
+    /// marked FPDUs does not need alignment). Before that nothing is reported, so the
+    /// Request goes out as a plain byte stream.
+    pub(crate) report: Option<bool>,
+}
+
+impl Framing {
+    /// Feed `data` (what `on_send` wrote for `conn`) and report its record ends.
+    pub(crate) fn feed(&mut self, conn: &Connection, data: &[u8], end: &mut dyn FnMut(usize)) {
+        if self.report.is_none() {
+            self.report = conn.negotiated().map(|n| !n.markers_tx);
+        }
+        if self.report == Some(true) {
+            self.splitter.feed(data, end);
+        } else {
+            self.splitter.feed(data, |_| {});
+        }
+    }
 }
 
 /// Encode FPDUs straight into `out` (the free space of the TCP send buffer): no staging
@@ -95,6 +141,9 @@ impl VerbsHost {
             listeners: HashMap::new(),
             emss,
             stashed: std::collections::VecDeque::new(),
+            framing: HashMap::new(),
+            align: fpdu_align_from_env(),
+            path_mss: HashMap::new(),
         }
     }
 
@@ -108,9 +157,15 @@ impl VerbsHost {
         }
     }
 
-    pub(crate) fn conn_config(&self, slot: &QpSlot) -> ConnConfig {
+    /// The connection settings of `slot` on the TCP connection `conn`: FPDUs sized to the
+    /// local EMSS or the connection's segment payload, whichever is smaller.
+    pub(crate) fn conn_config(&self, slot: &QpSlot, conn: ProtoConnId) -> ConnConfig {
         let mut c = ConnConfig::new(slot.qp);
-        c.emss = self.emss.max(128);
+        let emss = self
+            .path_mss
+            .get(&conn)
+            .map_or(self.emss, |&m| m.min(self.emss));
+        c.emss = emss.max(128);
         c.tx_burst = TX_BURST;
         c.initiator.revision = slot.mpa.revision;
         c.initiator.enhanced = slot.mpa.revision == 2;

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use xwarp_ddp::mpa::RecordSplitter;
 use xwarp_rdmap::conn::{ConnConfig, ConnEvent, Connection};
 use xwarp_rdmap::{PdId, QpConfig};
 use xwarp_stack::proto::{CloseRequest, ProtoConnId, ProtoCtl, ProtocolHost};
@@ -12,7 +13,7 @@ use xwarp_telemetry::{QpRecord, QpState as RecordState, TermCode};
 
 use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
-use crate::engine::host::{fpdu_direct, Owner, VerbsHost, MAX_PENDING_RAW};
+use crate::engine::host::{fpdu_direct, Framing, Owner, VerbsHost, MAX_PENDING_RAW};
 use crate::qp_stats::QpStatsSnapshot;
 
 impl VerbsHost {
@@ -248,7 +249,7 @@ impl ProtocolHost for VerbsHost {
         let Some(slot) = self.qps.get(&qpn) else {
             return;
         };
-        let mut cfg = self.conn_config(slot);
+        let mut cfg = self.conn_config(slot, conn);
         if let Some(c) = &slot.connecting {
             cfg.first_fpdu_delay = c.first_fpdu_delay;
             cfg.initiator.private_data = c.private_data.clone();
@@ -351,6 +352,31 @@ impl ProtocolHost for VerbsHost {
         }
     }
 
+    fn record_ends(&mut self, conn: ProtoConnId, data: &[u8], end: &mut dyn FnMut(usize)) {
+        if !self.align {
+            return;
+        }
+        let c = match self.owners.get(&conn) {
+            Some(Owner::Qp(qpn)) => self.qps.get(qpn).and_then(|s| s.conn.as_ref()),
+            Some(Owner::Detached { conn }) => Some(conn),
+            _ => None,
+        };
+        let Some(c) = c else {
+            return;
+        };
+        self.framing
+            .entry(conn)
+            .or_insert_with(|| Framing {
+                splitter: RecordSplitter::new(),
+                report: None,
+            })
+            .feed(c, data, end);
+    }
+
+    fn on_path_mss(&mut self, conn: ProtoConnId, mss: usize) {
+        self.path_mss.insert(conn, mss);
+    }
+
     fn on_peer_fin(&mut self, conn: ProtoConnId, _now: Instant) {
         match self.owners.get_mut(&conn) {
             Some(Owner::Qp(qpn)) => {
@@ -392,6 +418,8 @@ impl ProtocolHost for VerbsHost {
     }
 
     fn on_closed(&mut self, conn: ProtoConnId, now: Instant, error: Option<SocketError>) {
+        self.framing.remove(&conn);
+        self.path_mss.remove(&conn);
         let Some(owner) = self.owners.remove(&conn) else {
             return;
         };

@@ -32,6 +32,13 @@ pub trait TxSource {
     fn next_boundary(&self, _offset: u64) -> Option<u64> {
         None
     }
+    /// Whether the owner frames its bytes as records (every byte queued belongs to a
+    /// record whose end it marks once the record is complete): a segment then carries
+    /// whole records only, and bytes after the last end wait for theirs
+    /// (`conn/records.rs`). `false`: a plain byte stream.
+    fn framed(&self) -> bool {
+        false
+    }
 }
 
 /// A fixed-capacity ring of bytes to send, with optional record boundaries.
@@ -40,8 +47,13 @@ pub struct RingTx {
     buf: Vec<u8>,
     head: usize,
     len: usize,
-    /// Record ends (offsets from the head), ascending; only with [`Self::push_record`].
+    /// Record ends as stream positions (bytes ever released + offset from the head),
+    /// ascending; only with [`Self::push_record`] or [`Self::mark_record_end`].
     records: std::collections::VecDeque<u64>,
+    /// Bytes released since the ring was made (the stream position of the head).
+    released: u64,
+    /// A record end was ever marked ([`TxSource::framed`]).
+    framed: bool,
 }
 
 impl RingTx {
@@ -52,6 +64,8 @@ impl RingTx {
             head: 0,
             len: 0,
             records: Default::default(),
+            released: 0,
+            framed: false,
         }
     }
 
@@ -105,8 +119,21 @@ impl RingTx {
             return false;
         }
         self.write(data);
-        self.records.push_back(self.len as u64);
+        self.records.push_back(self.released + self.len as u64);
+        self.framed = true;
         true
+    }
+
+    /// Mark a record end `at` bytes from the head (bytes already written, e.g. by
+    /// [`Self::fill`]); ignored unless `at` is within what is held and after the last end
+    /// marked.
+    pub fn mark_record_end(&mut self, at: u64) {
+        let pos = self.released + at;
+        if at == 0 || at > self.len as u64 || self.records.back().is_some_and(|&r| r >= pos) {
+            return;
+        }
+        self.records.push_back(pos);
+        self.framed = true;
     }
 
     /// Drop `n` acknowledged bytes from the front (at most what is held).
@@ -117,15 +144,9 @@ impl RingTx {
         }
         self.head = (self.head + n) % self.buf.len();
         self.len -= n;
-        while let Some(&r) = self.records.front() {
-            if r <= n as u64 {
-                self.records.pop_front();
-            } else {
-                break;
-            }
-        }
-        for r in self.records.iter_mut() {
-            *r -= n as u64;
+        self.released += n as u64;
+        while self.records.front().is_some_and(|&r| r <= self.released) {
+            self.records.pop_front();
         }
     }
 }
@@ -154,8 +175,13 @@ impl TxSource for RingTx {
     }
 
     fn next_boundary(&self, offset: u64) -> Option<u64> {
-        let i = self.records.partition_point(|&r| r <= offset);
-        self.records.get(i).copied()
+        let pos = self.released + offset;
+        let i = self.records.partition_point(|&r| r <= pos);
+        self.records.get(i).map(|&r| r - self.released)
+    }
+
+    fn framed(&self) -> bool {
+        self.framed
     }
 }
 
@@ -209,5 +235,26 @@ mod tests {
         r.release(10);
         assert_eq!(r.next_boundary(0), Some(20));
         assert!(!r.push_record(&[0; 100]));
+    }
+
+    #[test]
+    fn ring_record_ends_marked_after_fill_survive_release_and_wrap() {
+        let mut r = RingTx::new(16);
+        assert_eq!(r.fill(|b| b.len().min(12)), 12);
+        r.mark_record_end(5);
+        r.mark_record_end(12);
+        r.mark_record_end(3); // before the last end: ignored
+        r.mark_record_end(20); // beyond what is held: ignored
+        assert_eq!(r.next_boundary(0), Some(5));
+        assert_eq!(r.next_boundary(5), Some(12));
+        r.release(5);
+        assert_eq!(r.next_boundary(0), Some(7));
+        assert_eq!(r.write(&[9; 9]), 9);
+        r.mark_record_end(16);
+        assert_eq!(r.next_boundary(7), Some(16));
+        r.release(7);
+        assert_eq!(r.next_boundary(0), Some(9));
+        r.release(9);
+        assert_eq!(r.next_boundary(0), None);
     }
 }

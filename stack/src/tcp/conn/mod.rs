@@ -17,6 +17,7 @@
 
 mod io;
 mod ooo;
+mod records;
 
 #[cfg(test)]
 mod lossy;
@@ -38,6 +39,7 @@ use super::sack::{
 };
 use super::seq::Seq;
 use ooo::PieceStore;
+use records::RecordPlan;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{IpAddress, IpEndpoint, TcpControl, TcpPacket, TcpRepr, TcpTimestampRepr};
@@ -1834,8 +1836,8 @@ impl Connection {
         }
     }
 
-    fn retransmit(&mut self, now: Instant, b: SackBlock) -> Segment {
-        let b = SackBlock::new(b.start.max_seq(self.snd_una), b.end);
+    fn retransmit(&mut self, now: Instant, b: SackBlock, tx: &impl TxSource) -> Segment {
+        let b = self.record_clamp(tx, SackBlock::new(b.start.max_seq(self.snd_una), b.end));
         self.rack.on_retransmit(b, now);
         self.board.on_retransmit(b);
         self.karn.on_retransmit();
@@ -1871,8 +1873,17 @@ impl Connection {
             0
         };
         let mss = self.current_mss();
-        let full = match tx.next_boundary(sent) {
-            Some(b) if b > sent => avail.min(mss).min((b - sent).min(MAX_WINDOW as u64) as u32),
+        // Records (FPDUs): one whole record per segment, or wait (records.rs).
+        let record = match self.record_plan(tx, sent, avail) {
+            RecordPlan::Stream => None,
+            RecordPlan::Incomplete => return None,
+            RecordPlan::Whole(r) => Some(r),
+        };
+        let full = match (record, tx.next_boundary(sent)) {
+            (Some(r), _) => r,
+            (None, Some(b)) if b > sent => {
+                avail.min(mss).min((b - sent).min(MAX_WINDOW as u64) as u32)
+            }
             _ => avail.min(mss),
         };
         let pipe = self.board.pipe();
@@ -1881,7 +1892,12 @@ impl Connection {
         } else {
             self.cc.send_quota(pipe)
         };
-        let len = full.min(wnd_left).min(quota);
+        let mut len = full.min(wnd_left).min(quota);
+        if let Some(r) = record {
+            if len < r {
+                len = self.record_len(tx, sent, wnd_left, quota, pipe)?;
+            }
+        }
         let outstanding = self.snd_nxt != self.snd_una;
         let all = len == avail;
         let fin = self.fin_queued && all;
@@ -1949,7 +1965,7 @@ impl Connection {
 
     fn transmit_synced(&mut self, now: Instant, tx: &impl TxSource) -> Option<Segment> {
         if let Some(b) = self.fast_rexmit.take() {
-            return Some(self.retransmit(now, b));
+            return Some(self.retransmit(now, b, tx));
         }
         if self.tlp_due {
             self.tlp_due = false;
@@ -1974,7 +1990,7 @@ impl Connection {
                     if in_recovery {
                         self.recovery_probes += 1;
                     }
-                    let seg = self.retransmit(now, b);
+                    let seg = self.retransmit(now, b, tx);
                     self.tlp.on_probe_sent(self.snd_nxt, true);
                     if !in_recovery {
                         self.pto_at = None;
@@ -1990,7 +2006,7 @@ impl Connection {
             let pipe = self.board.pipe();
             let quota = self.cc.send_quota(pipe);
             if quota >= b.len().min(self.snd_mss) || pipe == 0 {
-                return Some(self.retransmit(now, b));
+                return Some(self.retransmit(now, b, tx));
             }
             return self.ack_if_owed(now);
         }

@@ -1488,3 +1488,168 @@ fn rfc7323_5_5_ts_recent_older_than_24_days_is_invalid() {
     let out = t.out();
     assert_eq!(out.last().unwrap().repr.timestamp.unwrap().tsecr, 400);
 }
+
+// ------------------------------------------- record (FPDU) alignment, docs/mpa.md §1.10
+
+/// Every data segment of `segs` starts and ends on a record boundary (`ends`: record ends
+/// as offsets from the stream's first byte; `una_off`: the stream offset of SND.UNA).
+fn assert_whole_records(segs: &[Segment], ends: &[u64], una_off: u64) {
+    for s in segs.iter().filter(|s| s.payload_len > 0) {
+        let start = una_off + s.payload_offset;
+        let end = start + s.payload_len as u64;
+        assert!(
+            (start == 0 || ends.contains(&start)) && ends.contains(&end),
+            "segment [{start}, {end}) is not whole records of {ends:?}"
+        );
+    }
+}
+
+#[test]
+fn rfc5044_8_small_records_share_a_segment_whole() {
+    let mut t = T::open(cfg());
+    let mut ends = Vec::new();
+    let mut at = 0;
+    for l in [60u64, 700, 600, 200, 1448, 8] {
+        assert!(t.tx.push_record(&vec![l as u8; l as usize]));
+        at += l;
+        ends.push(at);
+    }
+    let out = t.out();
+    assert_whole_records(&out, &ends, 0);
+    let lens: Vec<usize> = out
+        .iter()
+        .map(|s| s.payload_len)
+        .filter(|&l| l > 0)
+        .collect();
+    assert_eq!(lens, [1360, 200, 1448, 8]);
+}
+
+#[test]
+fn rfc5044_8_a_record_waits_for_a_window_that_holds_it_whole() {
+    let mut t = T::open(cfg());
+    // The peer's window: 11 << 7 = 1408 bytes.
+    t.pwin = 11;
+    t.ack(Seq(ISS + 1));
+    for b in [1u8, 2, 3] {
+        assert!(t.tx.push_record(&[b; 1000]));
+    }
+    let out = t.out();
+    let lens: Vec<usize> = out
+        .iter()
+        .map(|s| s.payload_len)
+        .filter(|&l| l > 0)
+        .collect();
+    // 408 bytes of window are left after the first record: no partial record.
+    assert_eq!(lens, [1000]);
+    t.ack(Seq(ISS + 1001));
+    let out = t.out();
+    assert_whole_records(&out, &[1000, 2000, 3000], 1000);
+    assert_eq!(out.iter().map(|s| s.payload_len).sum::<usize>(), 1000);
+    // A zero window with nothing in flight: only the persist probe (no payload), and the
+    // record goes out whole once the window opens.
+    t.pwin = 0;
+    t.ack(Seq(ISS + 2001));
+    assert!(t.out().iter().all(|s| s.payload_len == 0));
+    let at = t.c.poll_at().expect("persist timer");
+    t.now = at;
+    let probes = t.out();
+    assert_eq!(probes.len(), 1, "one persist probe");
+    assert_eq!(probes[0].payload_len, 0);
+    // The window opens to less than the record: still waiting, persist armed again.
+    t.pwin = 5;
+    t.ack(Seq(ISS + 2001));
+    assert!(t.out().iter().all(|s| s.payload_len == 0));
+    assert!(
+        t.c.poll_at().is_some(),
+        "a timer keeps the wait from deadlocking"
+    );
+    t.pwin = 11;
+    t.ack(Seq(ISS + 2001));
+    let out = t.out();
+    assert_whole_records(&out, &[1000, 2000, 3000], 2000);
+    assert_eq!(out.iter().map(|s| s.payload_len).sum::<usize>(), 1000);
+}
+
+#[test]
+fn rfc5044_8_bytes_after_the_last_record_end_wait_for_it() {
+    let mut t = T::open(cfg());
+    assert_eq!(t.tx.write(&[1; 100]), 100);
+    t.tx.mark_record_end(60);
+    let out = t.out();
+    let lens: Vec<usize> = out
+        .iter()
+        .map(|s| s.payload_len)
+        .filter(|&l| l > 0)
+        .collect();
+    assert_eq!(lens, [60], "the unfinished record waits");
+    assert_eq!(t.tx.write(&[2; 20]), 20);
+    t.tx.mark_record_end(120);
+    let out = t.out();
+    assert_whole_records(&out, &[60, 120], 0);
+    assert_eq!(out.iter().map(|s| s.payload_len).sum::<usize>(), 60);
+}
+
+#[test]
+fn rfc5044_8_sack_blocks_give_way_to_a_whole_record() {
+    let mut t = T::open(cfg());
+    // Out-of-order data from the peer: our segments owe it a SACK block.
+    t.data_at(1000, &[9; 100]);
+    t.out();
+    // A record of the full MSS (1448 with timestamps) does not fit beside the block.
+    assert!(t.tx.push_record(&[1; 1448]));
+    assert!(t.tx.push_record(&[2; 1448]));
+    let out = t.out();
+    let data: Vec<&Segment> = out.iter().filter(|s| s.payload_len > 0).collect();
+    assert_eq!(data.len(), 2);
+    assert_whole_records(&out, &[1448, 2896], 0);
+    for s in data {
+        let opts = s.repr.header_len() - 20;
+        assert!(s.payload_len + opts <= 1460, "{} + {opts}", s.payload_len);
+    }
+}
+
+#[test]
+fn rfc5044_8_retransmissions_keep_record_alignment() {
+    let mut t = T::open(cfg());
+    let lens = [100usize, 1448, 60, 1448, 200, 1448];
+    let mut ends = Vec::new();
+    let mut at = 0u64;
+    for (i, l) in lens.iter().enumerate() {
+        assert!(t.tx.push_record(&vec![i as u8; *l]));
+        at += *l as u64;
+        ends.push(at);
+    }
+    let out = t.out();
+    assert_whole_records(&out, &ends, 0);
+    assert_eq!(out.iter().filter(|s| s.payload_len > 0).count(), lens.len());
+    // Nothing is acknowledged: the probe (TLP) and then RTOs retransmit, every segment
+    // still exactly one record.
+    let mut resent = 0;
+    while t.c.info().rto_count < 2 {
+        let d = t.c.poll_at().unwrap();
+        t.now = d;
+        let out = t.out();
+        assert_whole_records(&out, &ends, 0);
+        resent += out.iter().filter(|s| s.payload_len > 0).count();
+    }
+    assert!(resent >= 2, "{resent}");
+    // The peer got the first two records and the fourth (SACK): what is resent is still
+    // whole records.
+    let una = 100 + 1448;
+    t.sack[0] = Some((
+        ISS + 1 + (una + 60) as u32,
+        ISS + 1 + (una + 60 + 1448) as u32,
+    ));
+    t.ack(Seq(ISS + 1 + una as u32));
+    let mut out = t.out();
+    for _ in 0..4 {
+        let d = t.c.poll_at().unwrap();
+        t.now = d;
+        out.extend(t.out());
+    }
+    assert_whole_records(&out, &ends, una as u64);
+    assert!(
+        out.iter().any(|s| s.payload_len == 60),
+        "the lost record is resent"
+    );
+}
