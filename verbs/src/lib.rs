@@ -34,7 +34,8 @@
 //! * [`Listener`] / [`ConnRequest`] — incoming connection requests with private data and
 //!   the peer's IRD/ORD; accept or reject with private data.
 //!
-//! `wr_id` `u64::MAX` is reserved (the engine's internal RTR message).
+//! Every `wr_id` is the application's: the engine's internal RTR message completes on a
+//! queue of its own inside the QP, never on the application's CQ.
 //!
 //! Files, by concern (after siw's split): [`context`] (the engine and the device
 //! handle), [`pd`] (protection domains and memory regions; [`mem`] the shared buffers;

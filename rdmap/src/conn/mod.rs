@@ -550,24 +550,17 @@ impl Connection {
         }
     }
 
-    /// Deregister the Read RTR's sink once the RTR Read completed or the stream died.
-    /// While the sink exists, the QP's completions move to `flushed` (in order) so that
-    /// the RTR's own completion (signaled only for this) is seen and dropped; the ULP never
-    /// sees it, as with the unsignaled Write and Send RTRs.
+    /// Deregister the Read RTR's sink once the RTR Read completed or the stream died. The
+    /// RTR's completion (signaled only for this) comes from the QP's internal queue; the
+    /// ULP never sees it, as with the unsignaled Write and Send RTRs.
     fn settle_rtr_sink(&mut self, res: &mut Resources) {
         let Some(sink) = self.rtr_sink else {
             return;
         };
         let mut done = self.is_closed();
         if let Some(qp) = self.phase.stream_mut().map(|s| &mut s.qp) {
-            while let Some(c) = qp.poll_completion() {
-                if c.wr_id == RTR_WR_ID && c.opcode == WcOpcode::Read {
-                    done = true;
-                    if c.status == CompletionStatus::Success {
-                        continue;
-                    }
-                }
-                self.flushed.push_back(c);
+            while let Some(c) = qp.poll_internal_completion() {
+                done |= c.opcode == WcOpcode::Read;
             }
         }
         if done {

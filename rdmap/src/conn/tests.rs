@@ -474,3 +474,149 @@ fn rfc6581_held_rtr_takes_no_application_send_queue_slot() {
         .read_into(0, &mut placed);
     assert_eq!(placed, data, "every Write placed its pattern");
 }
+
+/// No `wr_id` is reserved: with a Read RTR still outstanding (held by
+/// `first_fpdu_delay`), the ULP's own Read and Send carrying the id the RTR uses
+/// (`u64::MAX`) complete on its CQ, the Read with the peer's bytes, while the RTR's
+/// completion stays internal and its sink is given back.
+#[test]
+fn rfc6581_read_rtr_completion_is_internal_so_every_wr_id_is_the_ulps() {
+    let now = Instant::now();
+    let (mut i, mut r) = (end(true, now), end(false, now));
+    let mut cfg = i.conn.cfg.clone();
+    cfg.initiator.p2p = Some(xwarp_ddp::mpa::RtrSet::only(RtrType::Read));
+    cfg.first_fpdu_delay = Duration::from_millis(100);
+    i.conn = Connection::initiator(cfg, now).unwrap();
+    let pattern: Vec<u8> = (0..3000u32).map(|k| (k * 13 + 5) as u8).collect();
+    let remote = r
+        .res
+        .stags
+        .register(
+            r.pd,
+            Access::LOCAL_WRITE | Access::REMOTE_READ,
+            0x4000,
+            Box::new(pattern.clone()),
+        )
+        .unwrap();
+    let recv_buf = r
+        .res
+        .stags
+        .register(r.pd, Access::LOCAL_WRITE, 0, Box::new(vec![0u8; 64]))
+        .unwrap();
+    let local = i
+        .res
+        .stags
+        .register(
+            i.pd,
+            Access::LOCAL_WRITE,
+            0x8000,
+            Box::new(vec![0u8; pattern.len() + 64]),
+        )
+        .unwrap();
+    let mut accepted = false;
+    for _ in 0..100 {
+        let ab = transmit(&mut i, None);
+        let ba = transmit(&mut r, None);
+        r.conn.handle_input(now, &ab, &mut r.res).unwrap();
+        i.conn.handle_input(now, &ba, &mut i.res).unwrap();
+        while let Some(e) = r.conn.poll_event() {
+            if matches!(e, ConnEvent::ConnectRequest(_)) && !accepted {
+                accepted = true;
+                r.conn
+                    .accept(AcceptParams {
+                        ird: 4,
+                        ord: 4,
+                        private_data: Vec::new(),
+                    })
+                    .unwrap();
+                r.conn
+                    .post_recv(crate::verbs::RecvWr {
+                        wr_id: u64::MAX,
+                        sgl: vec![Sge {
+                            lkey: recv_buf,
+                            addr: 0,
+                            len: 64,
+                        }],
+                    })
+                    .unwrap();
+            }
+        }
+        while i.conn.poll_event().is_some() {}
+        if i.conn.is_established() {
+            break;
+        }
+    }
+    assert!(i.conn.is_established());
+    let sink = i
+        .conn
+        .rtr_sink()
+        .expect("the held Read RTR registered its sink");
+    let read = SendWr {
+        wr_id: u64::MAX,
+        op: SendOp::Read {
+            remote_stag: remote,
+            remote_to: 0x4000,
+        },
+        sgl: vec![Sge {
+            lkey: local,
+            addr: 0x8000,
+            len: pattern.len() as u32,
+        }],
+        signaled: true,
+        fence: false,
+    };
+    let send = SendWr {
+        wr_id: u64::MAX,
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl: vec![Sge {
+            lkey: local,
+            addr: 0x8000 + pattern.len() as u64,
+            len: 8,
+        }],
+        signaled: true,
+        fence: false,
+    };
+    i.conn.post_send(read).unwrap();
+    i.conn.post_send(send).unwrap();
+    let later = now + Duration::from_millis(150);
+    i.conn.handle_timeout(later);
+    let (mut done, mut got) = (Vec::new(), Vec::new());
+    for _ in 0..100 {
+        let ab = transmit(&mut i, None);
+        let ba = transmit(&mut r, None);
+        r.conn.handle_input(later, &ab, &mut r.res).unwrap();
+        i.conn.handle_input(later, &ba, &mut i.res).unwrap();
+        done.extend(std::iter::from_fn(|| i.conn.poll_completion()));
+        got.extend(std::iter::from_fn(|| r.conn.poll_completion()));
+        if ab.is_empty() && ba.is_empty() && done.len() == 2 {
+            break;
+        }
+    }
+    let seen: Vec<_> = done.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    let ok = crate::verbs::CompletionStatus::Success;
+    assert_eq!(
+        seen,
+        vec![
+            (u64::MAX, WcOpcode::Read, ok),
+            (u64::MAX, WcOpcode::Send, ok)
+        ],
+        "the ULP's WRs complete, the RTR's completion does not show"
+    );
+    assert_eq!(got.len(), 1, "the responder's receive completed");
+    assert_eq!((got[0].wr_id, got[0].byte_len), (u64::MAX, 8));
+    let mut placed = vec![0u8; pattern.len()];
+    i.res
+        .stags
+        .region(local)
+        .unwrap()
+        .memory()
+        .read_into(0, &mut placed);
+    assert_eq!(placed, pattern, "the Read brought the peer's bytes");
+    assert!(
+        i.res.stags.region(sink).is_none(),
+        "the RTR's sink was given back"
+    );
+}

@@ -132,6 +132,9 @@ pub struct QueuePair {
     rx_body: [u8; MAX_TERMINATE_LEN],
     // --- outputs
     cq: VecDeque<Completion>,
+    /// Completions of internal work (the connection's RTR), kept apart from `cq` so that
+    /// no `wr_id` has to be reserved for them: an application WR may use any id.
+    internal_cq: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
     // --- statistics
     ctr: QpCounters,
@@ -166,6 +169,7 @@ impl QueuePair {
             rx_tagged: None,
             rx_body: [0; MAX_TERMINATE_LEN],
             cq: VecDeque::new(),
+            internal_cq: VecDeque::new(),
             events: VecDeque::new(),
             ctr: QpCounters::default(),
             internal_next: None,
@@ -199,11 +203,14 @@ impl QueuePair {
         self.push_cqe_of(c, false);
     }
 
-    /// Queue a completion, counting it unless it is of internal work.
+    /// Queue a completion: of application work in the CQ, counted; of internal work
+    /// apart, for [`QueuePair::poll_internal_completion`].
     fn push_cqe_of(&mut self, c: Completion, internal: bool) {
-        if !internal {
-            self.ctr.count_completion(c.opcode, c.status);
+        if internal {
+            self.internal_cq.push_back(c);
+            return;
         }
+        self.ctr.count_completion(c.opcode, c.status);
         self.cq.push_back(c);
     }
 
@@ -254,9 +261,15 @@ impl QueuePair {
         self.fatal(Terminate::new(cause));
     }
 
-    /// Next completion.
+    /// Next completion of application work.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.cq.pop_front()
+    }
+
+    /// Next completion of internal work (the RTR the connection posted through
+    /// [`QueuePair::set_internal_wr`]); the application never sees these.
+    pub(crate) fn poll_internal_completion(&mut self) -> Option<Completion> {
+        self.internal_cq.pop_front()
     }
 
     /// Next event.

@@ -143,9 +143,6 @@ impl QpSlot {
     }
 
     pub(crate) fn send_completion(&self, c: &Completion, opcode: WcOpcode) {
-        if c.wr_id == u64::MAX {
-            return; // the internal RTR
-        }
         let cq = if opcode == WcOpcode::Recv {
             &self.recv_cq
         } else {
