@@ -753,6 +753,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
             ConnectTuning {
                 first_fpdu_delay: first_fpdu_delay(),
                 retry_refused: (!retry.is_zero()).then_some(retry),
+                ..ConnectTuning::default()
             },
         )
         .map_err(|e| io_errno(&e))?;
