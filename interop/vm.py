@@ -51,13 +51,14 @@ GUEST_IP = "10.77.0.2"
 ENGINE_IP = "10.77.0.3"
 PREFIX = 24
 TAP = "tap0"
-#: XWARP_INTEROP_NET=engine (default): xwarp peers run on an xwarp engine bound to tap0 with
-#: AF_XDP, owning ENGINE_IP; =kernel: on kernel TCP sockets at HOST_IP (the old variant).
-NET_MODE = os.environ.get("XWARP_INTEROP_NET", "engine")
-if NET_MODE not in ("engine", "kernel"):
-    raise SystemExit(f"XWARP_INTEROP_NET must be 'engine' or 'kernel', not {NET_MODE!r}")
+#: xwarp peers run on an xwarp engine bound to tap0 with AF_XDP, owning ENGINE_IP. The old
+#: variant on kernel TCP sockets at HOST_IP (XWARP_INTEROP_NET=kernel) is gone: since issue
+#: 12 every xwarp tool runs on `xwarp::verbs`, which needs an engine.
+if os.environ.get("XWARP_INTEROP_NET", "engine") != "engine":
+    raise SystemExit("XWARP_INTEROP_NET: only 'engine' is left (the kernel-TCP variant is "
+                     "gone: every xwarp tool runs on xwarp::verbs)")
 #: Where the guest reaches xwarp peers.
-XWARP_IP = ENGINE_IP if NET_MODE == "engine" else HOST_IP
+XWARP_IP = ENGINE_IP
 #: The engine flags of the xwarp tools (tools/src/support/transport.rs, `NetArgs`):
 #: an engine on tap0 owning ENGINE_IP. `--rx-checksum verify`: the engine verifies every
 #: received checksum (the guest runs without offload, so they are complete).
@@ -187,12 +188,12 @@ class Guest:
         # the tap carry full checksums and are <= MTU (what an AF_XDP engine on tap0 wants;
         # with offload the guest leaves partial checksums, docs/afxdp.md §7.3).
         self.offload = offload
-        # xwarp=True: the case runs xwarp peers. In engine mode they get the engine flags
+        # xwarp=True: the case runs xwarp peers. They get the engine flags
         # (engine_args(): an engine on tap0 owning ENGINE_IP) and XWARP_PCAP (the engine's own capture: tcpdump
         # on tap0 does not see AF_XDP-redirected RX nor copy-mode TX, docs/afxdp.md §7.4), the
         # guest runs without offload (full checksums, frames <= MTU), and on close the
         # engine captures are merged into `pcap` (tcpdump's view stays in <stem>.tap.pcap).
-        self.engine = xwarp and NET_MODE == "engine"
+        self.engine = xwarp
         if self.engine:
             self.offload = False
         self.ns = f"{NS_PREFIX}{os.getpid()}-{next(_counter)}"
@@ -256,13 +257,13 @@ class Guest:
         return sorted(found, key=lambda f: f.stat().st_mtime)
 
     def engine_args(self) -> list[str]:
-        """Flags that put an xwarp tool on the engine (empty on kernel TCP); they go right
+        """Flags that put an xwarp tool on the engine (empty without xwarp=True); they go right
         after the tool's path."""
         return list(ENGINE_ARGS) if self.engine else []
 
     def engine_env(self) -> dict[str, str]:
         """Environment of the programs in the namespace: the engine's capture file
-        (XWARP_PCAP; empty on kernel TCP)."""
+        (XWARP_PCAP; empty without xwarp=True)."""
         if not self.engine or not self.pcap:
             return {}
         # %p: the process id (tools/src/support/transport.rs), one file per process.

@@ -542,9 +542,51 @@ pub(crate) fn post_errno(e: PostError) -> c_int {
     }
 }
 
-/// The SGEs of a work request, checked against `max` (the QP's or SRQ's capacity: a
-/// queue created with 0 SGEs takes only requests without SGEs, as siw's `num_sge >
-/// max_sge` check refuses any other with `EINVAL`).
+/// A work request's SGEs, copied from the program's list onto the stack: a receive and an
+/// inline send need no heap allocation for them ([`Self::as_slice`] is what the engine
+/// takes). Only the first `n` entries are written.
+pub(crate) struct Sges {
+    n: usize,
+    a: [core::mem::MaybeUninit<Sge>; MAX_SGE],
+}
+
+impl Sges {
+    /// The SGEs.
+    pub(crate) fn as_slice(&self) -> &[Sge] {
+        // SAFETY: `sges` wrote the first `n <= MAX_SGE` entries; MaybeUninit<Sge> has
+        // Sge's layout.
+        unsafe { core::slice::from_raw_parts(self.a.as_ptr().cast::<Sge>(), self.n) }
+    }
+}
+
+/// Checks `num_sge` against `max` (the QP's or SRQ's capacity: a queue created with 0
+/// SGEs takes only requests without SGEs, as siw's `num_sge > max_sge` check refuses any
+/// other with `EINVAL`) and MAX_SGE, and `sg_list` against NULL.
+fn check_sges(sg_list: *const ibv_sge, num_sge: c_int, max: u32) -> Result<usize, c_int> {
+    if num_sge < 0 || num_sge as u32 > max.min(MAX_SGE as u32) {
+        return Err(libc::EINVAL);
+    }
+    if num_sge > 0 && sg_list.is_null() {
+        return Err(libc::EINVAL);
+    }
+    Ok(num_sge as usize)
+}
+
+/// SGE `i` of the program's list as the engine's.
+///
+/// # Safety
+/// `sg_list` readable for more than `i` entries.
+unsafe fn sge_at(sg_list: *const ibv_sge, i: usize) -> Sge {
+    // SAFETY: per the contract.
+    let s = unsafe { &*sg_list.add(i) };
+    Sge {
+        lkey: Stag(s.lkey),
+        addr: s.addr,
+        len: s.length,
+    }
+}
+
+/// The SGEs of a work request on the stack, checked as [`check_sges`] says.
 ///
 /// # Safety
 /// `sg_list` readable for `num_sge` entries when `num_sge > 0`.
@@ -552,24 +594,28 @@ pub(crate) unsafe fn sges(
     sg_list: *const ibv_sge,
     num_sge: c_int,
     max: u32,
-) -> Result<Vec<Sge>, c_int> {
-    if num_sge < 0 || num_sge as u32 > max.min(MAX_SGE as u32) {
-        return Err(libc::EINVAL);
-    }
-    if num_sge > 0 && sg_list.is_null() {
-        return Err(libc::EINVAL);
-    }
-    let mut v = Vec::with_capacity(num_sge as usize);
-    for i in 0..num_sge as usize {
+) -> Result<Sges, c_int> {
+    let n = check_sges(sg_list, num_sge, max)?;
+    let mut v = Sges {
+        n,
+        a: [core::mem::MaybeUninit::uninit(); MAX_SGE],
+    };
+    for (i, d) in v.a.iter_mut().enumerate().take(n) {
         // SAFETY: `i < num_sge` entries of the program's list.
-        let s = unsafe { &*sg_list.add(i) };
-        v.push(Sge {
-            lkey: Stag(s.lkey),
-            addr: s.addr,
-            len: s.length,
-        });
+        d.write(unsafe { sge_at(sg_list, i) });
     }
     Ok(v)
+}
+
+/// The SGEs of a work request in the `Vec` a (not inline) send request carries, checked
+/// as [`check_sges`] says.
+///
+/// # Safety
+/// As [`sges`].
+unsafe fn sges_vec(sg_list: *const ibv_sge, num_sge: c_int, max: u32) -> Result<Vec<Sge>, c_int> {
+    let n = check_sges(sg_list, num_sge, max)?;
+    // SAFETY: `i < num_sge` entries of the program's list.
+    Ok((0..n).map(|i| unsafe { sge_at(sg_list, i) }).collect())
 }
 
 /// One `ibv_send_wr` as the engine's request, or the errno.
@@ -624,15 +670,27 @@ unsafe fn send_request(x: &XQp, wr: &ibv_send_wr) -> Result<SendRequest, c_int> 
     } else {
         x.cap.max_send_sge
     };
+    if !inline {
+        return Ok(SendRequest {
+            wr_id: wr.wr_id,
+            opcode,
+            // SAFETY: per the contract.
+            sgl: unsafe { sges_vec(wr.sg_list, wr.num_sge, max_sge)? },
+            inline: None,
+            signaled: x.sig_all || flags & IBV_SEND_SIGNALED != 0,
+            fence: flags & IBV_SEND_FENCE != 0,
+        });
+    }
     // SAFETY: per the contract.
     let sgl = unsafe { sges(wr.sg_list, wr.num_sge, max_sge)? };
-    let data = if inline {
+    let sgl = sgl.as_slice();
+    let data = {
         let total: u64 = sgl.iter().map(|s| u64::from(s.len)).sum();
         if total > u64::from(x.cap.max_inline_data) {
             return Err(libc::EINVAL);
         }
         let mut d = Vec::with_capacity(total as usize);
-        for s in &sgl {
+        for s in sgl {
             if s.len > 0 && s.addr == 0 {
                 return Err(libc::EINVAL);
             }
@@ -642,15 +700,13 @@ unsafe fn send_request(x: &XQp, wr: &ibv_send_wr) -> Result<SendRequest, c_int> 
                 core::slice::from_raw_parts(s.addr as usize as *const u8, s.len as usize)
             });
         }
-        Some(d)
-    } else {
-        None
+        d
     };
     Ok(SendRequest {
         wr_id: wr.wr_id,
         opcode,
-        sgl: if data.is_some() { Vec::new() } else { sgl },
-        inline: data,
+        sgl: Vec::new(),
+        inline: Some(data),
         signaled: x.sig_all || flags & IBV_SEND_SIGNALED != 0,
         fence: flags & IBV_SEND_FENCE != 0,
     })
@@ -744,7 +800,7 @@ pub(crate) unsafe extern "C" fn post_recv(
             }
             // SAFETY: the WR's SGE list is the program's.
             let sgl = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_recv_sge)? };
-            x.qp.post_recv(w.wr_id, &sgl).map_err(post_errno)
+            x.qp.post_recv(w.wr_id, sgl.as_slice()).map_err(post_errno)
         };
         let bound = x.cap.max_recv_wr.max(1) as usize;
         // SAFETY: the program's chain.

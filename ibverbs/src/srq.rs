@@ -159,7 +159,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
                 // SAFETY: the WR's SGE list is the program's.
                 unsafe { crate::qp::sges(r.sg_list, r.num_sge, x.max_sge) }.and_then(|sgl| {
                     x.srq
-                        .post_recv(r.wr_id, &sgl)
+                        .post_recv(r.wr_id, sgl.as_slice())
                         .map_err(crate::qp::post_errno)
                 })
             };

@@ -54,6 +54,9 @@ def main() -> int:
     with vm.Guest(guest_cmd, siw="default", timeout=a.timeout, pcap=pcap,
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
+        # siw up before our first SYN: a connect that times out on an unanswered ARP (the
+        # guest still booting, 10 s under load) is not retried, a refused one is.
+        g.wait_ready()
         deadline = time.monotonic() + a.timeout - 10
         for label, crc_var, _ in RUNS:
             # XWARP_CONNECT_RETRY_MS: the guest's next server may not listen yet.

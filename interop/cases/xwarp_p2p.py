@@ -4,7 +4,9 @@ siw rping server as the responder.
 
 Guest (siw default): `rping -s -a 10.77.0.2 -S 4096 -C 10` per run (the last one under
 `timeout`, it may never see a usable connection).
-Host: tools/src/bin/rping_interop.rs (`xwarp-rping-interop`) `--p2p TYPES`:
+Host: `xwarp-rping -c -V --report --p2p TYPES` (tools/src/bin/rping.rs, on `xwarp::verbs`:
+placement on the engine thread; the Request's RTR offer is `ConnectTuning::p2p_rtr_offer`;
+until issue 12 `xwarp-rping-interop`, the sans-IO connection on the tool's own thread):
   1. `write,read`: siw must answer A=1 with exactly the Write RTR (docs/siw.md §4.3:
      Write if offered); our first FPDU is the zero-length RDMA Write (opcode 0); then 10
      verified rping iterations.
@@ -50,7 +52,7 @@ def main() -> int:
     a = ap.parse_args()
     runs = RUNS if a.send_only else RUNS[:2]
     out, t0, c = case_start(a)
-    binary = build_tool(c, "xwarp-rping-interop")
+    binary = build_tool(c, "xwarp-rping")
     if binary is None:
         return case_verdict(c, NAME, t0, "build")
     pcap = out / f"{NAME}.pcap"
@@ -63,11 +65,15 @@ def main() -> int:
     with vm.Guest("; ".join(cmds), siw="default", timeout=a.timeout, pcap=pcap,
                   console_log=out / f"{NAME}.console", xwarp=True) as g:
         g.start()
+        # The guest's siw must be up before our first SYN (a connect that times out on an
+        # unanswered ARP is not retried); a refused one (the next rping server does not
+        # listen yet) is retried inside the connect (XWARP_CONNECT_RETRY_MS).
+        g.wait_ready()
         deadline = time.monotonic() + a.timeout - 10
         for label, types, _, _ in runs:
-            argv = [str(binary)] + g.engine_args() + [
-                "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
-                "-C", str(COUNT), "--p2p", types]
+            argv = ["env", "XWARP_CONNECT_RETRY_MS=20000", str(binary)] + g.engine_args() + [
+                "-c", "-a", vm.GUEST_IP, "-p", str(RPING_PORT), "-S", str(SIZE),
+                "-C", str(COUNT), "-V", "--report", "--p2p", types]
             r = run_host(g, argv, deadline)
             print_host_run(label, r)
             rc, so, se, dt = r

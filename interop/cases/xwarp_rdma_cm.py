@@ -17,8 +17,9 @@ guest boots), then `rdma_server` (our client connects; a refused connect, the gu
 listening yet, is retried inside rdma_connect, XWARP_CONNECT_RETRY_MS).
 Checks: all four programs print `end 0` and exit 0; the engine's capture (`XWARP_PCAP`):
 two MPA connections; the IRD/ORD of the MPA v2 blocks: siw's rdma_client asks 128/128
-(siw's device maximum), ours 16/16 (the QP's own, ibverbs/README.md), and each
-rdma_server's Reply mirrors the Request (IRD = the Initiator's ORD); per
+(siw's device maximum), ours 255/255 (librdmacm's device maximum for ours, the low byte
+of 16383, ibverbs/README.md), and each rdma_server's Reply mirrors the Request (IRD = the
+Initiator's ORD) capped at its device maximum (siw 128, librdmacm's rdma_accept); per
 connection exactly one Send each way (opcode 3, MSN 1, 16 zero bytes); every frame after
 the Reply dissects as iWARP, nothing malformed, no error-level expert item.
 """
@@ -127,15 +128,18 @@ def main() -> int:
         st = streams[sid]
         req = v2_block(st["req"]["pd"]) if st["req"] else None
         rep = v2_block(st["rep"]["pd"]) if st["rep"] else None
-        # rdma_connect(id, NULL): siw's librdmacm asks the device maxima (128/128); ours
-        # the QP's own IRD/ORD, 16/16 (ibverbs/README.md, rdma_connect).
-        want = (16, 16) if our_is_server is False else (128, 128)
+        # rdma_connect(id, NULL): librdmacm asks the device maxima, (uint8_t)
+        # max_qp_rd_atom: siw's 128/128; ours 255/255 (16383's low byte, ibverbs/README.md).
+        want = (255, 255) if our_is_server is False else (128, 128)
         c.eq(f"{label}: Request IRD/ORD (rdma_client's rdma_connect(id, NULL))",
              (req["ird"], req["ord"]) if req else None, want)
-        # rdma_accept(id, NULL) mirrors it: IRD = the Initiator's ORD and vice versa.
-        c.eq(f"{label}: Reply IRD/ORD mirror the Request's (rdma_server's rdma_accept(id, "
-             "NULL))", (rep["ird"], rep["ord"]) if rep else None,
-             (req["ord"], req["ird"]) if req else None)
+        # rdma_accept(id, NULL) mirrors it: IRD = the Initiator's ORD and vice versa,
+        # capped at the server's device maximum (siw 128, ours 255).
+        cap = 255 if our_is_server else 128
+        c.eq(f"{label}: Reply IRD/ORD mirror the Request's, capped at the server device's "
+             "maximum (rdma_server's rdma_accept(id, NULL))",
+             (rep["ird"], rep["ord"]) if rep else None,
+             (min(req["ord"], cap), min(req["ird"], cap)) if req else None)
         ours_port = PORT if our_is_server else next((p for p in st["ports"] if p != PORT), -1)
         got = sends(pcap, sid)
         ours = [(m, d) for p, m, d in got if p == ours_port]

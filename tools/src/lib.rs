@@ -2,9 +2,8 @@
 //!
 //! The `xwarp` binary (`src/main.rs`) dispatches to [`demo`], [`launcher`] (`xwarp run`)
 //! and [`bench`](mod@bench); the perftest-style binaries (`xwarp-write-bw`, ...) call [`perftest`];
-//! `xwarp-rping` runs on `xwarp::verbs`; the siw interop peers still on the sans-IO
-//! connection (`xwarp-rping-interop`, `xwarp-perftest-peer`) share [`support`]. See
-//! `tools/README.md`.
+//! `xwarp-rping` and `xwarp-perftest-peer`, the siw interop peers, run on `xwarp::verbs`
+//! and share [`support`]. See `tools/README.md`.
 #![warn(missing_docs)]
 
 pub mod attack;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use xwarp_ddp::mpa::RtrSet;
+
 /// Connection-manager events of a QP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
@@ -79,6 +81,12 @@ pub struct ConnectTuning {
     /// before its server listens (perftest's clients, run right after their server).
     /// Default `None`: a refusal is reported at once.
     pub retry_refused: Option<Duration>,
+    /// Offer exactly these peer-to-peer RTR types in the MPA Request (RFC 6581 §3.2; the
+    /// Responder picks one) instead of the QP's single [`MpaAttr::p2p_rtr`](crate::MpaAttr::p2p_rtr).
+    /// Needs MPA revision 2 and at least one type; otherwise the connect ends in a
+    /// `ConnectError` naming the reason. For interop tests that check how a peer picks
+    /// (siw: Write if offered, else Read, docs/siw.md §4.3). Default `None`.
+    pub p2p_rtr_offer: Option<RtrSet>,
 }
 
 impl Default for ConnectParams {

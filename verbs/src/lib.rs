@@ -63,7 +63,7 @@ pub mod qp_stats;
 pub mod srq;
 pub mod wr;
 
-pub use xwarp_ddp::mpa::RtrType;
+pub use xwarp_ddp::mpa::{RtrSet, RtrType};
 pub use xwarp_rdmap::verbs::{CompletionStatus, PostError, Sge, MAX_SGE};
 pub use xwarp_rdmap::{
     Access, ErrorCounters, MemError, MpaResult, QpCounters, Stag, TerminateCode,

@@ -10,6 +10,7 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use xwarp_ddp::mpa::frame::IRD_ORD_MAX;
 use xwarp_verbs::{ConnRequest, ConnectParams, ConnectTuning, Listener, QpModify};
 
 use super::addr::{self, EngineAddr};
@@ -743,9 +744,50 @@ impl ConnParam {
     }
 }
 
-/// Set IRD/ORD on the QP before it connects or accepts. `RDMA_MAX_RESP_RES` /
-/// `RDMA_MAX_INIT_DEPTH` (255) mean "the device maximum", which librdmacm passes to the
-/// kernel in a `u8`: 255 again.
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH` (rdma_cma.h): "as much as the device
+/// allows" in `rdma_conn_param.responder_resources` / `initiator_depth`.
+const RDMA_MAX_RD_ATOM: u8 = 0xff;
+
+/// librdmacm's `cma_dev->max_responder_resources` / `max_initiator_depth`: the device's
+/// `max_qp_rd_atom` / `max_qp_init_rd_atom` cast to `uint8_t` (cma.c, `ucma_init_device`).
+/// Ours are [`IRD_ORD_MAX`] (16383, attr.rs), so librdmacm would use their low byte, 255.
+const CMA_DEV_MAX_RD_ATOM: u8 = (IRD_ORD_MAX & 0xff) as u8;
+
+/// The (IRD, ORD) = (`responder_resources`, `initiator_depth`) `rdma_connect` puts on the
+/// QP and in the MPA Request, as librdmacm's `rdma_connect` picks them: each field of
+/// `p`, or the device maximum ([`CMA_DEV_MAX_RD_ATOM`]) for a NULL `conn_param` or a
+/// field of [`RDMA_MAX_RD_ATOM`]. (Up to issue 12 the library kept the QP's own IRD/ORD
+/// for NULL; siw's librdmacm asks its device maxima, 128/128, interop/README.md.)
+fn connect_ird_ord(p: Option<&ConnParam>) -> (u8, u8) {
+    let pick = |v: Option<u8>| match v {
+        Some(v) if v != RDMA_MAX_RD_ATOM => v,
+        _ => CMA_DEV_MAX_RD_ATOM,
+    };
+    (
+        pick(p.map(|p| p.responder_resources)),
+        pick(p.map(|p| p.initiator_depth)),
+    )
+}
+
+/// The (IRD, ORD) `rdma_accept` puts on the QP and in the MPA Reply, as librdmacm's
+/// `rdma_accept` picks them: each field of `p`, or for a NULL `conn_param` or a field of
+/// [`RDMA_MAX_RD_ATOM`] the CONNECT_REQUEST's value (`req`: its `responder_resources` =
+/// the Initiator's ORD, `initiator_depth` = its IRD) capped at the device maximum.
+// The cap is librdmacm's rule; with our maximum of 255 it changes no `u8`, but it keeps
+// the rule right should the device's maximum go down.
+#[allow(clippy::unnecessary_min_or_max)]
+fn accept_ird_ord(p: Option<&ConnParam>, req: (u8, u8)) -> (u8, u8) {
+    let pick = |v: Option<u8>, r: u8| match v {
+        Some(v) if v != RDMA_MAX_RD_ATOM => v,
+        _ => r.min(CMA_DEV_MAX_RD_ATOM),
+    };
+    (
+        pick(p.map(|p| p.responder_resources), req.0),
+        pick(p.map(|p| p.initiator_depth), req.1),
+    )
+}
+
+/// Set IRD/ORD on the QP before it connects or accepts.
 fn set_ird_ord(qp: &xwarp_verbs::QueuePair, ird: u8, ord: u8) -> Result<(), c_int> {
     qp.modify(&QpModify {
         ird: Some(ird.into()),
@@ -756,8 +798,8 @@ fn set_ird_ord(qp: &xwarp_verbs::QueuePair, ird: u8, ord: u8) -> Result<(), c_in
 }
 
 /// `rdma_connect` (the retry counts and flow control are ignored, as siw ignores them).
-/// A NULL `conn_param` (rdma_client) connects without private data and with the QP's own
-/// IRD/ORD (librdmacm would send the device maxima truncated to its `u8` fields).
+/// A NULL `conn_param` (rdma_client) connects without private data and with IRD/ORD as
+/// librdmacm picks them ([`connect_ird_ord`]: the device maxima in its `u8` fields).
 pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c_int> {
     let core = core_of(id)?;
     let sync = {
@@ -769,9 +811,8 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
         // SAFETY: the QP pointer of the id, looked up among the library's QPs.
         let qp = unsafe { link::qp_of(qpp) }.ok_or(libc::EINVAL)?;
         let dst = dst.ok_or(libc::EINVAL)?;
-        if let Some(p) = &p {
-            set_ird_ord(qp, p.responder_resources, p.initiator_depth)?;
-        }
+        let (ird, ord) = connect_ird_ord(p.as_ref());
+        set_ird_ord(qp, ird, ord)?;
         if let Some(crc) = mpa_crc() {
             qp.modify(&QpModify {
                 crc: Some(crc),
@@ -790,6 +831,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c
             ConnectTuning {
                 first_fpdu_delay: first_fpdu_delay(),
                 retry_refused: (!retry.is_zero()).then_some(retry),
+                ..ConnectTuning::default()
             },
         )
         .map_err(|e| io_errno(&e))?;
@@ -823,8 +865,9 @@ fn watch_qp(
     Ok(())
 }
 
-/// `rdma_accept`: IRD/ORD from `p`, or for NULL the CONNECT_REQUEST's (so the server
-/// mirrors its client, docs/protocols.md §5.1); ESTABLISHED follows.
+/// `rdma_accept`: IRD/ORD from `p`, or for NULL (or `RDMA_MAX_*` fields) the
+/// CONNECT_REQUEST's (so the server mirrors its client, docs/protocols.md §5.1), as
+/// librdmacm does ([`accept_ird_ord`]); ESTABLISHED follows.
 pub(crate) fn accept(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c_int> {
     let core = core_of(id)?;
     let sync = {
@@ -834,14 +877,8 @@ pub(crate) fn accept(id: *mut rdma_cm_id, p: Option<ConnParam>) -> Result<(), c_
         let qpp = g.cid().qp;
         // SAFETY: as in connect.
         let qp = unsafe { link::qp_of(qpp) }.ok_or(libc::EINVAL)?;
-        let (ird, ord, data) = match &p {
-            Some(p) => (
-                p.responder_resources,
-                p.initiator_depth,
-                p.private_data.clone(),
-            ),
-            None => (g.req_ird_ord.0, g.req_ird_ord.1, Vec::new()),
-        };
+        let (ird, ord) = accept_ird_ord(p.as_ref(), g.req_ird_ord);
+        let data = p.map(|p| p.private_data).unwrap_or_default();
         set_ird_ord(qp, ird, ord)?;
         watch_qp(&mut g, &core, qpp, qp)?;
         let req = g.request.take().ok_or(libc::EINVAL)?;
@@ -1470,5 +1507,42 @@ mod tests {
         }
         destroy_channel(nb).unwrap();
         assert_eq!(try_get_event(nb, false), Err(libc::EAGAIN));
+    }
+
+    fn param(rr: u8, id: u8) -> ConnParam {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: rr,
+            initiator_depth: id,
+        }
+    }
+
+    #[test]
+    fn librdmacm_device_maximum_is_the_low_byte_of_max_qp_rd_atom() {
+        // cma.c: cma_dev->max_responder_resources = (uint8_t) attr.max_qp_rd_atom.
+        let a = crate::attr::device_attr([2, 0, 0, 0, 0, 1]);
+        assert_eq!(CMA_DEV_MAX_RD_ATOM, a.max_qp_rd_atom as u8);
+        assert_eq!(CMA_DEV_MAX_RD_ATOM, a.max_qp_init_rd_atom as u8);
+    }
+
+    #[test]
+    fn librdmacm_connect_null_conn_param_asks_the_device_maxima() {
+        assert_eq!(connect_ird_ord(None), (255, 255));
+        // RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the maximum, per field.
+        assert_eq!(connect_ird_ord(Some(&param(0xff, 3))), (255, 3));
+        assert_eq!(connect_ird_ord(Some(&param(2, 0xff))), (2, 255));
+        // Explicit values are the program's, zero included.
+        assert_eq!(connect_ird_ord(Some(&param(1, 1))), (1, 1));
+        assert_eq!(connect_ird_ord(Some(&param(0, 0))), (0, 0));
+    }
+
+    #[test]
+    fn librdmacm_accept_null_conn_param_mirrors_the_request() {
+        // req = (responder_resources, initiator_depth) of the CONNECT_REQUEST.
+        assert_eq!(accept_ird_ord(None, (16, 4)), (16, 4));
+        assert_eq!(accept_ird_ord(None, (255, 128)), (255, 128));
+        assert_eq!(accept_ird_ord(Some(&param(0xff, 0xff)), (7, 9)), (7, 9));
+        assert_eq!(accept_ird_ord(Some(&param(0xff, 2)), (7, 9)), (7, 2));
+        assert_eq!(accept_ird_ord(Some(&param(3, 2)), (7, 9)), (3, 2));
     }
 }

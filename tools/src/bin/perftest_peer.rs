@@ -1,7 +1,10 @@
 //! perftest_peer — the CLIENT side of perftest's `ib_write_bw -R` / `ib_read_bw -R` /
 //! `ib_send_bw -R`
-//! (linux-rdma/perftest 6.06, Debian's `perftest 4.5+0.17`) on the xwarp iWARP stack, so a
-//! kernel siw peer can run the perftest SERVER:
+//! (linux-rdma/perftest 6.06, Debian's `perftest 4.5+0.17`) on [`xwarp::verbs`] (an
+//! AF_XDP verbs engine, placement on the engine thread), so a kernel siw peer can run the
+//! perftest SERVER. Debian's own perftest clients run on xwarp too (`xwarp run`, the
+//! `xwarp_lib_perftest_client` case); this one stays for what they cannot show: it
+//! verifies the data of every Read (below).
 //!
 //! ```text
 //! perftest_peer -a server [-p 18515] --test write|read|send [-s size] [-n iters]
@@ -33,20 +36,23 @@
 //! Data check: the Read test first RDMA-Writes a known pattern into the server's buffer
 //! (perftest registers it REMOTE_READ|REMOTE_WRITE on iWARP) and verifies that every Read
 //! returns it. The Write test cannot read back (the server's MR has no REMOTE_READ); it
-//! verifies completions and leaves the bytes to MPA CRC (run against siw-crc).
+//! verifies completions, ends with a zero-length Read as a fence (its response means the
+//! server took every Write) and leaves the bytes to MPA CRC (run against siw-crc).
 //! Output lines for the interop case: `XWARP-PERFTEST ...`.
 
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use xwarp::rdmap::conn::{ConnConfig, Connection};
-use xwarp::rdmap::{Access, QpConfig, Resources, RqConfig, SendOp, Stag, WcOpcode};
+use xwarp::poll_driver::backend::Backend;
+use xwarp::verbs::{
+    Access, CompletionStatus, ConnectParams, ConnectTuning, Context, MemoryRegion,
+    ProtectionDomain, SendRequest, Stag, WcOpcode,
+};
 
-use xwarp_tools::support::{endpoint, transport};
-
-use endpoint::{send_op, sge, Endpoint, RW};
-use transport::{Net, NetArgs, Stream};
+use xwarp_tools::support::conn::{start_engine, Conn};
+use xwarp_tools::support::transport::NetArgs;
 
 /// perftest's default port.
 const DEFAULT_PORT: u16 = 18515;
@@ -58,6 +64,12 @@ const VERSION: &str = "6.06";
 const VERSION_LEN: usize = 16;
 /// Most Reads/Writes we keep in flight.
 const WINDOW: usize = 16;
+/// TCP handshake plus MPA negotiation, per connection attempt.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a refused connect is tried again (`ConnectTuning::retry_refused`).
+const CONNECT_RETRY: Duration = Duration::from_secs(20);
+/// Local, remote-read and remote-write access.
+const RW: Access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Test {
@@ -101,8 +113,8 @@ struct Opts {
     /// Debug output.
     #[arg(short = 'd')]
     debug: bool,
-    /// Run on an xwarp engine (`--iface IF --addr A/P [--gateway G]`); without these
-    /// flags `XWARP_ENGINE` decides, and without it the tool runs on kernel TCP.
+    /// The engine to run on (`--iface IF --addr A/P [--gateway G] [--rx-checksum
+    /// verify]`); without these flags `XWARP_ENGINE=xdp:IF:A/P` names it.
     #[command(flatten)]
     net: NetArgs,
 }
@@ -161,32 +173,51 @@ impl Dest {
 
 /// The comm connection: one 56-byte receive always posted, Sends of control messages.
 struct Comm {
-    ep: Endpoint<Stream>,
-    send: Stag,
-    send_va: u64,
-    recv: Stag,
-    recv_va: u64,
+    c: Conn,
+    send: MemoryRegion,
+    recv: MemoryRegion,
+}
+
+fn e2s(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn post_err(e: xwarp::verbs::PostError) -> String {
+    format!("posting a work request: {e:?}")
 }
 
 impl Comm {
+    fn post_recv(&self) -> Result<(), String> {
+        let sge = self.recv.sge(0, DEST_LEN).ok_or("comm receive buffer")?;
+        self.c.qp.post_recv(2, &[sge]).map_err(post_err)
+    }
+
     fn send(&mut self, data: &[u8]) -> Result<(), String> {
-        self.ep.write_mem(self.send, data)?;
-        self.ep
-            .post_send(1, send_op(), sge(self.send, self.send_va, data.len()))?;
-        self.ep
-            .wait_cqe(WcOpcode::Send)
+        self.send.write(0, data).map_err(e2s)?;
+        let sge = self
+            .send
+            .sge(0, data.len())
+            .ok_or("control message too long")?;
+        self.c
+            .qp
+            .post_send(SendRequest::send(1, vec![sge]))
+            .map_err(post_err)?;
+        self.c
+            .wait(WcOpcode::Send)
             .map_err(|e| format!("comm send: {e}"))?;
         Ok(())
     }
 
     fn recv(&mut self) -> Result<Vec<u8>, String> {
         let c = self
-            .ep
-            .wait_cqe(WcOpcode::Recv)
+            .c
+            .wait(WcOpcode::Recv)
             .map_err(|e| format!("comm recv: {e}"))?;
-        let data = self.ep.mem(self.recv, c.byte_len as usize);
-        self.ep
-            .post_recv(2, sge(self.recv, self.recv_va, DEST_LEN))?;
+        let data = self
+            .recv
+            .to_vec(0, (c.byte_len as usize).min(DEST_LEN))
+            .map_err(e2s)?;
+        self.post_recv()?;
         Ok(data)
     }
 
@@ -205,52 +236,94 @@ impl Comm {
     }
 }
 
-fn conn_config(pd: xwarp::rdmap::PdId, ird: u32, ord: u32, crc: bool) -> ConnConfig {
-    let mut cfg = ConnConfig::new(QpConfig {
-        pd,
-        ird,
-        ord,
-        sq_depth: 128,
-        rq: RqConfig::Own(4),
-    });
-    cfg.initiator.crc = crc;
-    // siw quirk (docs/siw.md §4.3, ConnConfig::new): the perftest server's siw QP may
-    // not read an FPDU arriving right behind its Reply; hold our first FPDU back briefly.
-    cfg.first_fpdu_delay = Duration::from_millis(100);
-    cfg
+/// Resolves `-a` (an IPv4 address or a host name) with port `-p`.
+fn resolve(o: &Opts) -> Result<SocketAddr, String> {
+    if let Ok(ip) = o.addr.parse::<Ipv4Addr>() {
+        return Ok(SocketAddr::from((ip, o.port)));
+    }
+    (o.addr.as_str(), o.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", o.addr))?
+        .find(SocketAddr::is_ipv4)
+        .ok_or(format!("{} has no IPv4 address", o.addr))
 }
 
-fn connect(o: &Opts, net: &Net, ird: u32, ord: u32) -> Result<Endpoint<Stream>, String> {
-    let t = net.connect(&o.addr, o.port, Duration::from_secs(60))?;
-    let mut res = Resources::new();
-    let pd = res.stags.alloc_pd();
-    let conn = Connection::initiator(conn_config(pd, ird, ord, o.crc), Instant::now())
-        .map_err(|e| e.to_string())?;
-    Ok(Endpoint::new(conn, res, pd, t, o.debug))
+/// A QP (SQ 128, RQ 4) with IRD/ORD `ird`/`ord`, no P2P RTR (siw's perftest asks for
+/// none), CRC as `--crc` says; `before` runs before the connect (post the first receive),
+/// then it connects and waits for Established.
+fn connect<B: Backend + Send + 'static>(
+    o: &Opts,
+    ctx: &Context<B>,
+    pd: &ProtectionDomain,
+    ird: u32,
+    ord: u32,
+    before: impl FnOnce(&Conn) -> Result<(), String>,
+) -> Result<Conn, String> {
+    let c = Conn::new(
+        ctx,
+        pd,
+        256,
+        |at| {
+            at.max_send_wr = 128;
+            at.max_recv_wr = 4;
+            at.ird = ird;
+            at.ord = ord;
+            at.mpa.crc = o.crc;
+            at.mpa.p2p_rtr = None;
+        },
+        o.debug,
+    )?;
+    before(&c)?;
+    c.qp.connect_tuned(
+        resolve(o)?,
+        ConnectParams {
+            private_data: Vec::new(),
+            timeout: CONNECT_TIMEOUT,
+        },
+        ConnectTuning {
+            // siw quirk (docs/siw.md §4.3): the perftest server's siw QP may not read an
+            // FPDU arriving right behind its Reply; hold our first FPDU back briefly.
+            first_fpdu_delay: Duration::from_millis(100),
+            // perftest's server with -R does not listen between its comm and its test
+            // connection for a moment (seen: the test connection refused), and the next
+            // server in the guest starts a moment after the previous test ended.
+            retry_refused: Some(CONNECT_RETRY),
+            ..ConnectTuning::default()
+        },
+    )
+    .map_err(e2s)?;
+    c.established(CONNECT_TIMEOUT + Duration::from_secs(2))?;
+    Ok(c)
 }
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + 3) as u8).collect()
 }
 
-fn run(o: &Opts, net: &Net) -> Result<(), String> {
+/// The test connection and its registered buffer (`size × WINDOW` bytes).
+struct TestConn {
+    c: Conn,
+    buf: MemoryRegion,
+}
+
+fn run<B: Backend + Send + 'static>(o: &Opts, ctx: &Context<B>) -> Result<(), String> {
     if o.iters < 5 {
         return Err("perftest needs at least 5 iterations".into());
     }
     let size = o.size as usize;
+    let pd = ctx.device().alloc_pd();
     // ---- comm connection (perftest: conn_param 0/0; we advertise 1/1, siw relaxes)
-    let mut ep = connect(o, net, 1, 1)?;
-    let (send, send_va) = ep.reg(DEST_LEN, Access::LOCAL_WRITE)?;
-    let (recv, recv_va) = ep.reg(DEST_LEN, Access::LOCAL_WRITE)?;
-    ep.post_recv(2, sge(recv, recv_va, DEST_LEN))?;
-    ep.run_until(|e| e.established)?;
-    let mut comm = Comm {
-        ep,
-        send,
-        send_va,
-        recv,
-        recv_va,
-    };
+    let send = pd
+        .alloc_mr(DEST_LEN, Access::LOCAL_WRITE, false)
+        .map_err(e2s)?;
+    let recv = pd
+        .alloc_mr(DEST_LEN, Access::LOCAL_WRITE, false)
+        .map_err(e2s)?;
+    let c = connect(o, ctx, &pd, 1, 1, |c| {
+        let sge = recv.sge(0, DEST_LEN).ok_or("comm receive buffer")?;
+        c.qp.post_recv(2, &[sge]).map_err(post_err)
+    })?;
+    let mut comm = Comm { c, send, recv };
     let mut v = [0u8; VERSION_LEN];
     v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
     let rv = comm.xchg(&v)?;
@@ -273,15 +346,16 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
         Test::Write | Test::Send => (1, 1),
         Test::Read => (WINDOW as u32, WINDOW as u32),
     };
-    let mut test = connect(o, net, ird, ord)?;
     let window = WINDOW.max(1);
-    let (buf, buf_va) = test.reg(size * window, RW)?;
-    test.run_until(|e| e.established)?;
-    let neg = test.conn.negotiated().cloned().ok_or("no negotiation")?;
+    let buf = pd.alloc_mr(size * window, RW, false).map_err(e2s)?;
+    let tc = connect(o, ctx, &pd, ird, ord, |_| Ok(()))?;
+    let q = tc.qp.query().map_err(e2s)?;
+    let neg = q.negotiated.ok_or("no negotiation")?;
     println!(
         "XWARP-PERFTEST test connection crc={} ird={} ord={}",
-        neg.crc, neg.ird, neg.ord
+        neg.crc, q.ird, q.ord
     );
+    let mut test = TestConn { c: tc, buf };
     comm.xchg(&[0u8; DEST_LEN])?;
 
     let my = Dest {
@@ -289,14 +363,14 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
         out_reads: ord as i32,
         qpn: 0x11,
         psn: 0x1234,
-        rkey: buf.0,
-        vaddr: buf_va,
+        rkey: test.buf.rkey().0,
+        vaddr: test.buf.addr(),
         gid: [0; 16],
         srqn: 0,
         gid_index: 0,
     };
     if o.test == Test::Send {
-        return send_test(o, comm, test, my, buf, buf_va);
+        return send_test(o, &pd, comm, test, my);
     }
     let rem = Dest::parse(&comm.xchg(&my.to_bytes())?)?;
     comm.xchg(&my.to_bytes())?;
@@ -308,12 +382,12 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
 
     // ---- the test
     let pat = pattern(size);
-    test.write_mem(buf, &pat)?;
+    test.buf.write(0, &pat).map_err(e2s)?;
     let t0 = Instant::now();
     let (done, verified) = if o.test == Test::Write {
-        (write_test(&mut test, o.iters, size, buf, buf_va, &rem)?, 0)
+        (write_test(&mut test, o.iters, size, &rem)?, 0)
     } else {
-        read_test(&mut test, o.iters, size, buf, buf_va, &rem, &pat, window)?
+        read_test(&mut test, o.iters, size, &rem, &pat, window)?
     };
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     let mbps = (done as f64 * size as f64) / secs / 1e6;
@@ -336,24 +410,27 @@ fn run(o: &Opts, net: &Net) -> Result<(), String> {
 
 /// Closes the test connection, lingers, closes the comm connection (as perftest's client
 /// tears the test QP down first).
-fn teardown(mut comm: Comm, mut test: Endpoint<Stream>) -> Result<(), String> {
-    test.disconnect();
-    // siw quirk (docs/siw.md §4.7 teardown; not in the doc yet, see interop/README.md
-    // "siw completes a Send after its TX path returns"): a FIN that arrives before siw
-    // completed its Send flushes that WQE with an error although every byte was on the
-    // wire (seen: the server's last handshake Send failing with status 2 when we closed
-    // 0.7 ms after receiving it). perftest's own client spends that time tearing down the
-    // test QP; linger before closing the comm connection.
-    let linger = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < linger {
-        comm.ep.step(Duration::from_millis(20));
-    }
-    comm.ep.disconnect();
+fn teardown(comm: Comm, test: TestConn) -> Result<(), String> {
+    test.c.close();
+    // siw quirk (docs/siw.md §4.7 teardown; interop/README.md "siw completes a Send after
+    // its TX path returns"): a FIN that arrives before siw completed its Send flushes that
+    // WQE with an error although every byte was on the wire (seen: the server's last
+    // handshake Send failing with status 2 when we closed 0.7 ms after receiving it).
+    // perftest's own client spends that time tearing down the test QP; linger before
+    // closing the comm connection.
+    std::thread::sleep(Duration::from_millis(500));
+    comm.c.close();
     println!(
         "XWARP-PERFTEST done test_cqes={:?} comm_cqes={:?}",
-        test.stats, comm.ep.stats
+        test.c.stats, comm.c.stats
     );
     Ok(())
+}
+
+/// The credit count the server last RDMA-Wrote (u32, host byte order) at offset 4.
+fn credit_count(credit: &MemoryRegion) -> Result<u64, String> {
+    let c = credit.to_vec(4, 4).map_err(e2s)?;
+    Ok(u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
 }
 
 /// `ib_send_bw` client: our `pingpong_dest` advertises the credit buffer (4 bytes the
@@ -364,20 +441,19 @@ fn teardown(mut comm: Comm, mut test: Endpoint<Stream>) -> Result<(), String> {
 /// No bandwidth report is exchanged in the half-duplex Send test.
 fn send_test(
     o: &Opts,
+    pd: &ProtectionDomain,
     mut comm: Comm,
-    mut test: Endpoint<Stream>,
+    mut test: TestConn,
     mut my: Dest,
-    buf: Stag,
-    buf_va: u64,
 ) -> Result<(), String> {
     let size = o.size as usize;
     // perftest: rx_depth is capped at iters and made even.
     let mut rx_depth = o.rx_depth.min(o.iters);
     rx_depth += rx_depth % 2;
     // ctrl_buf[0] (what a receiver would write) + credit_buf[0] at offset 4.
-    let (credit, credit_va) = test.reg(8, RW)?;
-    my.rkey = credit.0;
-    my.vaddr = credit_va + 4;
+    let credit = pd.alloc_mr(8, RW, false).map_err(e2s)?;
+    my.rkey = credit.rkey().0;
+    my.vaddr = credit.addr() + 4;
     let rem = Dest::parse(&comm.xchg(&my.to_bytes())?)?;
     comm.xchg(&my.to_bytes())?;
     comm.xchg(&my.to_bytes())?;
@@ -387,50 +463,52 @@ fn send_test(
     );
     // The server posts its receives, then this handshake.
     comm.xchg(&my.to_bytes())?;
-    test.write_mem(buf, &pattern(size))?;
+    test.buf.write(0, &pattern(size)).map_err(e2s)?;
+    let sge = test.buf.sge(0, size).ok_or("send buffer")?;
     let t0 = Instant::now();
     let (mut posted, mut done, mut max_credit) = (0u64, 0u64, 0u64);
     let mut idle_since = Instant::now();
     while done < o.iters {
-        let c = test.mem(credit, 8);
-        let credit_count = u64::from(u32::from_le_bytes([c[4], c[5], c[6], c[7]]));
-        max_credit = max_credit.max(credit_count);
+        let credits = credit_count(&credit)?;
+        max_credit = max_credit.max(credits);
         let mut progressed = false;
         while posted < o.iters
             && posted - done < WINDOW as u64
-            && posted + 1 - credit_count.min(posted + 1) < rx_depth
+            && posted + 1 - credits.min(posted + 1) < rx_depth
         {
-            test.post_send(posted, send_op(), sge(buf, buf_va, size))?;
+            test.c
+                .qp
+                .post_send(SendRequest::send(posted, vec![sge]))
+                .map_err(post_err)?;
             posted += 1;
             progressed = true;
         }
-        while let Some(i) = test.cqes.iter().position(|c| c.opcode == WcOpcode::Send) {
-            let c = test.cqes.remove(i).ok_or("completion vanished")?;
-            if c.status != xwarp::rdmap::CompletionStatus::Success {
-                return Err(format!("Send {} failed: {:?}", c.wr_id, c.status));
+        match test.c.poll(Duration::from_millis(5)).map_err(e2s)? {
+            Some(c) if c.status != CompletionStatus::Success => {
+                return Err(format!("{:?} {} failed: {:?}", c.opcode, c.wr_id, c.status));
             }
-            done += 1;
-            progressed = true;
+            Some(c) if c.opcode == WcOpcode::Send => {
+                done += 1;
+                progressed = true;
+            }
+            Some(c) => test.c.pending.push_back(c),
+            None => {}
         }
-        if test.closed {
-            return Err(format!("test connection closed: {:?}", test.problem));
+        if let Some(why) = test.c.closed_event() {
+            return Err(format!("test connection: {why}"));
         }
-        if test.step(Duration::from_millis(5)) || progressed {
+        if progressed {
             idle_since = Instant::now();
         } else if idle_since.elapsed() > Duration::from_secs(30) {
             return Err(format!(
-                "stalled: {posted} posted, {done} done, credit {credit_count}"
+                "stalled: {posted} posted, {done} done, credit {credits}"
             ));
         }
     }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     // Credits that arrive after our last completion still count.
-    let settle = Instant::now() + Duration::from_millis(300);
-    while Instant::now() < settle {
-        test.step(Duration::from_millis(20));
-    }
-    let c = test.mem(credit, 8);
-    max_credit = max_credit.max(u64::from(u32::from_le_bytes([c[4], c[5], c[6], c[7]])));
+    std::thread::sleep(Duration::from_millis(300));
+    max_credit = max_credit.max(credit_count(&credit)?);
     println!(
         "XWARP-PERFTEST test=Send size={size} iters={done} verified=0 credits={max_credit} secs={secs:.3} MBps={:.2}",
         (done as f64 * size as f64) / secs / 1e6
@@ -440,29 +518,44 @@ fn send_test(
 }
 
 /// `iters` RDMA Writes of `size` bytes to the server's buffer, at most [`WINDOW`] in flight.
-fn write_test(
-    ep: &mut Endpoint<Stream>,
-    iters: u64,
-    size: usize,
-    buf: Stag,
-    buf_va: u64,
-    rem: &Dest,
-) -> Result<u64, String> {
+fn write_test(test: &mut TestConn, iters: u64, size: usize, rem: &Dest) -> Result<u64, String> {
+    let sge = test.buf.sge(0, size).ok_or("write buffer")?;
     let (mut posted, mut done) = (0u64, 0u64);
     while done < iters {
         while posted < iters && posted - done < WINDOW as u64 {
-            ep.post_send(
-                posted,
-                SendOp::Write {
-                    remote_stag: Stag(rem.rkey),
-                    remote_to: rem.vaddr,
-                },
-                sge(buf, buf_va, size),
-            )?;
+            test.c
+                .qp
+                .post_send(SendRequest::write(
+                    posted,
+                    vec![sge],
+                    Stag(rem.rkey),
+                    rem.vaddr,
+                ))
+                .map_err(post_err)?;
             posted += 1;
         }
-        ep.wait_cqe(WcOpcode::Write).map_err(|e| e.to_string())?;
+        test.c.wait(WcOpcode::Write).map_err(e2s)?;
         done += 1;
+    }
+    // A Write completes once its bytes are queued for TCP (as siw completes it), so the
+    // last ones may still be in flight when the report tells the server the test is done,
+    // and siw's server closes (then resets) the test connection on them. A zero-length
+    // Read behind them is answered only after the server took every one (RDMAP orders it
+    // behind them on the stream; a zero-length Read accesses no memory, like the Read RTR
+    // of RFC 6581), so every Write reached the server before we report.
+    let fence = test.buf.sge(0, 0).ok_or("fence sink")?;
+    test.c
+        .qp
+        .post_send(SendRequest::read(
+            iters + 1,
+            fence,
+            Stag(rem.rkey),
+            rem.vaddr,
+        ))
+        .map_err(post_err)?;
+    let c = test.c.wait(WcOpcode::Read).map_err(e2s)?;
+    if c.byte_len != 0 {
+        return Err(format!("the fence Read returned {} bytes", c.byte_len));
     }
     Ok(done)
 }
@@ -470,55 +563,42 @@ fn write_test(
 /// Writes the pattern into the server's buffer, then `iters` Reads of it (at most
 /// `window` in flight, each into its own slot), verifying every one. Returns
 /// (reads done, reads verified).
-#[allow(clippy::too_many_arguments)]
 fn read_test(
-    ep: &mut Endpoint<Stream>,
+    test: &mut TestConn,
     iters: u64,
     size: usize,
-    buf: Stag,
-    buf_va: u64,
     rem: &Dest,
     pat: &[u8],
     window: usize,
 ) -> Result<(u64, u64), String> {
-    ep.post_send(
-        u64::MAX,
-        SendOp::Write {
-            remote_stag: Stag(rem.rkey),
-            remote_to: rem.vaddr,
-        },
-        sge(buf, buf_va, size),
-    )?;
-    ep.wait_cqe(WcOpcode::Write).map_err(|e| e.to_string())?;
+    let src = test.buf.sge(0, size).ok_or("read buffer")?;
+    // wr_id 0: slot 0 is the pattern's (the Reads use 1..window); `u64::MAX` would be
+    // the engine's reserved RTR id, whose completion is never reported (xwarp::verbs docs).
+    test.c
+        .qp
+        .post_send(SendRequest::write(0, vec![src], Stag(rem.rkey), rem.vaddr))
+        .map_err(post_err)?;
+    test.c.wait(WcOpcode::Write).map_err(e2s)?;
     // Slot 0 holds the source pattern; reads land in slots 1..window.
     let slots = (window - 1).max(1) as u64;
     let (mut posted, mut done, mut verified) = (0u64, 0u64, 0u64);
     let mut free: Vec<u64> = (1..=slots).collect();
+    let zero = vec![0u8; size];
     while done < iters {
         while posted < iters {
             let Some(slot) = free.pop() else { break };
             let off = slot as usize * size;
-            ep.res
-                .stags
-                .write(buf, off, &vec![0u8; size])
-                .map_err(|e| format!("{e:?}"))?;
-            ep.post_send(
-                slot,
-                SendOp::Read {
-                    remote_stag: Stag(rem.rkey),
-                    remote_to: rem.vaddr,
-                },
-                sge(buf, buf_va + off as u64, size),
-            )?;
+            test.buf.write(off, &zero).map_err(e2s)?;
+            let sink = test.buf.sge(off, size).ok_or("read slot")?;
+            test.c
+                .qp
+                .post_send(SendRequest::read(slot, sink, Stag(rem.rkey), rem.vaddr))
+                .map_err(post_err)?;
             posted += 1;
         }
-        let c = ep.wait_cqe(WcOpcode::Read).map_err(|e| e.to_string())?;
+        let c = test.c.wait(WcOpcode::Read).map_err(e2s)?;
         let off = c.wr_id as usize * size;
-        let got = ep
-            .res
-            .stags
-            .read(buf, off, size)
-            .map_err(|e| format!("{e:?}"))?;
+        let got = test.buf.to_vec(off, size).map_err(e2s)?;
         if got == pat && c.byte_len as usize == size {
             verified += 1;
         } else {
@@ -533,11 +613,19 @@ fn read_test(
 fn main() -> ExitCode {
     xwarp_tools::cli::init_logging();
     let o: Opts = NetArgs::parse_checked(|o: &Opts| &o.net);
-    let r = Net::from_args(&o.net).and_then(|net| {
-        let r = run(&o, &net);
-        net.finish();
+    let r = (|| {
+        let spec = o.net.engine_spec()?.ok_or(
+            "xwarp-perftest-peer runs on an xwarp engine: give --iface IF --addr \
+             A.B.C.D/PREFIX (or XWARP_ENGINE=xdp:IF:A.B.C.D/PREFIX)",
+        )?;
+        let ctx = start_engine(&spec, "xwarp-perftest-peer")?;
+        let r = run(&o, &ctx);
+        // Stopping the engine sends what is queued and flushes the capture.
+        if let Err(e) = ctx.stop() {
+            eprintln!("xwarp: stopping the engine: {e}");
+        }
         r
-    });
+    })();
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -25,24 +25,30 @@
 //! ([`MemoryRegion::addr`]) is the tagged offset advertised to the peer, as rping
 //! advertises the virtual address `ibv_reg_mr` registered (docs/ddp-rdmap.md §3.6).
 //!
+//! Interop switches of the client (the siw interop cases `xwarp_p2p`, `xwarp_errors`):
+//! `--p2p TYPES` offers MPA v2 peer-to-peer mode with those RTR types
+//! (`ConnectTuning::p2p_rtr_offer`), `--bad-stag` Writes to an STag the server never
+//! advertised and expects its Terminate, `--report` prints `XWARP-*` lines with what was
+//! negotiated and how every completion ended.
+//!
 //! Environment: `XWARP_MPA_CRC=1` makes the client request MPA CRC (the server always
 //! accepts CRC when the client asks); `XWARP_FIRST_FPDU_DELAY_MS` (default 100) is how long
 //! the client waits after the MPA Reply before its first FPDU (the siw race of
 //! interop/README.md, "Reply-before-upcall race"). `XWARP_CONNECT_RETRY_MS` (default 0,
 //! one attempt like rping): how long a refused connect is retried.
 
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use xwarp::poll_driver::backend::Backend;
 use xwarp::verbs::{
-    Access, CmEvent, CompletionQueue, CompletionStatus, ConnectParams, ConnectTuning, Context,
-    MemoryRegion, QpInitAttr, QueuePair, SendRequest, Stag, WcOpcode, WorkCompletion,
+    Access, ConnectParams, ConnectTuning, Context, MemoryRegion, RtrSet, SendRequest, Stag,
+    WcOpcode, WorkCompletion,
 };
-use xwarp_tools::support::transport::{ephemeral_start, EngineSpec, NetArgs};
+use xwarp_tools::support::conn::{start_engine, Conn, WaitError};
+use xwarp_tools::support::transport::NetArgs;
 
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
@@ -50,12 +56,8 @@ const DEFAULT_PORT: u16 = 7174;
 const INFO_LEN: usize = 16;
 /// Client: pause between siw's MPA Reply and our first FPDU (XWARP_FIRST_FPDU_DELAY_MS).
 const DEFAULT_FIRST_FPDU_DELAY_MS: u64 = 100;
-/// Longest wait for one completion or CM event before the run counts as stuck.
-const STALL: Duration = Duration::from_secs(60);
 /// TCP handshake plus MPA negotiation.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the closing side waits for the connection to report it closed.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -99,6 +101,22 @@ struct Opts {
     /// IRD/ORD 1/1 instead of mirroring the client's values.
     #[arg(short = 'q')]
     explicit_ird_ord: bool,
+    /// Client: offer MPA v2 peer-to-peer mode with these RTR types (comma-separated:
+    /// write, read, send; RFC 6581 §3.2, the server picks one; siw: Write if offered, else
+    /// Read, docs/siw.md §4.3). Default: no P2P, like rdma-core's rping on siw.
+    #[arg(long, value_name = "TYPES", value_parser = parse_rtr)]
+    p2p: Option<RtrSet>,
+    /// Client: once connected, RDMA-Write `-S` bytes to an STag the server never
+    /// advertised (0xbad0005a) instead of pinging; the server must answer with a
+    /// Terminate and close, and our posted receive must come back flushed (docs/siw.md
+    /// §4.5/§4.6). Success = that happened.
+    #[arg(long, conflicts_with = "server")]
+    bad_stag: bool,
+    /// Client: print machine-readable lines for the interop cases: `XWARP-NEGOTIATED`
+    /// (what MPA negotiated), `XWARP-STATS` (iterations, completions by outcome, the
+    /// Terminate received), with --bad-stag `XWARP-TERMINATE` and `XWARP-RECV`.
+    #[arg(long)]
+    report: bool,
     /// The engine to run on (`--iface IF --addr A/P [--gateway G] [--rx-checksum
     /// verify]`); without these flags `XWARP_ENGINE=xdp:IF:A/P` names it.
     #[command(flatten)]
@@ -109,6 +127,27 @@ struct Opts {
 }
 
 // --------------------------------------------------------------------------- rping
+
+/// The STag `--bad-stag` writes to: index 0xbad00, key 0x5a (never registered by siw's
+/// rping, whose STags are small indices).
+const BAD_STAG: Stag = Stag(0xbad0_005a);
+
+/// `--p2p write,read,send` (any non-empty subset).
+fn parse_rtr(s: &str) -> Result<RtrSet, String> {
+    let mut set = RtrSet::NONE;
+    for t in s.split(',').filter(|t| !t.is_empty()) {
+        match t {
+            "write" => set.write = true,
+            "read" => set.read = true,
+            "send" => set.send = true,
+            _ => return Err(format!("unknown RTR type {t:?} (write, read, send)")),
+        }
+    }
+    if set == RtrSet::NONE {
+        return Err("--p2p needs at least one RTR type".into());
+    }
+    Ok(set)
+}
 
 fn info(buf: u64, rkey: Stag, size: u32) -> [u8; INFO_LEN] {
     let mut b = [0u8; INFO_LEN];
@@ -163,40 +202,12 @@ fn env_ms(name: &str, default: u64) -> Duration {
     )
 }
 
-/// Why waiting for a completion ended without one.
-#[derive(Debug)]
-enum WaitError {
-    /// The connection closed (the peer disconnected, or an error closed it).
-    Disconnected(String),
-    /// Anything else: a failed completion, a stall, an engine error.
-    Failed(String),
-}
-
-impl std::fmt::Display for WaitError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WaitError::Disconnected(why) => write!(f, "disconnected: {why}"),
-            WaitError::Failed(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<WaitError> for String {
-    fn from(e: WaitError) -> String {
-        e.to_string()
-    }
-}
-
-/// One rping connection's verbs resources: rping's single CQ for both queues, its QP
-/// (SQ 16, RQ 2, one SGE), its send and receive buffers, and the completions that came
-/// while another was awaited.
-struct Conn {
-    cq: CompletionQueue,
-    qp: QueuePair,
+/// rping's buffers on one connection: the shared [`Conn`] (CQ, QP, completion
+/// bookkeeping) and the 16-byte send and receive buffers.
+struct Rconn {
+    c: Conn,
     send: MemoryRegion,
     recv: MemoryRegion,
-    pending: VecDeque<WorkCompletion>,
-    debug: bool,
 }
 
 fn e2s(e: impl std::fmt::Display) -> String {
@@ -207,7 +218,9 @@ fn post_err(e: xwarp::verbs::PostError) -> String {
     format!("posting a work request: {e:?}")
 }
 
-impl Conn {
+impl Rconn {
+    /// rping's single CQ for both queues, its QP (SQ 16, RQ 2, one SGE) with IRD/ORD
+    /// `ird`/`ord` and MPA CRC `crc`, and its send and receive buffers.
     fn new<B: Backend + Send + 'static>(
         ctx: &Context<B>,
         pd: &xwarp::verbs::ProtectionDomain,
@@ -215,163 +228,55 @@ impl Conn {
         ord: u32,
         crc: bool,
         debug: bool,
-    ) -> Result<Conn, String> {
-        let cq = ctx.device().create_cq(32).map_err(e2s)?;
-        let mut at = QpInitAttr::new(&cq, &cq);
-        at.max_send_wr = 16;
-        at.max_recv_wr = 2;
-        at.ird = ird;
-        at.ord = ord;
-        at.mpa.crc = crc;
-        // No peer-to-peer RTR: rdma-core's rping on siw asks for none (its Request is
-        // `10 02 00 04 00 01 00 01`, docs/protocols.md §5.3), so neither do we; the
-        // client's first FPDU is its first Send.
-        at.mpa.p2p_rtr = None;
-        let qp = pd.create_qp(&at).map_err(e2s)?;
+    ) -> Result<Rconn, String> {
+        let c = Conn::new(
+            ctx,
+            pd,
+            32,
+            |at| {
+                at.max_send_wr = 16;
+                at.max_recv_wr = 2;
+                at.ird = ird;
+                at.ord = ord;
+                at.mpa.crc = crc;
+                // No peer-to-peer RTR: rdma-core's rping on siw asks for none (its Request
+                // is `10 02 00 04 00 01 00 01`, docs/protocols.md §5.3), so neither do we;
+                // the client's first FPDU is its first Send (`--p2p` offers some anyway).
+                at.mpa.p2p_rtr = None;
+            },
+            debug,
+        )?;
         let send = pd
             .alloc_mr(INFO_LEN, Access::LOCAL_WRITE, false)
             .map_err(e2s)?;
         let recv = pd
             .alloc_mr(INFO_LEN, Access::LOCAL_WRITE, false)
             .map_err(e2s)?;
-        Ok(Conn {
-            cq,
-            qp,
-            send,
-            recv,
-            pending: VecDeque::new(),
-            debug,
-        })
+        Ok(Rconn { c, send, recv })
     }
 
     fn post_recv(&self) -> Result<(), String> {
         let sge = self.recv.sge(0, INFO_LEN).ok_or("receive buffer")?;
-        self.qp.post_recv(1, &[sge]).map_err(post_err)
+        self.c.qp.post_recv(1, &[sge]).map_err(post_err)
     }
 
     /// Send the 16-byte send buffer.
     fn post_send_buf(&self) -> Result<(), String> {
         let sge = self.send.sge(0, INFO_LEN).ok_or("send buffer")?;
-        self.qp
+        self.c
+            .qp
             .post_send(SendRequest::send(2, vec![sge]))
             .map_err(post_err)
     }
 
-    /// The next completion of `op`; other successful completions wait in `pending`. A
-    /// failed completion or a CM event that closes the connection ends the wait.
     fn wait(&mut self, op: WcOpcode) -> Result<WorkCompletion, WaitError> {
-        if let Some(i) = self.pending.iter().position(|c| c.opcode == op) {
-            return Ok(self.pending.remove(i).expect("index found"));
-        }
-        let deadline = Instant::now() + STALL;
-        loop {
-            match self.cq.next(Duration::from_millis(100)) {
-                Ok(c) if c.status != CompletionStatus::Success => {
-                    // A flushed work request: the QP went to ERROR, normally because the
-                    // connection closed; the CM event saying so may come a moment after
-                    // the flush completions.
-                    let closed = if c.status == CompletionStatus::WrFlushError {
-                        self.closing_event_within(CLOSE_WAIT)
-                    } else {
-                        self.closed_event()
-                    };
-                    return Err(match closed {
-                        Some(why) => WaitError::Disconnected(format!(
-                            "{why}; {:?} completion {:?}",
-                            c.opcode, c.status
-                        )),
-                        None => WaitError::Failed(format!(
-                            "{:?} completion failed: {:?}",
-                            c.opcode, c.status
-                        )),
-                    });
-                }
-                Ok(c) if c.opcode == op => return Ok(c),
-                Ok(c) => self.pending.push_back(c),
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                    if let Some(why) = self.closed_event() {
-                        return Err(WaitError::Disconnected(why));
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(WaitError::Failed(format!(
-                            "no {op:?} completion within {} s",
-                            STALL.as_secs()
-                        )));
-                    }
-                }
-                Err(e) => return Err(WaitError::Failed(format!("completion queue: {e}"))),
-            }
-        }
+        self.c.wait(op)
     }
 
-    /// A pending CM event that means the connection is gone, as text.
-    fn closed_event(&self) -> Option<String> {
-        while let Some(e) = self.qp.poll_event() {
-            if self.debug {
-                eprintln!("xwarp: cm event {e:?}");
-            }
-            match e {
-                CmEvent::Disconnected => return Some("the connection closed".into()),
-                CmEvent::Error(why) => return Some(format!("connection error: {why}")),
-                CmEvent::TerminateReceived { layer, etype, code } => {
-                    return Some(format!(
-                        "the peer sent a Terminate layer {layer} etype {etype} code {code:#04x}"
-                    ))
-                }
-                CmEvent::TerminateSent { layer, etype, code } => {
-                    return Some(format!(
-                        "we sent a Terminate layer {layer} etype {etype} code {code:#04x}"
-                    ))
-                }
-                _ => {}
-            }
-        }
-        None
-    }
-
-    /// [`Self::closed_event`], waiting up to `limit` for such an event.
-    fn closing_event_within(&self, limit: Duration) -> Option<String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(why) = self.closed_event() {
-                return Some(why);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(10)));
-        }
-    }
-
-    /// Wait for the connection to come up.
     fn established(&self) -> Result<(), String> {
-        match self.qp.next_event(CONNECT_TIMEOUT + Duration::from_secs(2)) {
-            Ok(CmEvent::Established { ird, ord, crc, .. }) => {
-                if self.debug {
-                    eprintln!("xwarp: established, IRD/ORD {ird}/{ord}, CRC {crc}");
-                }
-                Ok(())
-            }
-            Ok(CmEvent::Rejected { .. }) => Err("connection rejected".into()),
-            Ok(CmEvent::ConnectError(e)) => Err(format!("connect error: {e}")),
-            Ok(e) => Err(format!("while connecting: {e:?}")),
-            Err(e) => Err(format!("while connecting: {e}")),
-        }
-    }
-
-    /// Disconnect and give the close a moment to reach the peer.
-    fn close(&self) {
-        let _ = self.qp.disconnect();
-        let deadline = Instant::now() + CLOSE_WAIT;
-        while let Ok(e) = self
-            .qp
-            .next_event(deadline.saturating_duration_since(Instant::now()))
-        {
-            if e == CmEvent::Disconnected {
-                break;
-            }
-        }
+        self.c
+            .established(CONNECT_TIMEOUT + Duration::from_secs(2))
+            .map(|_| ())
     }
 }
 
@@ -398,7 +303,7 @@ fn client<B: Backend + Send + 'static>(o: &Opts, ctx: &Context<B>) -> Result<(),
     let pd = ctx.device().alloc_pd();
     // rping client: responder_resources = initiator_depth = 1 (docs/protocols.md §5.2).
     let crc = std::env::var_os("XWARP_MPA_CRC").is_some_and(|v| v == "1");
-    let mut conn = Conn::new(ctx, &pd, 1, 1, crc, o.debug)?;
+    let mut conn = Rconn::new(ctx, &pd, 1, 1, crc, o.debug)?;
     let size = o.size as usize;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
     let start = pd.alloc_mr(size, rw, false).map_err(e2s)?;
@@ -407,7 +312,8 @@ fn client<B: Backend + Send + 'static>(o: &Opts, ctx: &Context<B>) -> Result<(),
     // siw quirk (docs/siw.md §4.3): an FPDU right behind siw's Reply can sit unread in its
     // socket, and rping's server then waits forever for our Send.
     let retry = env_ms("XWARP_CONNECT_RETRY_MS", 0);
-    conn.qp
+    conn.c
+        .qp
         .connect_tuned(
             addr,
             ConnectParams {
@@ -417,21 +323,78 @@ fn client<B: Backend + Send + 'static>(o: &Opts, ctx: &Context<B>) -> Result<(),
             ConnectTuning {
                 first_fpdu_delay: env_ms("XWARP_FIRST_FPDU_DELAY_MS", DEFAULT_FIRST_FPDU_DELAY_MS),
                 retry_refused: (!retry.is_zero()).then_some(retry),
+                p2p_rtr_offer: o.p2p,
             },
         )
         .map_err(e2s)?;
     conn.established()?;
-    let r = client_loop(o, &mut conn, &start, &rdma, size);
-    conn.close();
+    if o.report {
+        let q = conn.c.qp.query().map_err(e2s)?;
+        let n = q.negotiated.ok_or("no negotiation result")?;
+        println!(
+            "XWARP-NEGOTIATED crc={} rtr={:?} ird={} ord={} peer_ird={:?} peer_ord={:?}",
+            n.crc, n.p2p_rtr, q.ird, q.ord, n.peer_ird, n.peer_ord
+        );
+    }
+    if o.bad_stag {
+        return bad_stag(o, &mut conn, &start, size);
+    }
+    let mut done = 0;
+    let r = client_loop(o, &mut conn, &start, &rdma, size, &mut done);
+    conn.c.close();
+    report_stats(o, &conn, done);
     r
+}
+
+/// `XWARP-STATS` (with `--report`).
+fn report_stats(o: &Opts, conn: &Rconn, iterations: u64) {
+    if o.report {
+        let s = conn.c.stats;
+        println!(
+            "XWARP-STATS iterations={iterations} success={} flushed={} failed={} terminate={} problem={:?}",
+            s.success,
+            s.flushed,
+            s.failed,
+            conn.c.terminate_received.is_some(),
+            conn.c.problem
+        );
+    }
+}
+
+/// `--bad-stag`: Write `size` bytes to [`BAD_STAG`]; the peer must Terminate (DDP tagged
+/// buffer error, Invalid STag, docs/siw.md §4.5/§4.6) and close; the receive we posted
+/// must come back flushed.
+fn bad_stag(o: &Opts, conn: &mut Rconn, start: &MemoryRegion, size: usize) -> Result<(), String> {
+    start.write(0, &pattern(0, size)).map_err(e2s)?;
+    let src = start.sge(0, size).ok_or("start buffer")?;
+    conn.c
+        .qp
+        .post_send(SendRequest::write(7, vec![src], BAD_STAG, 0x1000))
+        .map_err(post_err)?;
+    let closed = conn.c.wait_disconnected(Duration::from_secs(20));
+    report_stats(o, conn, 0);
+    let (layer, etype, code) = conn
+        .c
+        .terminate_received
+        .ok_or_else(|| format!("no Terminate from the peer (closed={closed})"))?;
+    if o.report {
+        println!("XWARP-TERMINATE layer={layer} etype={etype} code={code:#04x}");
+        let recv = conn.c.pending.iter().find(|c| c.opcode == WcOpcode::Recv);
+        println!("XWARP-RECV {recv:?}");
+    }
+    if !closed {
+        return Err("the connection did not close after the Terminate".into());
+    }
+    Ok(())
 }
 
 fn client_loop(
     o: &Opts,
-    conn: &mut Conn,
+    conn: &mut Rconn,
     start: &MemoryRegion,
     rdma: &MemoryRegion,
     size: usize,
+    done: &mut u64,
 ) -> Result<(), String> {
     let mut i = 0u64;
     while o.count == 0 || i < o.count {
@@ -462,6 +425,7 @@ fn client_loop(
             println!("ping data: {}", c_string(&got));
         }
         i += 1;
+        *done = i;
     }
     Ok(())
 }
@@ -483,19 +447,19 @@ fn serve<B: Backend + Send + 'static>(
         )
     };
     // The server accepts CRC when the client asks (crc follows the Request).
-    let mut conn = Conn::new(ctx, &pd, ird, ord, req.crc, o.debug)?;
+    let mut conn = Rconn::new(ctx, &pd, ird, ord, req.crc, o.debug)?;
     let size = o.size as usize;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
     let rdma = pd.alloc_mr(size, rw, false).map_err(e2s)?;
     conn.post_recv()?;
-    req.accept(&conn.qp, &[]).map_err(e2s)?;
+    req.accept(&conn.c.qp, &[]).map_err(e2s)?;
     conn.established()?;
     let r = serve_loop(o, &mut conn, &rdma, size);
-    conn.close();
+    conn.c.close();
     r
 }
 
-fn serve_loop(o: &Opts, conn: &mut Conn, rdma: &MemoryRegion, size: usize) -> Result<(), String> {
+fn serve_loop(o: &Opts, conn: &mut Rconn, rdma: &MemoryRegion, size: usize) -> Result<(), String> {
     let mut i = 0u64;
     loop {
         // The client advertises its start buffer...
@@ -515,7 +479,8 @@ fn serve_loop(o: &Opts, conn: &mut Conn, rdma: &MemoryRegion, size: usize) -> Re
         let len = len.min(o.size) as usize;
         // ...we Read it into our rdma buffer...
         let sink = rdma.sge(0, len).ok_or("read length")?;
-        conn.qp
+        conn.c
+            .qp
             .post_send(SendRequest::read(3, sink, rkey, buf))
             .map_err(post_err)?;
         conn.wait(WcOpcode::Read)?;
@@ -533,7 +498,8 @@ fn serve_loop(o: &Opts, conn: &mut Conn, rdma: &MemoryRegion, size: usize) -> Re
         let strlen = data.iter().position(|&b| b == 0).unwrap_or(size) + 1;
         let wlen = strlen.min(size).min(len as usize);
         let src = rdma.sge(0, wlen).ok_or("write length")?;
-        conn.qp
+        conn.c
+            .qp
             .post_send(SendRequest::write(5, vec![src], rkey, buf))
             .map_err(post_err)?;
         conn.wait(WcOpcode::Write)?;
@@ -583,33 +549,6 @@ fn server<B: Backend + Send + 'static>(
     }
 }
 
-/// Start the verbs engine `spec` names (its ephemeral ports spread by process id, see
-/// [`ephemeral_start`]).
-fn start(spec: &EngineSpec) -> Result<xwarp::verbs::XdpContext, String> {
-    let mut cfg = xwarp::toe::XdpEngineConfig::new(&spec.ifname, spec.ipv4, spec.prefix);
-    cfg.rx_checksum = spec.rx_checksum;
-    cfg.stack.ipv4_gateway = spec.gateway;
-    cfg.stack.ephemeral_ports = ephemeral_start(std::process::id())..=65535;
-    cfg.engine.name = "xwarp-rping".into();
-    let ctx = Context::start_xdp(None, cfg).map_err(|e| {
-        format!(
-            "cannot start an AF_XDP verbs engine on {}: {e}",
-            spec.ifname
-        )
-    })?;
-    let pcap = xwarp::poll_driver::pcap::active_captures().pop();
-    eprintln!(
-        "xwarp: verbs engine on {} owns {}/{} ({:?}){}",
-        spec.ifname,
-        spec.ipv4,
-        spec.prefix,
-        spec.rx_checksum,
-        pcap.map(|p| format!(", capture {}", p.display()))
-            .unwrap_or_default()
-    );
-    Ok(ctx)
-}
-
 fn run(o: &Opts) -> Result<(), String> {
     let spec = o.net.engine_spec()?.ok_or(
         "xwarp-rping runs on an xwarp engine: give --iface IF --addr A.B.C.D/PREFIX \
@@ -618,7 +557,7 @@ fn run(o: &Opts) -> Result<(), String> {
     if o.server == o.client {
         return Err("choose -s or -c".into());
     }
-    let ctx = start(&spec)?;
+    let ctx = start_engine(&spec, "xwarp-rping")?;
     let r = if o.server {
         server(o, &ctx, spec.ipv4)
     } else {
@@ -655,6 +594,28 @@ mod tests {
         assert_eq!(&p[..15], b"rdma-ping-57: z");
         assert_eq!(p[15], b'A');
         assert_eq!(p.len(), 30);
+    }
+
+    #[test]
+    fn p2p_option_parses_rtr_sets() {
+        assert_eq!(
+            parse_rtr("write,read").unwrap(),
+            RtrSet {
+                send: false,
+                write: true,
+                read: true
+            }
+        );
+        assert_eq!(
+            parse_rtr("send").unwrap(),
+            RtrSet {
+                send: true,
+                ..RtrSet::NONE
+            }
+        );
+        assert!(parse_rtr("").is_err());
+        assert!(parse_rtr(",").is_err());
+        assert!(parse_rtr("write,bogus").is_err());
     }
 
     #[test]

@@ -1,8 +1,6 @@
-//! Code the interop tools share: the engine selection and byte transport (kernel TCP or
-//! an xwarp engine) and, for the two peers that still drive the sans-IO connection on
-//! their own thread (`xwarp-rping-interop`, `xwarp-perftest-peer`), the endpoint that
-//! runs it over that transport. `xwarp-rping` uses only the engine selection
-//! ([`transport::NetArgs::engine_spec`]) and runs on `xwarp::verbs`.
+//! Code the interop tools (`xwarp-rping`, `xwarp-perftest-peer`) share: the engine
+//! selection from the command line or `XWARP_ENGINE` ([`transport`]), and the verbs
+//! engine and connection helpers on `xwarp::verbs` ([`conn`]).
 
-pub mod endpoint;
+pub mod conn;
 pub mod transport;

@@ -1,162 +1,24 @@
-//! The byte streams the interop tools run iWARP over, and how they are chosen.
-//!
-//! `xwarp-rping-interop` and `xwarp-perftest-peer` run their sans-IO connection over a
-//! [`Transport`] (`xwarp-rping` only takes the engine selection, [`NetArgs::engine_spec`],
-//! and runs on `xwarp::verbs`). Two transports exist:
-//!
-//! * [`KernelTcp`]: a kernel TCP socket (`std::net`), the default, for quick local use;
-//! * [`EngineTcp`]: a TCP stream of an xwarp engine ([`xwarp::net::TcpStream`]) bound with
-//!   AF_XDP to an interface, owning its own IPv4 address on that link.
-//!
-//! [`Net::from_args`] picks one from the command line ([`NetArgs`]): `--iface IF --addr
-//! A.B.C.D/PREFIX [--gateway G] [--rx-checksum verify]` → an engine on `IF` in the caller's
-//! network namespace (the interop harness runs the tools inside its namespace with
-//! `ip netns exec`). Without engine flags it falls back to **`XWARP_ENGINE`**
-//! ([`Net::from_env`]): unset or `kernel` → kernel TCP; `xdp:IFACE:ADDR/PREFIX` (e.g.
-//! `xdp:tap0:10.77.0.3/24`) → an engine on `IFACE`. `--rx-checksum verify` (or the
-//! variable's `,verify` suffix) checks every received L4 checksum ([`RxChecksum::Verify`]);
-//! the default trusts them ([`RxChecksum::TrustL4`], see `xwarp::toe`). Like every engine,
-//! it records every frame it receives and sends when **`XWARP_PCAP`** is set (the engine
-//! builder does it, `xwarp_poll_driver::pcap`); `%p` in that path becomes the process id,
-//! so several tool processes of one run write separate files.
-//!
-//! Call [`Net::finish`] before the process exits: it lets the engine send the last ACKs,
-//! stops it, and flushes the capture.
+//! How the interop tools choose their engine: the command line's engine flags
+//! ([`NetArgs`]: `--iface IF --addr A.B.C.D/PREFIX [--gateway G] [--rx-checksum verify]`),
+//! or without them the variable **`XWARP_ENGINE=xdp:IFACE:ADDR/PREFIX[,verify]`**
+//! ([`EngineSpec::parse`]). The tools (`xwarp-rping`, `xwarp-perftest-peer`) start an
+//! `xwarp::verbs` engine bound with AF_XDP to that interface, owning that address
+//! (`support::verbs::start_engine`); the interop harness runs them inside its network
+//! namespace with `ip netns exec`. `--rx-checksum verify` (or the variable's `,verify`
+//! suffix) checks every received L4 checksum ([`RxChecksum::Verify`]); the default
+//! trusts them ([`RxChecksum::TrustL4`], see `xwarp::toe`). Like every engine, it records
+//! every frame it receives and sends when **`XWARP_PCAP`** is set
+//! (`xwarp_poll_driver::pcap`); `%p` in that path becomes the process id, so several
+//! tool processes of one run write separate files.
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
 
-use xwarp::net::{NetEngine, StackConfig};
-use xwarp::poll_driver::afxdp::{AfXdpConfig, AfXdpNic, SteeringFilter};
-use xwarp::poll_driver::engine::EngineConfig;
-use xwarp::stack::builder::EngineBuilder;
 use xwarp::toe::RxChecksum;
 
 use crate::cli::EngineArgs;
 
-/// The environment variable selecting the transport (see the module docs).
+/// The environment variable naming the engine (see the module docs).
 pub const ENGINE_ENV: &str = "XWARP_ENGINE";
-
-/// Ethernet header bytes in front of the IP packet.
-const ETHERNET_HEADER_LEN: usize = 14;
-
-/// How long [`Net::finish`] lets the engine run after the last connection closed (final
-/// ACKs of the peer's FIN, a late retransmission).
-const FINISH_LINGER: Duration = Duration::from_millis(300);
-
-/// A reliable byte stream the iWARP connection runs over.
-pub trait Transport {
-    /// Sends all of `data`.
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()>;
-    /// Receives into `buf`, waiting at most `timeout`: `Ok(None)` on timeout, `Ok(Some(0))`
-    /// when the peer closed.
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
-    /// Closes our direction (FIN).
-    fn shutdown(&mut self);
-}
-
-/// A kernel TCP socket (std::net), with `TCP_NODELAY` like siw's sockets.
-pub struct KernelTcp(std::net::TcpStream);
-
-impl KernelTcp {
-    /// Wraps an accepted or connected stream.
-    pub fn new(s: std::net::TcpStream) -> io::Result<KernelTcp> {
-        s.set_nodelay(true)?;
-        Ok(KernelTcp(s))
-    }
-}
-
-/// Maps a read result onto [`Transport::recv`]'s convention.
-fn recv_result(r: io::Result<usize>) -> io::Result<Option<usize>> {
-    match r {
-        Ok(n) => Ok(Some(n)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Ok(None)
-        }
-        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(Some(0)),
-        Err(e) => Err(e),
-    }
-}
-
-impl Transport for KernelTcp {
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.write_all(data)
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        self.0
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        recv_result(self.0.read(buf))
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.0.shutdown(Shutdown::Write);
-    }
-}
-
-/// A TCP stream of an xwarp engine, with Nagle off like siw's sockets.
-pub struct EngineTcp(xwarp::net::TcpStream);
-
-impl EngineTcp {
-    /// Wraps an accepted or connected engine stream.
-    pub fn new(mut s: xwarp::net::TcpStream) -> io::Result<EngineTcp> {
-        s.set_nodelay(true)?;
-        Ok(EngineTcp(s))
-    }
-}
-
-impl Transport for EngineTcp {
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.write_all(data)
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        self.0
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        recv_result(self.0.read(buf))
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.0.shutdown(Shutdown::Write);
-    }
-}
-
-/// Either transport, as chosen by [`Net`].
-pub enum Stream {
-    /// Kernel TCP.
-    Kernel(KernelTcp),
-    /// xwarp engine TCP.
-    Engine(EngineTcp),
-}
-
-impl Transport for Stream {
-    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
-        match self {
-            Stream::Kernel(s) => s.send_all(data),
-            Stream::Engine(s) => s.send_all(data),
-        }
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        match self {
-            Stream::Kernel(s) => s.recv(buf, timeout),
-            Stream::Engine(s) => s.recv(buf, timeout),
-        }
-    }
-
-    fn shutdown(&mut self) {
-        match self {
-            Stream::Kernel(s) => s.shutdown(),
-            Stream::Engine(s) => s.shutdown(),
-        }
-    }
-}
 
 /// A parsed `xdp:IFACE:ADDR/PREFIX[,verify]` engine selection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,62 +100,6 @@ pub fn ephemeral_start(pid: u32) -> u16 {
     49152 + ((pid % 4096) * 4) as u16
 }
 
-/// The engine type: an AF_XDP NIC (capturing as the process is configured).
-type Engine = NetEngine<AfXdpNic>;
-
-/// Starts an engine for `spec` in the caller's namespace.
-fn start_engine(spec: &EngineSpec) -> io::Result<Engine> {
-    let mut xcfg = AfXdpConfig::new(
-        &spec.ifname,
-        SteeringFilter::new(vec![spec.ipv4], Vec::new()),
-    );
-    xcfg.checksum = spec.rx_checksum.capabilities();
-    let nic = AfXdpNic::open(xcfg)?;
-    let frame = smoltcp::phy::Device::capabilities(&nic).max_transmission_unit;
-    let mtu = frame.saturating_sub(ETHERNET_HEADER_LEN);
-    if mtu < 576 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: IP MTU {mtu} is below 576", spec.ifname),
-        ));
-    }
-    let stack = StackConfig {
-        mac: nic.mac_address(),
-        ipv4: Some((spec.ipv4, spec.prefix)),
-        ipv4_gateway: spec.gateway,
-        mtu,
-        ephemeral_ports: ephemeral_start(std::process::id())..=65535,
-        ..StackConfig::default()
-    };
-    let engine = EngineConfig {
-        name: "xwarp-interop".into(),
-        ..EngineConfig::default()
-    };
-    let builder = EngineBuilder::new(nic, stack, engine).interface_name(spec.ifname.as_str());
-    NetEngine::from_builder(builder)
-}
-
-/// Where the tools' TCP comes from: the kernel or an xwarp engine.
-pub enum Net {
-    /// Kernel TCP sockets.
-    Kernel,
-    /// An xwarp engine owning `spec.ipv4` on `spec.ifname`.
-    Engine {
-        /// The selection it was started from.
-        spec: EngineSpec,
-        /// The running engine.
-        engine: Box<Engine>,
-    },
-}
-
-/// A listening socket of either kind.
-pub enum Listener {
-    /// Kernel listener.
-    Kernel(std::net::TcpListener),
-    /// Engine listener.
-    Engine(xwarp::net::TcpListener),
-}
-
 impl NetArgs {
     /// Whether the engine flags go together (`--iface` with `--addr`; `--gateway` and
     /// `--rx-checksum` only with them): the tools call it right after parsing, so a bad
@@ -312,8 +118,8 @@ impl NetArgs {
         Ok(())
     }
 
-    /// The engine the flags select, or without them `XWARP_ENGINE` ([`Net::from_env`]);
-    /// `None`: kernel TCP. Applies `--pcap` (every engine started afterwards captures).
+    /// The engine the flags select, or without them `XWARP_ENGINE`; `None`: neither
+    /// names one (`XWARP_ENGINE` unset, empty or `kernel`). Applies `--pcap` (every engine started afterwards captures).
     pub fn engine_spec(&self) -> Result<Option<EngineSpec>, String> {
         self.check()?;
         self.engine.apply_pcap();
@@ -356,142 +162,6 @@ impl NetArgs {
                 .exit();
         }
         t
-    }
-}
-
-impl Net {
-    /// An engine as the command line's engine flags say, or without them as
-    /// `XWARP_ENGINE` says ([`Net::from_env`]; see the module docs).
-    pub fn from_args(a: &NetArgs) -> Result<Net, String> {
-        match a.engine_spec()? {
-            Some(spec) => Net::start(spec),
-            None => Ok(Net::Kernel),
-        }
-    }
-
-    /// Kernel TCP, or an engine started as `XWARP_ENGINE` says (see the module docs).
-    pub fn from_env() -> Result<Net, String> {
-        match std::env::var(ENGINE_ENV) {
-            Err(_) => Ok(Net::Kernel),
-            Ok(v) if v.is_empty() || v == "kernel" => Ok(Net::Kernel),
-            Ok(v) => Net::start(EngineSpec::parse(&v)?),
-        }
-    }
-
-    /// Start an engine for `spec` (capturing to `XWARP_PCAP` if set).
-    fn start(spec: EngineSpec) -> Result<Net, String> {
-        let engine =
-            start_engine(&spec).map_err(|e| format!("xwarp engine on {}: {e}", spec.ifname))?;
-        let pcap = xwarp::poll_driver::pcap::active_captures().pop();
-        eprintln!(
-            "xwarp: engine on {} owns {}/{} ({:?}){}",
-            spec.ifname,
-            spec.ipv4,
-            spec.prefix,
-            spec.rx_checksum,
-            pcap.map(|p| format!(", capture {}", p.display()))
-                .unwrap_or_default()
-        );
-        Ok(Net::Engine {
-            spec,
-            engine: Box::new(engine),
-        })
-    }
-
-    /// Connects to `addr:port`, retrying refused attempts for up to `retry` (the guest's
-    /// server may not listen yet; `Duration::ZERO`: one attempt).
-    pub fn connect(&self, addr: &str, port: u16, retry: Duration) -> Result<Stream, String> {
-        let target = (addr, port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{addr}: {e}"))?
-            .next()
-            .ok_or("no address")?;
-        let deadline = Instant::now() + retry;
-        loop {
-            let r = match self {
-                Net::Kernel => {
-                    std::net::TcpStream::connect_timeout(&target, Duration::from_secs(3))
-                        .and_then(KernelTcp::new)
-                        .map(Stream::Kernel)
-                }
-                Net::Engine { engine, .. } => xwarp::net::TcpStream::connect_timeout(
-                    engine.stack(),
-                    target,
-                    Duration::from_secs(3),
-                )
-                .and_then(EngineTcp::new)
-                .map(Stream::Engine),
-            };
-            match r {
-                Ok(s) => return Ok(s),
-                Err(_) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(300));
-                }
-                Err(e) => return Err(format!("connect {target}: {e}")),
-            }
-        }
-    }
-
-    /// Listens on `bind:port`. On the engine an unspecified `bind` (`0.0.0.0`) means the
-    /// engine's own address.
-    pub fn listen(&self, bind: &str, port: u16) -> Result<Listener, String> {
-        match self {
-            Net::Kernel => std::net::TcpListener::bind((bind, port))
-                .map(Listener::Kernel)
-                .map_err(|e| format!("bind {bind}: {e}")),
-            Net::Engine { spec, engine } => {
-                let ip: IpAddr = bind
-                    .parse()
-                    .map_err(|_| format!("bind {bind}: not an IP"))?;
-                let ip = if ip.is_unspecified() {
-                    IpAddr::V4(spec.ipv4)
-                } else {
-                    ip
-                };
-                xwarp::net::TcpListener::bind(engine.stack(), SocketAddr::new(ip, port))
-                    .map(Listener::Engine)
-                    .map_err(|e| format!("bind {ip}:{port}: {e}"))
-            }
-        }
-    }
-
-    /// The address peers reach us at: the engine's, or `None` on kernel TCP.
-    pub fn engine_addr(&self) -> Option<Ipv4Addr> {
-        match self {
-            Net::Kernel => None,
-            Net::Engine { spec, .. } => Some(spec.ipv4),
-        }
-    }
-
-    /// Lets the engine finish its last exchanges, stops it and flushes the capture (a
-    /// no-op on kernel TCP). Call after every stream was dropped or closed.
-    pub fn finish(self) {
-        if let Net::Engine { engine, .. } = self {
-            std::thread::sleep(FINISH_LINGER);
-            match engine.stop() {
-                // Dropping the backend drops the capture sink, which flushes the file.
-                Ok(exit) => drop(exit),
-                Err(e) => eprintln!("xwarp: stopping the engine: {e}"),
-            }
-        }
-    }
-}
-
-impl Listener {
-    /// Accepts the next connection (blocking).
-    pub fn accept(&self) -> Result<(Stream, SocketAddr), String> {
-        match self {
-            Listener::Kernel(l) => {
-                let (s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
-                let s = KernelTcp::new(s).map_err(|e| e.to_string())?;
-                Ok((Stream::Kernel(s), peer))
-            }
-            Listener::Engine(l) => {
-                let (s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
-                let s = EngineTcp::new(s).map_err(|e| e.to_string())?;
-                Ok((Stream::Engine(s), peer))
-            }
-        }
     }
 }
 

@@ -5,6 +5,8 @@ use std::time::Instant;
 use xwarp_rdmap::Access;
 use xwarp_stack::proto::ProtoCtl;
 
+use xwarp_ddp::mpa::RtrSet;
+
 use crate::cm_event::CmEvent;
 use crate::engine::cmd::Cmd;
 use crate::engine::host::{ListenSlot, Owner, VerbsHost};
@@ -31,6 +33,16 @@ impl VerbsHost {
                     ));
                     return;
                 }
+                if let Some(offer) = tuning.p2p_rtr_offer {
+                    if offer == RtrSet::NONE || slot.mpa.revision != 2 {
+                        slot.event(CmEvent::ConnectError(format!(
+                            "P2P RTR offer {offer:?} needs at least one type and MPA revision \
+                             2 (the QP has revision {}; RFC 6581 §3.2)",
+                            slot.mpa.revision
+                        )));
+                        return;
+                    }
+                }
                 let deadline = now + params.timeout;
                 let id = ctl.connect(remote, None, deadline);
                 slot.conn_id = Some(id);
@@ -40,6 +52,7 @@ impl VerbsHost {
                     deadline,
                     timeout: params.timeout,
                     first_fpdu_delay: tuning.first_fpdu_delay,
+                    p2p_rtr_offer: tuning.p2p_rtr_offer,
                     retry_until: tuning.retry_refused.map(|d| now + d),
                     retry_at: None,
                     refused: 0,

@@ -252,6 +252,9 @@ impl ProtocolHost for VerbsHost {
         let mut cfg = self.conn_config(slot, conn);
         if let Some(c) = &slot.connecting {
             cfg.first_fpdu_delay = c.first_fpdu_delay;
+            if let Some(offer) = c.p2p_rtr_offer {
+                cfg.initiator.p2p = Some(offer);
+            }
             cfg.initiator.private_data = c.private_data.clone();
             cfg.initiator.reply_timeout = c
                 .deadline

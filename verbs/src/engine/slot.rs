@@ -42,6 +42,8 @@ pub(crate) struct Connecting {
     pub(crate) timeout: std::time::Duration,
     /// `ConnConfig::first_fpdu_delay` of the connection.
     pub(crate) first_fpdu_delay: std::time::Duration,
+    /// `ConnectTuning::p2p_rtr_offer`: the RTR types the Request offers, if not the QP's.
+    pub(crate) p2p_rtr_offer: Option<xwarp_ddp::mpa::RtrSet>,
     /// A refused attempt is tried again while the next try starts before this instant.
     pub(crate) retry_until: Option<Instant>,
     /// The last attempt was refused: the next starts at this instant (`VerbsHost::poll`).
