@@ -7,7 +7,7 @@
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="$HERE/build/results"
-CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-180}   # hard bound per case (s); cases bound themselves too
+CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-300}   # hard bound per case (s); cases bound themselves too
 
 if [[ $# -gt 0 ]]; then
     CASES=("$@")
