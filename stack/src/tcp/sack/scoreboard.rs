@@ -323,7 +323,14 @@ impl Scoreboard {
             info.ignored = true;
             return info;
         }
-        let list: Vec<SackBlock> = blocks.iter().collect();
+        // At most four blocks: copied to the stack (no allocation per ACK).
+        let mut arr = [SackBlock::new(ack, ack); 4];
+        let mut n = 0;
+        for b in blocks.iter().take(4) {
+            arr[n] = b;
+            n += 1;
+        }
+        let list = &arr[..n];
         let mut first = 0;
         if let Some(b0) = list.first() {
             // RFC 2883 §4: DSACK when the first block is at or below the cumulative ACK, or
