@@ -21,9 +21,14 @@ use xwarp_stack::{new_stack, StackConfig, StackHandle, Stream, TcpCore, TcpServi
 
 type Handle = EngineHandle<VirtualNic, TcpService>;
 
+/// The stream's byte at offset `off` (period [`PERIOD`], so the sender writes windows of
+/// one buffer; 4093 is prime, so no power-of-two shift of the stream matches it).
 fn pattern(off: u64) -> u8 {
-    (off.wrapping_mul(13) ^ (off >> 11)) as u8
+    let o = off % PERIOD;
+    (o.wrapping_mul(13) ^ (o >> 5)) as u8
 }
+
+const PERIOD: u64 = 4093;
 
 fn start(nic: VirtualNic, last: u8, core: TcpCore) -> Result<(Handle, StackHandle), String> {
     let cfg = StackConfig {
@@ -97,10 +102,10 @@ fn run(core: TcpCore, total: u64) -> Result<(), String> {
             }
         }
     });
-    let src: Vec<u8> = (0..(256u64 << 10) + 4096).map(pattern).collect();
+    let src: Vec<u8> = (0..(256u64 << 10) + PERIOD).map(pattern).collect();
     let mut sent = 0u64;
     while sent < total {
-        let at = (sent % 4096) as usize;
+        let at = (sent % PERIOD) as usize;
         let n = ((total - sent) as usize).min(256 << 10);
         match c.try_write(&src[at..at + n]) {
             Ok(k) => sent += k as u64,

@@ -390,6 +390,13 @@ impl Rack {
             .min(i64::MAX as u64) as i64;
         let rx_order = self.xmit_order;
         for s in self.segs.iter_mut() {
+            // Records are in sequence order, and a never-retransmitted one was sent after
+            // every record before it (later ones only later still, retransmitted or not):
+            // the first one sent after RACK's segment ends the candidates. Keeps the scan
+            // per ACK to the records that can be lost instead of the whole flight.
+            if !s.retransmitted && s.xmit_order > rx_order && s.xmit_ts >= rx {
+                break;
+            }
             if s.sacked || s.lost || !sent_after(rx, rx_order, s.xmit_ts, s.xmit_order) {
                 continue;
             }
