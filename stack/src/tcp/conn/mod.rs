@@ -414,6 +414,9 @@ pub struct Connection {
     /// Without SACK: RFC 5681 duplicate ACKs counted, and the fast retransmission due.
     nosack_dups: u32,
     fast_rexmit: Option<SackBlock>,
+    /// A RACK-started recovery's first retransmission is owed (RFC 6675 §5 (4.3)): it
+    /// leaves whatever PRR allows.
+    first_rexmit_due: bool,
     /// The recovery running was started by an RTO (no recovery probes then).
     after_rto: bool,
     /// The retransmissions of the last fast recovery not yet reported back as DSACK; when
@@ -553,6 +556,7 @@ impl Connection {
             syn_retries: 0,
             nosack_dups: 0,
             fast_rexmit: None,
+            first_rexmit_due: false,
             after_rto: false,
             undo: None,
             recovery_probes: 0,
@@ -1465,6 +1469,9 @@ impl Connection {
                     self.board.pipe(),
                     self.flight_for_cc(self.board.outstanding()),
                 );
+                // RFC 6675 §5 (4.3): the first segment presumed lost leaves now, outside
+                // PRR's quota (which starts at 0 and may stay there with no further ACK).
+                self.first_rexmit_due = true;
             }
         }
         self.reo_at = scan.reorder_timeout.map(|t| now + t);
@@ -1607,6 +1614,7 @@ impl Connection {
                 self.pto_at = None;
                 self.karn.on_retransmit();
                 self.fast_rexmit = None;
+                self.first_rexmit_due = false;
                 self.after_rto = true;
                 self.undo = None;
             }
@@ -1992,11 +2000,13 @@ impl Connection {
         if let Some(b) = first_lost {
             let pipe = self.board.pipe();
             let quota = self.cc.send_quota(pipe);
-            if quota >= b.len().min(self.snd_mss) || pipe == 0 {
+            let first = std::mem::take(&mut self.first_rexmit_due) && quota == 0;
+            if first || quota >= b.len().min(self.snd_mss) || pipe == 0 {
                 return Some(self.retransmit(now, b));
             }
             return self.ack_if_owed(now);
         }
+        self.first_rexmit_due = false;
         if let Some((len, fin, psh)) = self.new_data_plan(tx, false) {
             if let Some(seg) = self.send_new(now, len, fin, psh) {
                 return Some(seg);
