@@ -41,6 +41,9 @@ pub struct SegmentRecord {
     pub range: SackBlock,
     /// When it was last (re)transmitted.
     pub xmit_ts: Instant,
+    /// Transmission order of that (re)transmission: a counter over every send of the
+    /// connection, the tie-break of [`sent_after`] for sends in the same clock tick.
+    pub xmit_order: u64,
     /// Whether it was ever retransmitted.
     pub retransmitted: bool,
     /// Whether it was SACKed (cumulatively acknowledged ones are dropped).
@@ -59,19 +62,37 @@ pub struct LossScan {
     pub reorder_timeout: Option<Duration>,
 }
 
-/// `t1, seq1` was sent after `t2, seq2` (RFC 8985 §6.2, RACK_sent_after).
-fn sent_after(t1: Instant, seq1: Seq, t2: Instant, seq2: Seq) -> bool {
-    t1 > t2 || (t1 == t2 && seq1.after(seq2))
+/// `t1, o1` was sent after `t2, o2` (RFC 8985 §6.2, RACK_sent_after).
+///
+/// The RFC breaks a tie of equal transmit times by sequence number, a stand-in for the
+/// order of sending that holds for new data only: a retransmission of low sequence sent
+/// after a new segment in the same clock tick would compare as sent *before* it, so the new
+/// segment's delivery would mark the retransmission lost at once (RACK.rtt ≈ 0 since they
+/// left together), again on every such ACK. Each send gets a transmission order instead
+/// (`o1`, `o2`: increasing with every send and retransmission), which orders new data by
+/// sequence exactly as the RFC does and a retransmission after everything sent before it.
+fn sent_after(t1: Instant, o1: u64, t2: Instant, o2: u64) -> bool {
+    t1 > t2 || (t1 == t2 && o1 > o2)
 }
+
+/// A delivered record as step 2/3 read it: (transmit time, order, end, retransmitted).
+type Delivered = (Instant, u64, Seq, bool);
 
 /// RACK's per-connection state (RFC 8985 §6.1) and the segment records.
 #[derive(Debug, Clone)]
 pub struct Rack {
     cfg: RackConfig,
     segs: VecDeque<SegmentRecord>,
-    /// RACK.xmit_ts / RACK.end_seq: the most recently sent segment known delivered.
+    /// RACK.xmit_ts: the most recently sent segment known delivered, and its
+    /// transmission order (the tie-break of [`sent_after`], in place of RACK.end_seq).
     xmit_ts: Option<Instant>,
-    end_seq: Seq,
+    xmit_order: u64,
+    /// The next send's transmission order.
+    next_order: u64,
+    /// Records marked lost and not retransmitted since (so that "anything lost?" is O(1)).
+    lost_count: u32,
+    /// Scratch for one ACK's delivered records (kept to avoid an allocation per ACK).
+    delivered: Vec<Delivered>,
     /// RACK.rtt: the RTT of that segment.
     rtt: Duration,
     /// RACK.fack: the highest end delivered.
@@ -91,7 +112,10 @@ impl Rack {
             cfg,
             segs: VecDeque::new(),
             xmit_ts: None,
-            end_seq: Seq(0),
+            xmit_order: 0,
+            next_order: 0,
+            lost_count: 0,
+            delivered: Vec::new(),
             rtt: Duration::ZERO,
             fack: None,
             reordering_seen: false,
@@ -110,7 +134,22 @@ impl Rack {
 
     /// Segments marked lost and not retransmitted since: what to retransmit now.
     pub fn lost(&self) -> impl Iterator<Item = SackBlock> + '_ {
-        self.segs.iter().filter(|s| s.lost).map(|s| s.range)
+        let any = self.lost_count > 0;
+        self.segs
+            .iter()
+            .take_while(move |_| any)
+            .filter(|s| s.lost)
+            .map(|s| s.range)
+    }
+
+    /// How many segments are marked lost and not retransmitted since.
+    pub fn lost_count(&self) -> u32 {
+        self.lost_count
+    }
+
+    fn order(&mut self) -> u64 {
+        self.next_order += 1;
+        self.next_order
     }
 
     /// The highest-sequence segment not yet delivered (what a TLP retransmits, §7.3).
@@ -147,9 +186,11 @@ impl Rack {
         if self.segs.len() >= self.cfg.max_segments {
             return false;
         }
+        let xmit_order = self.order();
         self.segs.push_back(SegmentRecord {
             range,
             xmit_ts: now,
+            xmit_order,
             retransmitted: false,
             sacked: false,
             lost: false,
@@ -172,12 +213,17 @@ impl Rack {
             return 0;
         };
         let mut n = 0;
+        let order = self.order();
         while i < self.segs.len() && self.segs[i].range.start.before(range.end) {
             let s = &mut self.segs[i];
             if !s.sacked {
                 s.xmit_ts = now;
+                s.xmit_order = order;
                 s.retransmitted = true;
-                s.lost = false;
+                if s.lost {
+                    s.lost = false;
+                    self.lost_count -= 1;
+                }
                 n += 1;
             }
             i += 1;
@@ -202,17 +248,21 @@ impl Rack {
         ts_echo: Option<Instant>,
         min_rtt: Option<Duration>,
     ) -> Option<Duration> {
-        let mut delivered: Vec<(Instant, Seq, bool)> = Vec::new();
+        let mut delivered = std::mem::take(&mut self.delivered);
+        delivered.clear();
         // Cumulatively acknowledged records leave.
         while let Some(front) = self.segs.front() {
             if !front.range.end.before_eq(ack) {
                 break;
             }
             let s = self.segs.pop_front().expect("front exists");
+            if s.lost {
+                self.lost_count -= 1;
+            }
             if s.sacked {
                 self.segs_sacked = self.segs_sacked.saturating_sub(1);
             } else {
-                delivered.push((s.xmit_ts, s.range.end, s.retransmitted));
+                delivered.push((s.xmit_ts, s.xmit_order, s.range.end, s.retransmitted));
             }
         }
         // Fully SACKed records are delivered (at most 4 blocks, each a bounded walk).
@@ -236,20 +286,23 @@ impl Rack {
                 let s = &mut self.segs[i];
                 if !s.sacked {
                     s.sacked = true;
-                    s.lost = false;
+                    if s.lost {
+                        s.lost = false;
+                        self.lost_count -= 1;
+                    }
                     self.segs_sacked += 1;
-                    delivered.push((s.xmit_ts, s.range.end, s.retransmitted));
+                    delivered.push((s.xmit_ts, s.xmit_order, s.range.end, s.retransmitted));
                 }
                 i += 1;
             }
         }
-        delivered.sort_by_key(|d| d.0);
+        delivered.sort_unstable_by_key(|d| (d.0, d.1));
         let sample = delivered
             .iter()
             .rev()
-            .find(|d| !d.2)
+            .find(|d| !d.3)
             .map(|d| elapsed(d.0, now));
-        for &(ts, end, retx) in &delivered {
+        for &(ts, order, _, retx) in &delivered {
             // Step 2: skip ambiguous deliveries of retransmitted segments.
             if retx {
                 let for_original = ts_echo.is_some_and(|e| e < ts);
@@ -260,16 +313,16 @@ impl Rack {
             }
             if self
                 .xmit_ts
-                .is_none_or(|x| sent_after(ts, end, x, self.end_seq))
+                .is_none_or(|x| sent_after(ts, order, x, self.xmit_order))
             {
                 self.xmit_ts = Some(ts);
-                self.end_seq = end;
+                self.xmit_order = order;
                 self.rtt = elapsed(ts, now);
             }
         }
         // Step 3: reordering — a never-retransmitted segment delivered below RACK.fack.
-        delivered.sort_by(|a, b| a.1.diff(b.1).cmp(&0));
-        for &(_, end, retx) in &delivered {
+        delivered.sort_unstable_by(|a, b| a.2.diff(b.2).cmp(&0));
+        for &(_, _, end, retx) in &delivered {
             match self.fack {
                 Some(f) if end.before(f) => {
                     if !retx {
@@ -294,6 +347,7 @@ impl Rack {
             self.reo_wnd_mult = self.reo_wnd_mult.saturating_add(1);
             self.reo_wnd_persist = self.cfg.reo_wnd_persist;
         }
+        self.delivered = delivered;
         sample
     }
 
@@ -334,8 +388,16 @@ impl Rack {
             .total_micros()
             .saturating_add(reo_wnd.total_micros())
             .min(i64::MAX as u64) as i64;
+        let rx_order = self.xmit_order;
         for s in self.segs.iter_mut() {
-            if s.sacked || s.lost || !sent_after(rx, self.end_seq, s.xmit_ts, s.range.end) {
+            // Records are in sequence order, and a never-retransmitted one was sent after
+            // every record before it (later ones only later still, retransmitted or not):
+            // the first one sent after RACK's segment ends the candidates. Keeps the scan
+            // per ACK to the records that can be lost instead of the whole flight.
+            if !s.retransmitted && s.xmit_order > rx_order && s.xmit_ts >= rx {
+                break;
+            }
+            if s.sacked || s.lost || !sent_after(rx, rx_order, s.xmit_ts, s.xmit_order) {
                 continue;
             }
             let remaining = s
@@ -345,6 +407,7 @@ impl Rack {
                 .saturating_sub(now.total_micros());
             if remaining <= 0 {
                 s.lost = true;
+                self.lost_count += 1;
                 scan.newly_lost += 1;
             } else {
                 let r = Duration::from_micros(remaining as u64);
@@ -361,6 +424,7 @@ impl Rack {
             s.lost = true;
             n += 1;
         }
+        self.lost_count += n;
         n
     }
 }
@@ -617,6 +681,42 @@ mod tests {
         r.on_ack(at(25), Seq(0), &[blk(300, 500)], false, None, None);
         let scan = r.detect_loss(at(25), Duration::ZERO);
         assert!(r.lost().any(|b| b == blk(0, 100)), "{scan:?}");
+    }
+
+    /// RACK_sent_after with equal transmit times (an engine reads its clock once per
+    /// batch): a new segment that left *before* a retransmission in the same tick does not
+    /// count as sent after it, though its sequence is higher; one that left after it does.
+    /// With the RFC's sequence tie-break every SACK of such a new segment marked the
+    /// retransmission lost again at once (a Linux receiver answered each copy with a
+    /// DSACK: the xwarp-sender collapse under loss).
+    #[test]
+    fn rfc8985_6_2_rack_sent_after_orders_same_tick_sends_by_transmission() {
+        let mut r = Rack::new(RackConfig::default());
+        for i in 0..3 {
+            assert!(r.on_send(blk(i * 100, i * 100 + 100), at(0)));
+        }
+        // Segments 1 and 2 SACKed: 0 is lost (RACK.rtt 1 ms, no reorder window).
+        r.on_ack(at(1), Seq(0), &[blk(100, 300)], false, None, None);
+        assert_eq!(r.detect_loss(at(1), Duration::ZERO).newly_lost, 1);
+        assert_eq!(r.lost_count(), 1);
+        // One tick at 5 ms: new segment 3, the retransmission of 0, new segment 4.
+        assert!(r.on_send(blk(300, 400), at(5)));
+        assert_eq!(r.on_retransmit(blk(0, 100), at(5)), 1);
+        assert!(r.on_send(blk(400, 500), at(5)));
+        assert_eq!(r.lost_count(), 0);
+        // Segment 3 (sent before the retransmission) is SACKed: nothing is lost.
+        r.on_ack(at(6), Seq(0), &[blk(100, 400)], false, None, None);
+        let scan = r.detect_loss(at(6), Duration::ZERO);
+        assert_eq!(scan.newly_lost, 0, "{scan:?}");
+        assert_eq!(r.lost().count(), 0);
+        // Segment 4 (sent after it) is SACKed and the retransmission is not: lost.
+        r.on_ack(at(7), Seq(0), &[blk(100, 500)], false, None, None);
+        assert_eq!(r.detect_loss(at(7), Duration::ZERO).newly_lost, 1);
+        assert_eq!(r.lost().collect::<Vec<_>>(), vec![blk(0, 100)]);
+        // The cumulative ACK takes the record, and the lost count with it.
+        r.on_ack(at(8), Seq(500), &[], false, None, None);
+        assert_eq!(r.lost_count(), 0);
+        assert_eq!(r.lost().count(), 0);
     }
 
     #[test]

@@ -303,10 +303,19 @@ pub(super) fn run_with_reader(
             .iter()
             .filter_map(|s| s.conn.as_ref().and_then(|c| c.poll_at()))
             .min();
-        let Some(t) = [next_pkt, next_t].into_iter().flatten().min() else {
+        // The application keeps reading without network events: bytes the connection
+        // still holds for a sink that had no room (even once it is closed) are offered
+        // again at the reader's next read.
+        let reader_t = sides
+            .iter()
+            .any(|s| s.sink.off < total && s.conn.as_ref().is_some_and(|c| c.info().ooo_bytes > 0))
+            .then(|| now + Duration::from_millis(1));
+        let Some(t) = [next_pkt, next_t, reader_t].into_iter().flatten().min() else {
             panic!(
                 "stalled: states {:?} delivered {} / {} of {total}",
-                sides.each_ref().map(|s| s.conn.as_ref().map(|c| c.state())),
+                sides
+                    .each_ref()
+                    .map(|s| s.conn.as_ref().map(|c| (c.state(), c.error(), c.info()))),
                 sides[0].sink.off,
                 sides[1].sink.off
             );

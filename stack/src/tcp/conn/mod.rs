@@ -346,8 +346,11 @@ impl Segment {
 }
 
 /// The shortest probe timeout: a tiny SRTT (a LAN, or the SYN's RTT sample) must not fire a
-/// probe right behind the flight it probes (Linux keeps a floor of two ticks too).
-pub const MIN_PTO: Duration = Duration::from_millis(10);
+/// probe right behind the flight it probes. Linux adds two ticks (2 ms at HZ=1000) to
+/// 2·SRTT. Was 10 ms: toward a Linux receiver at 1% loss, a lost tail segment then cost
+/// the probe's 10 ms plus the receiver's delayed ACK of the lone probe (~40 ms), some 50
+/// times in a 3 s row.
+pub const MIN_PTO: Duration = Duration::from_millis(2);
 
 /// RFC 7323 §5.5: TS.Recent is invalid once it is older than 24 days.
 const TS_RECENT_MAX_AGE: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -413,6 +416,9 @@ pub struct Connection {
     /// Without SACK: RFC 5681 duplicate ACKs counted, and the fast retransmission due.
     nosack_dups: u32,
     fast_rexmit: Option<SackBlock>,
+    /// A RACK-started recovery's first retransmission is owed (RFC 6675 §5 (4.3)): it
+    /// leaves whatever PRR allows.
+    first_rexmit_due: bool,
     /// The recovery running was started by an RTO (no recovery probes then).
     after_rto: bool,
     /// The retransmissions of the last fast recovery not yet reported back as DSACK; when
@@ -552,6 +558,7 @@ impl Connection {
             syn_retries: 0,
             nosack_dups: 0,
             fast_rexmit: None,
+            first_rexmit_due: false,
             after_rto: false,
             undo: None,
             recovery_probes: 0,
@@ -1464,6 +1471,9 @@ impl Connection {
                     self.board.pipe(),
                     self.flight_for_cc(self.board.outstanding()),
                 );
+                // RFC 6675 §5 (4.3): the first segment presumed lost leaves now, outside
+                // PRR's quota (which starts at 0 and may stay there with no further ACK).
+                self.first_rexmit_due = true;
             }
         }
         self.reo_at = scan.reorder_timeout.map(|t| now + t);
@@ -1606,6 +1616,7 @@ impl Connection {
                 self.pto_at = None;
                 self.karn.on_retransmit();
                 self.fast_rexmit = None;
+                self.first_rexmit_due = false;
                 self.after_rto = true;
                 self.undo = None;
             }
@@ -2005,11 +2016,13 @@ impl Connection {
         if let Some(b) = first_lost {
             let pipe = self.board.pipe();
             let quota = self.cc.send_quota(pipe);
-            if quota >= b.len().min(self.snd_mss) || pipe == 0 {
+            let first = std::mem::take(&mut self.first_rexmit_due) && quota == 0;
+            if first || quota >= b.len().min(self.snd_mss) || pipe == 0 {
                 return Some(self.retransmit(now, b, tx));
             }
             return self.ack_if_owed(now);
         }
+        self.first_rexmit_due = false;
         if let Some((len, fin, psh)) = self.new_data_plan(tx, false) {
             if let Some(seg) = self.send_new(now, len, fin, psh) {
                 return Some(seg);

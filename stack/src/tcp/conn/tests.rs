@@ -754,6 +754,49 @@ fn rfc6675_duplicate_acks_carrying_data_trigger_fast_retransmit() {
     assert_eq!(t.c.info().fast_recoveries, 1);
 }
 
+/// RFC 6675 §5 (4.3): on entering loss recovery the first segment presumed lost is
+/// retransmitted at once, whatever PRR's quota (RFC 6937 starts with prr_delivered = 0).
+/// Here RACK's reordering timer starts the recovery with no ACK arriving and pipe equal to
+/// ssthresh, where sndcnt is 0: without the rule nothing left until the RTO. Toward a
+/// Linux receiver whose burst of SACKs ended with the one that started recovery, that was
+/// a 200 ms stall per loss burst.
+#[test]
+fn rfc6675_5_4_3_entering_recovery_retransmits_first_lost_segment_regardless_of_prr() {
+    let mut t = T::open_after(cfg(), 1 << 20, Duration::from_millis(4));
+    t.tx.write(&[1; 1448 * 10]);
+    let first = t.out();
+    assert_eq!(first.iter().filter(|s| s.payload_len > 0).count(), 10);
+    t.wait(Duration::from_millis(5));
+    let una = ISS + 1;
+    // Segments 1 and 2 SACKed, segment 0 not: fewer than DupThresh, so RACK waits its
+    // reordering window before calling segment 0 lost.
+    t.sack = [Some((una + 1448, una + 1448 * 3)), None, None];
+    t.ack(Seq(una));
+    let out = t.out();
+    assert!(!out.iter().any(|s| s.payload_len > 0 && seq_of(s) == una));
+    // No more ACKs: the timers run until segment 0 leaves again.
+    let mut rexmit_at = None;
+    for _ in 0..8 {
+        let at = t.c.poll_at().expect("a timer");
+        t.now = at;
+        if t.out()
+            .iter()
+            .any(|s| s.payload_len > 0 && seq_of(s) == una)
+        {
+            rexmit_at = Some(at);
+            break;
+        }
+    }
+    let at = rexmit_at.expect("segment 0 retransmitted");
+    let info = t.c.info();
+    assert_eq!(info.rto_count, 0, "{info:?}");
+    assert_eq!(info.fast_recoveries, 1, "{info:?}");
+    assert!(
+        at - Instant::from_secs(10) < Duration::from_millis(50),
+        "at {at}"
+    );
+}
+
 #[test]
 fn rfc2883_spurious_fast_recovery_undone_by_dsack() {
     let mut t = T::open(cfg());

@@ -292,6 +292,20 @@ impl Scoreboard {
     /// counts once if not lost and once more if retransmitted (at or below HighRxt).
     pub fn pipe(&self) -> u32 {
         let rxt_end = self.rxt_end_now();
+        if self.sacked.is_empty() && self.marked_lost.is_empty() && !self.after_rto {
+            // Nothing SACKed or marked (loss-free): one hole HighACK..HighData, not lost
+            // (no SACKed octets above it), counted once plus its retransmitted part. The
+            // same sum as the general walk below, without building the hole list (pipe is
+            // asked several times per ACK).
+            if self.high_data == self.high_ack {
+                return 0;
+            }
+            let mut pipe = u64::from(self.high_data.since(self.high_ack));
+            if self.high_ack.before(rxt_end) {
+                pipe += u64::from(rxt_end.min_seq(self.high_data).since(self.high_ack));
+            }
+            return pipe.min(u32::MAX as u64) as u32;
+        }
         let mut pipe = 0u64;
         for (s, e, lost) in self.holes() {
             let len = e.since(s) as u64;
@@ -323,7 +337,14 @@ impl Scoreboard {
             info.ignored = true;
             return info;
         }
-        let list: Vec<SackBlock> = blocks.iter().collect();
+        // At most four blocks: copied to the stack (no allocation per ACK).
+        let mut arr = [SackBlock::new(ack, ack); 4];
+        let mut n = 0;
+        for b in blocks.iter().take(4) {
+            arr[n] = b;
+            n += 1;
+        }
+        let list = &arr[..n];
         let mut first = 0;
         if let Some(b0) = list.first() {
             // RFC 2883 §4: DSACK when the first block is at or below the cumulative ACK, or

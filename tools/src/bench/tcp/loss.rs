@@ -243,9 +243,25 @@ fn drive(
     let mut t = EndTally::default();
     let (mut eof, mut me_done) = (false, false);
     let mut idle_since: Option<Instant> = None;
+    // XWARP_LOSS_TRACE=MS: the sending end's TCP state every MS milliseconds on stderr
+    // (xwarp ends; for diagnosing a row).
+    let trace = std::env::var("XWARP_LOSS_TRACE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|_| send)
+        .map(Duration::from_millis);
+    let mut next_trace = t0;
     loop {
         let now = Instant::now();
         let mut progress = false;
+        if let Some(every) = trace {
+            if now >= next_trace {
+                next_trace = now + every;
+                if let Some(line) = c.trace_line() {
+                    eprintln!("[trace {:>8.3} s] {line}", (now - t0).as_secs_f64());
+                }
+            }
+        }
         if send && now - t0 < dur {
             let at = (sent % PATTERN_PERIOD) as usize;
             match c.write(&src[at..at + msg]) {
@@ -342,6 +358,8 @@ pub struct LossRun {
     pub kernel_dsacks: Option<u64>,
     /// The xwarp ends' loss rescues (`TcpInfo::retransmits`), if any end is xwarp.
     pub xwarp_rescues: Option<u64>,
+    /// The xwarp ends' retransmission timeouts (`TcpInfo::rtos`; own core only).
+    pub xwarp_rtos: Option<u64>,
     /// A receiver's window was cut by the row's bound.
     pub cut: bool,
 }
@@ -457,13 +475,13 @@ fn row(
     // Counters before the resets.
     let side = |conn: &dyn Conn, kernel: bool| {
         if kernel {
-            (conn.retransmits(), conn.dsacks(), None)
+            (conn.retransmits(), conn.dsacks(), None, None)
         } else {
-            (None, None, conn.retransmits())
+            (None, None, conn.retransmits(), conn.rtos())
         }
     };
-    let (cr, cd, cx) = side(&*c, kernel_client);
-    let (sr, sd, sx) = side(&*s, kernel_server);
+    let (cr, cd, cx, ct) = side(&*c, kernel_client);
+    let (sr, sd, sx, st) = side(&*s, kernel_server);
     c.abort();
     s.abort();
     let (tc, ts) = (tc?, ts?);
@@ -481,6 +499,7 @@ fn row(
         kernel_rtos: add(rto(kernel_client, na0, na1), rto(kernel_server, nb0, nb1)),
         kernel_dsacks: add(cd, sd),
         xwarp_rescues: add(cx, sx),
+        xwarp_rtos: add(ct, st),
         cut: ts.cut || tc.cut,
     })
 }
@@ -646,6 +665,7 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[LossResult]) {
                 ("kernel_rtos", run.kernel_rtos),
                 ("kernel_dsacks", run.kernel_dsacks),
                 ("xwarp_rescues", run.xwarp_rescues),
+                ("xwarp_rtos", run.xwarp_rtos),
             ] {
                 if let Some(v) = v {
                     rep.push(count(m, v));
@@ -654,7 +674,7 @@ pub fn fill(rep: &mut Report, o: &Options, rs: &[LossResult]) {
         }
     }
     rep.notes.push(
-        "loss-<p>: goodput through a forwarding namespace whose XDP program drops the share p of TCP frames each way (no netem on this kernel); path_drops/drop_fraction: what the dropper dropped in the row; kernel_*: the kernel ends' TCP_INFO retransmissions and DSACKs received and their namespaces' RTOs (TCPTimeouts); xwarp_rescues: the engines' loss rescues (smoltcp exposes no RTO or DSACK count).".into(),
+        "loss-<p>: goodput through a forwarding namespace whose XDP program drops the share p of TCP frames each way (no netem on this kernel); path_drops/drop_fraction: what the dropper dropped in the row; kernel_*: the kernel ends' TCP_INFO retransmissions and DSACKs received and their namespaces' RTOs (TCPTimeouts); xwarp_rescues: the engines' loss rescues; xwarp_rtos: the engines' RTOs (own TCP core; smoltcp exposes no RTO or DSACK count).".into(),
     );
 }
 
@@ -667,7 +687,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
         o.sizes[0]
     );
     s += &format!(
-        "{:<6} {:<28} {:<7} {:>9} {:>9} {:>6} {:>8} {:>7} {:>8} {:>6} {:>6} {:>7} {:>4}\n",
+        "{:<6} {:<28} {:<7} {:>9} {:>9} {:>6} {:>8} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>4}\n",
         "loss",
         "pair",
         "dir",
@@ -680,6 +700,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
         "RTO(k)",
         "DSACK",
         "rescue",
+        "RTO(x)",
         "cut"
     );
     for &p in &o.loss {
@@ -703,7 +724,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
                 let v = |m: &str| rep.value(&t, name, &format!("{dir}_{m}"));
                 let n = |m: &str| v(m).map_or("-".into(), |x| format!("{x:.0}"));
                 s += &format!(
-                    "{:<6} {:<28} {:<7} {:>9.4} {:>9} {:>6} {:>8} {:>7} {:>8} {:>6} {:>6} {:>7} {:>4}\n",
+                    "{:<6} {:<28} {:<7} {:>9.4} {:>9} {:>6} {:>8} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>4}\n",
                     format!("{p}"),
                     name,
                     dir,
@@ -716,6 +737,7 @@ pub fn table(o: &Options, rep: &Report) -> String {
                     n("kernel_rtos"),
                     n("kernel_dsacks"),
                     n("xwarp_rescues"),
+                    n("xwarp_rtos"),
                     if fwd.note.is_some() { "cut" } else { "" }
                 );
             }
@@ -724,8 +746,8 @@ pub fn table(o: &Options, rep: &Report) -> String {
     s += "\nGbit/s: in-order goodput at the receiver over the window after its first byte (duplex: client to server;\n\
           rev: server to client on the same connection); x kern: to kernel-kernel at the same loss and direction;\n\
           drops / drop %: frames the dropper dropped in the row (both directions); retr(k), RTO(k), DSACK: the kernel\n\
-          ends' retransmitted segments, RTOs and DSACKs received; rescue: the xwarp engines' loss rescues\n\
-          (smoltcp exposes no RTO or DSACK count); cut: a receiver's window ended at the row's time bound.\n";
+          ends' retransmitted segments, RTOs and DSACKs received; rescue: the xwarp engines' loss rescues;\n\
+          RTO(x): the xwarp engines' RTOs (own core; smoltcp exposes no RTO or DSACK count); cut: a receiver's window ended at the row's time bound.\n";
     s
 }
 
@@ -761,6 +783,7 @@ mod tests {
             kernel_rtos: Some(1),
             kernel_dsacks: Some(0),
             xwarp_rescues: None,
+            xwarp_rtos: None,
             cut: false,
         };
         let o = Options {

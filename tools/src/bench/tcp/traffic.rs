@@ -24,6 +24,15 @@ pub(super) trait Conn: Read + Write + Send {
     fn dsacks(&self) -> Option<u64>;
     /// Close at once with a reset where the stack can (a loss row's end).
     fn abort(self: Box<Self>);
+    /// Retransmission timeouts of this end so far, where its stack counts them per
+    /// connection (the own TCP core; kernel ends are counted per namespace instead).
+    fn rtos(&self) -> Option<u64> {
+        None
+    }
+    /// One line of this end's TCP state for `XWARP_LOSS_TRACE` (xwarp ends only).
+    fn trace_line(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Conn for std::net::TcpStream {
@@ -174,6 +183,26 @@ impl Conn for TcpStream {
     }
     fn abort(self: Box<Self>) {
         let _ = TcpStream::abort(*self);
+    }
+    fn rtos(&self) -> Option<u64> {
+        self.tcp_info().ok().map(|i| u64::from(i.rtos))
+    }
+    fn trace_line(&self) -> Option<String> {
+        self.tcp_info().ok().map(|i| {
+            format!(
+                "cwnd {} rto {:?} srtt {:?} rtos {} tlps {} frs {} dsacks {} retr {} sendq {} acked {}",
+                i.cwnd,
+                i.rto,
+                i.rtt,
+                i.rtos,
+                i.tlps,
+                i.fast_recoveries,
+                i.dsacks,
+                i.retransmits,
+                i.send_queue,
+                i.bytes_acked
+            )
+        })
     }
 }
 

@@ -85,6 +85,26 @@ fn rfc6675_5_4_enter_recovery_retransmits_first_unacked_segment() {
     assert!(b.in_recovery());
 }
 
+/// SetPipe() with nothing SACKed (the fast path): every outstanding octet once, plus once
+/// more for what was retransmitted, up to HighData; nothing after the ACK passes it all.
+#[test]
+fn rfc6675_set_pipe_without_sacks_counts_flight_plus_retransmitted() {
+    let mut b = sb(10); // 1000..2000
+    assert_eq!(b.pipe(), 1000);
+    b.on_retransmit(SackBlock::new(Seq(1000), Seq(1200)));
+    assert_eq!(b.pipe(), 1200);
+    b.on_ack(Seq(1100), &SackList::new());
+    assert_eq!(b.pipe(), 900 + 100);
+    b.on_ack(Seq(1500), &SackList::new());
+    assert_eq!(b.pipe(), 500);
+    b.on_ack(Seq(2000), &SackList::new());
+    assert_eq!(b.pipe(), 0);
+    // Once a block arrives the general walk takes over and agrees on what it shares.
+    b.on_send_new(Seq(2500));
+    b.on_ack(Seq(2000), &sack(&[(2400, 2500)]));
+    assert_eq!(b.pipe(), 400);
+}
+
 #[test]
 fn rfc6675_set_pipe_counts_unsacked_not_lost_plus_retransmitted() {
     let mut b = sb(10); // 1000..2000
