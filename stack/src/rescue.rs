@@ -8,7 +8,10 @@
 //! by one unit (smoltcp treats that as a window update and resets its duplicate-ACK
 //! count) and three identical copies (three duplicate ACKs: smoltcp fast-retransmits the
 //! first unacknowledged segment). Nothing extra goes on the wire; the effect is a
-//! retransmission timeout floor of `rto_floor` instead of 1 s (Linux: 200 ms).
+//! retransmission timeout floor of `rto_floor` instead of 1 s (Linux: 200 ms). After a
+//! rescue, an ACK that advances but stays below the highest sequence number sent at the
+//! rescue (RFC 6582's partial ACK) is rescued at once: each further hole of a burst loss
+//! then costs a round trip, not another floor.
 //!
 //! The replayed copies get a fresh checksum, so a template must first pass the checksums
 //! smoltcp itself verifies: otherwise a bit flipped on the wire in the ACK number would be
