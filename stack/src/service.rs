@@ -962,16 +962,32 @@ impl TcpService {
         busy |= ingress;
 
         let timer_due = self.next_deadline.is_some_and(|d| now >= d);
-        if ingress || timer_due {
+        let mut touched = std::mem::take(&mut self.watch.touched);
+        let touched_all = std::mem::replace(&mut self.watch.touched_all, false);
+        if timer_due || (ingress && touched_all) {
             let ids = self.table.ids(Kind::App);
             busy |= self.serve_all(&ids, now);
             self.dirty.clear();
+        } else if ingress {
+            // Only the connections of the flows that received frames (a frame changes
+            // only its own socket) and the dirty ones: the per-iteration cost follows
+            // the traffic, not the number of connections (issue 16).
+            let mut ids = std::mem::take(&mut self.dirty);
+            self.table.app_ids_of_flows(&touched, &mut ids);
+            ids.sort_unstable();
+            ids.dedup();
+            busy |= self.serve_all(&ids, now);
+            ids.clear();
+            self.dirty = ids;
         } else {
             let dirty = std::mem::take(&mut self.dirty);
             busy |= self.serve_all(&dirty, now);
             self.dirty = dirty;
             self.dirty.clear();
         }
+        // Keep the list's allocation for the next iteration.
+        touched.clear();
+        self.watch.touched = touched;
         if !self.listeners.is_empty() && (ingress || timer_due) {
             let ids: Vec<u64> = self.listeners.keys().copied().collect();
             for id in ids {

@@ -255,6 +255,8 @@ pub struct StackResult {
     pub points: Vec<Point>,
     /// Memory per idle connection (the largest growth step).
     pub mem: IdleMem,
+    /// The count at which the row stopped (no progress for 20 s), if it did.
+    pub failed: Option<usize>,
 }
 
 /// Entry point.
@@ -602,6 +604,7 @@ fn run_stack(veth: &VethPair, o: &Options, stack: Stack) -> io::Result<StackResu
     let (mut clients, mut servers): (Vec<Conn>, Vec<Conn>) = (Vec::new(), Vec::new());
     let mut points = Vec::new();
     let mut mem = IdleMem::default();
+    let mut failed = None;
     // Kernel sockets: two descriptors per connection pair in this process.
     let cap = match stack {
         Stack::Kernel => fd_limit().saturating_sub(512) / 2,
@@ -644,7 +647,15 @@ fn run_stack(veth: &VethPair, o: &Options, stack: Stack) -> io::Result<StackResu
             t.elapsed().as_secs_f64()
         );
         let ecpu0 = ends.engine_cpu();
-        let p = measure(o, &mut clients, &mut servers)?;
+        let p = match measure(o, &mut clients, &mut servers) {
+            Ok(p) => p,
+            Err(e) => {
+                // A count this stack cannot serve (no progress for 20 s): the row ends here.
+                eprintln!("  {}: {n} connections: {e}; row ends", stack.name());
+                failed = Some(n);
+                break;
+            }
+        };
         let ecpu = ends.engine_cpu() - ecpu0;
         eprintln!(
             "  {}: {n} connections: {:.0} req/s, {:.2} µs CPU/request ({:.2} of it engines)",
@@ -663,7 +674,12 @@ fn run_stack(veth: &VethPair, o: &Options, stack: Stack) -> io::Result<StackResu
         let _ = a.stop();
         let _ = b.stop();
     }
-    Ok(StackResult { stack, points, mem })
+    Ok(StackResult {
+        stack,
+        points,
+        mem,
+        failed,
+    })
 }
 
 /// The request of connection `idx` in `round` (`stop`: the last one).
@@ -907,6 +923,19 @@ pub fn fill(rep: &mut Report, o: &Options, results: &[StackResult]) {
                 .size(p.conns),
             );
         }
+        if let Some(n) = r.failed {
+            rep.push(
+                Row::new(
+                    "rr64",
+                    name,
+                    r.stack.side(),
+                    "stalled_at",
+                    Unit::Count,
+                    n as f64,
+                )
+                .note("no reply moved for 20 s at this connection count"),
+            );
+        }
         if let (Some(first), Some(last)) = (r.points.first(), r.points.last()) {
             rep.push(Row::new(
                 "rr64",
@@ -963,6 +992,9 @@ pub fn table(o: &Options, results: &[StackResult]) -> String {
                 " {:>18}",
                 format!("{:.0}/s {:.1}us", p.rate(), p.cpu_us())
             );
+        }
+        if let Some(n) = r.failed {
+            let _ = write!(s, " {:>18}", format!("stalled at {n}"));
         }
         if let (Some(a), Some(b)) = (r.points.first(), r.points.last()) {
             let _ = write!(
