@@ -312,10 +312,10 @@ pub fn raise_fd_limit(want: u64) -> io::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let target = want.min(nr_open).max(l.rlim_cur as u64);
+    let target = want.min(nr_open).max(l.rlim_cur);
     let new = libc::rlimit {
-        rlim_cur: target as libc::rlim_t,
-        rlim_max: (l.rlim_max as u64).max(target) as libc::rlim_t,
+        rlim_cur: target,
+        rlim_max: l.rlim_max.max(target),
     };
     // SAFETY: `new` is a live rlimit setrlimit reads.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
@@ -330,7 +330,7 @@ pub fn raise_fd_limit(want: u64) -> io::Result<u64> {
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &hard) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(l.rlim_max as u64)
+    Ok(l.rlim_max)
 }
 
 /// The soft RLIMIT_NOFILE.
@@ -458,8 +458,8 @@ enum Ends {
         server: SocketAddr,
     },
     Xwarp {
-        a: XdpEngine,
-        b: XdpEngine,
+        a: Box<XdpEngine>,
+        b: Box<XdpEngine>,
         listener: TcpListener,
         server: SocketAddr,
     },
@@ -592,8 +592,8 @@ fn run_stack(veth: &VethPair, o: &Options, stack: Stack) -> io::Result<StackResu
             let server = SocketAddr::from((Ipv4Addr::new(10, 88, o.net, 20), PORT));
             let listener = TcpListener::bind_with_backlog(b.stack(), server, 4096)?;
             Ends::Xwarp {
-                a,
-                b,
+                a: Box::new(a),
+                b: Box::new(b),
                 listener,
                 server,
             }
@@ -671,8 +671,8 @@ fn run_stack(veth: &VethPair, o: &Options, stack: Stack) -> io::Result<StackResu
     drop(servers);
     if let Ends::Xwarp { a, b, listener, .. } = ends {
         drop(listener);
-        let _ = a.stop();
-        let _ = b.stop();
+        let _ = (*a).stop();
+        let _ = (*b).stop();
     }
     Ok(StackResult {
         stack,
