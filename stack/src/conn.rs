@@ -219,6 +219,11 @@ pub(crate) struct ConnTable {
     /// Flows of connections inserted since the last [`ConnTable::sync_watch`], with
     /// whether the connection was accepted (passive).
     new_flows: Vec<(FlowKey, bool)>,
+    /// Application connections by IPv4 flow (packed [`FlowKey`], `rescue::pack`): the
+    /// ones a received frame can have changed (issue 16: serve only those after ingress).
+    /// Usually one id per flow; a new connection can share an old one's flow while the old
+    /// one still waits in TIME-WAIT.
+    by_flow: HashMap<u64, Vec<u64>>,
 }
 
 impl ConnTable {
@@ -232,6 +237,16 @@ impl ConnTable {
             buffer_bytes: 0,
             socket_count: 0,
             new_flows: Vec::new(),
+            by_flow: HashMap::new(),
+        }
+    }
+
+    /// Append the application connections of the flows in `keys` (packed) to `out`.
+    pub(crate) fn app_ids_of_flows(&self, keys: &[u64], out: &mut Vec<u64>) {
+        for k in keys {
+            if let Some(ids) = self.by_flow.get(k) {
+                out.extend_from_slice(ids);
+            }
         }
     }
 
@@ -301,6 +316,12 @@ impl ConnTable {
     pub(crate) fn insert(&mut self, id: u64, c: Conn) {
         if let Some(key) = c.tcp.flow {
             self.new_flows.push((key, c.tcp.connecting.is_none()));
+            if matches!(c.sink, Sink::App(_)) {
+                let ids = self.by_flow.entry(crate::rescue::pack(&key)).or_default();
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
         }
         if matches!(c.sink, Sink::Host(_)) {
             self.hosted += 1;
@@ -387,6 +408,13 @@ impl ConnTable {
         if let Some(key) = c.tcp.flow {
             self.new_flows.retain(|(k, _)| *k != key);
             watch.forget(&key);
+            let packed = crate::rescue::pack(&key);
+            if let Some(ids) = self.by_flow.get_mut(&packed) {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    self.by_flow.remove(&packed);
+                }
+            }
         }
         self.remove_socket(c.tcp.handle);
         if let Some(p) = c.tcp.port {

@@ -31,10 +31,13 @@ use smoltcp::wire::{
 /// (peer address, peer port, local port) of an IPv4 flow.
 pub(crate) type FlowKey = (std::net::Ipv4Addr, u16, u16);
 
+/// Most flows [`AckWatch::touched`] lists per engine iteration.
+pub(crate) const TOUCHED_MAX: usize = 4096;
+
 /// A [`FlowKey`] packed into one word: the map key (cheap to hash and compare). The maps
 /// keep std's keyed SipHash (`RandomState`): the peer picks its address and port, so an
 /// unkeyed hash would let it choose colliding keys.
-fn pack(key: &FlowKey) -> u64 {
+pub(crate) fn pack(key: &FlowKey) -> u64 {
     (u64::from(u32::from(key.0)) << 32) | (u64::from(key.1) << 16) | u64::from(key.2)
 }
 
@@ -92,6 +95,14 @@ struct Untracked {
 #[derive(Debug)]
 pub(crate) struct AckWatch {
     flows: HashMap<u64, FlowAcks>,
+    /// Flows (packed [`FlowKey`]s) of the IPv4 TCP frames received since the service last
+    /// took them: after ingress the service serves only their connections (plus the dirty
+    /// ones) instead of every connection (issue 16). At most [`TOUCHED_MAX`]; beyond that,
+    /// or after a frame that is not IPv4 TCP (IPv6, ARP, ...), `touched_all` is set and
+    /// every connection is served as before.
+    pub(crate) touched: Vec<u64>,
+    /// See `touched`.
+    pub(crate) touched_all: bool,
     /// Most entries of `flows` (`StackConfig::max_tracked_flows`): tracking one more evicts
     /// the flow whose ACK number moved least recently.
     pub(crate) max_flows: usize,
@@ -139,6 +150,8 @@ impl Default for AckWatch {
     fn default() -> Self {
         AckWatch {
             flows: HashMap::new(),
+            touched: Vec::new(),
+            touched_all: false,
             max_flows: crate::config::DEFAULT_MAX_SOCKETS,
             evicted: 0,
             untracked: Untracked::default(),
@@ -624,6 +637,12 @@ impl<T: RxToken> RxToken for WatchedRx<'_, T> {
             // One parse per frame for the RST hold, the duplicate-ACK guard and the ACK
             // watch.
             let v4 = ipv4_tcp(frame);
+            match &v4 {
+                Some((ip, tcp)) if watch.touched.len() < TOUCHED_MAX => watch
+                    .touched
+                    .push(pack(&(ip.src_addr(), tcp.src_port(), tcp.dst_port()))),
+                _ => watch.touched_all = true,
+            }
             if let Some((ip, tcp)) = &v4 {
                 if tcp.rst() && watch.held_rsts.len() < HELD_RSTS_MAX {
                     let key = pack(&(ip.src_addr(), tcp.src_port(), tcp.dst_port()));

@@ -71,6 +71,10 @@ pub struct TcpService {
     listeners: HashMap<u64, Listener>,
     dirty: Vec<u64>,
     next_deadline: Option<Instant>,
+    /// Application connections a command (shutdown, close, abort) changed this iteration.
+    recheck: Vec<u64>,
+    /// Those of the previous iteration: served in this one (see `poll_backend`).
+    recheck_due: Vec<u64>,
     counters: StackStats,
     stats: Arc<StatsCell>,
     watch: AckWatch,
@@ -123,6 +127,8 @@ impl TcpService {
             listeners: HashMap::new(),
             dirty: Vec::new(),
             next_deadline: None,
+            recheck: Vec::new(),
+            recheck_due: Vec::new(),
             counters: StackStats::default(),
             stats,
             watch: AckWatch::default(),
@@ -863,6 +869,14 @@ impl TcpService {
 
         while let Ok(cmd) = self.cmds.try_recv() {
             busy = true;
+            // A shutdown, close or abort changes the socket's state at this iteration's
+            // egress (a RST makes it CLOSED at once) without any frame arriving: serve it
+            // again next iteration, where a touched-only serve would not visit it.
+            if let Command::ShutdownWrite { id } | Command::Close { id } | Command::Abort { id } =
+                &cmd
+            {
+                self.recheck.push(*id);
+            }
             self.handle_command(&mut iface, cmd, now);
         }
         if let Some((p, mut cx)) = self.hosted() {
@@ -962,16 +976,39 @@ impl TcpService {
         busy |= ingress;
 
         let timer_due = self.next_deadline.is_some_and(|d| now >= d);
-        if ingress || timer_due {
+        let mut touched = std::mem::take(&mut self.watch.touched);
+        let touched_all = std::mem::replace(&mut self.watch.touched_all, false);
+        if timer_due || (ingress && touched_all) {
             let ids = self.table.ids(Kind::App);
             busy |= self.serve_all(&ids, now);
             self.dirty.clear();
+        } else if ingress {
+            // Only the connections of the flows that received frames (a frame changes
+            // only its own socket), the dirty ones and those a command changed last
+            // iteration: the per-iteration cost follows the traffic, not the number of
+            // connections (issue 16).
+            let mut ids = std::mem::take(&mut self.dirty);
+            self.table.app_ids_of_flows(&touched, &mut ids);
+            ids.extend_from_slice(&self.recheck_due);
+            ids.sort_unstable();
+            ids.dedup();
+            busy |= self.serve_all(&ids, now);
+            ids.clear();
+            self.dirty = ids;
         } else {
-            let dirty = std::mem::take(&mut self.dirty);
+            let mut dirty = std::mem::take(&mut self.dirty);
+            dirty.extend_from_slice(&self.recheck_due);
             busy |= self.serve_all(&dirty, now);
             self.dirty = dirty;
             self.dirty.clear();
         }
+        // This iteration's commands are rechecked after its egress, in the next one.
+        self.recheck_due.clear();
+        std::mem::swap(&mut self.recheck, &mut self.recheck_due);
+        busy |= !self.recheck_due.is_empty();
+        // Keep the list's allocation for the next iteration.
+        touched.clear();
+        self.watch.touched = touched;
         if !self.listeners.is_empty() && (ingress || timer_due) {
             let ids: Vec<u64> = self.listeners.keys().copied().collect();
             for id in ids {

@@ -108,35 +108,102 @@ pub fn readiness_signals() -> u64 {
 }
 
 /// An eventfd that becomes readable when the engine has news for the application.
+///
+/// The descriptor is made on first use (a wait, or [`AsFd`] for an epoll set), not with the
+/// socket: a connection the application only polls without blocking, or one that sits idle,
+/// holds no file descriptor (issue 16: 100,000 idle connections in one process would
+/// otherwise need 100,000 eventfds, beyond most `RLIMIT_NOFILE`s). A signal raised before
+/// the descriptor exists is remembered and makes the new descriptor readable.
 #[derive(Debug)]
 pub struct Readiness {
-    fd: OwnedFd,
+    fd: OnceLock<OwnedFd>,
+    /// Signalled while no descriptor existed yet.
+    pending: AtomicBool,
+}
+
+/// The process's stand-in descriptor, always readable: what [`Readiness`]'s `AsFd` hands
+/// out when its own eventfd cannot be made (the process is out of descriptors), so a
+/// poller retries and finds `WouldBlock` instead of the engine panicking. Made with the
+/// first `Readiness`.
+static FALLBACK: OnceLock<OwnedFd> = OnceLock::new();
+
+fn new_eventfd() -> io::Result<OwnedFd> {
+    Ok(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?)
 }
 
 impl Readiness {
-    /// A fresh, non-blocking, close-on-exec eventfd.
+    /// A readiness signal with no descriptor yet (see the type's docs). Fails only when
+    /// the process-wide fallback descriptor cannot be made.
     pub fn new() -> io::Result<Readiness> {
-        let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
-        Ok(Readiness { fd })
+        if FALLBACK.get().is_none() {
+            let fd = new_eventfd()?;
+            let _ = rustix::io::write(&fd, &1u64.to_ne_bytes());
+            let _ = FALLBACK.set(fd);
+        }
+        Ok(Readiness {
+            fd: OnceLock::new(),
+            pending: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the eventfd exists yet.
+    pub fn has_fd(&self) -> bool {
+        self.fd.get().is_some()
+    }
+
+    /// The eventfd, made now if it does not exist yet (readable when a signal came
+    /// before it).
+    pub fn fd(&self) -> io::Result<BorrowedFd<'_>> {
+        if let Some(f) = self.fd.get() {
+            return Ok(f.as_fd());
+        }
+        let made = new_eventfd()?;
+        let f = self.fd.get_or_init(|| made);
+        // Pairs with the fence in `signal`: either it sees the descriptor or this sees
+        // its `pending`.
+        fence(Ordering::SeqCst);
+        if self.pending.swap(false, Ordering::SeqCst) {
+            let _ = rustix::io::write(f, &1u64.to_ne_bytes());
+        }
+        Ok(f.as_fd())
     }
 
     /// Make the descriptor readable.
     pub fn signal(&self) {
         // EAGAIN only happens when the counter is about to overflow, i.e. it is
         // already readable: nothing is lost by ignoring it.
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        match self.fd.get() {
+            Some(f) => {
+                let _ = rustix::io::write(f, &1u64.to_ne_bytes());
+            }
+            None => {
+                self.pending.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                // The descriptor may have been made meanwhile by a maker that looked at
+                // `pending` before the store above.
+                if let Some(f) = self.fd.get() {
+                    if self.pending.swap(false, Ordering::SeqCst) {
+                        let _ = rustix::io::write(f, &1u64.to_ne_bytes());
+                    }
+                }
+            }
+        }
         SIGNALS.fetch_add(1, Ordering::Release);
     }
 
     /// Reset the descriptor to not readable.
     pub fn drain(&self) {
-        let mut buf = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut buf);
+        self.pending.store(false, Ordering::SeqCst);
+        if let Some(f) = self.fd.get() {
+            let mut buf = [0u8; 8];
+            let _ = rustix::io::read(f, &mut buf);
+        }
     }
 
     /// Sleep until the descriptor is readable or `deadline` passes; then drain it.
     /// Returns `false` on timeout.
     pub fn wait(&self, deadline: Option<Instant>) -> io::Result<bool> {
+        let fd = self.fd()?;
         loop {
             let timeout = match deadline {
                 None => None,
@@ -151,7 +218,7 @@ impl Readiness {
                     })
                 }
             };
-            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
             match poll(&mut fds, timeout.as_ref()) {
                 Ok(0) => continue,
                 Ok(_) => {
@@ -163,17 +230,41 @@ impl Readiness {
             }
         }
     }
+
+    /// The descriptor for `AsFd`/`AsRawFd`: the eventfd, or the always-readable fallback
+    /// when it cannot be made (logged once).
+    fn borrowed(&self) -> BorrowedFd<'_> {
+        match self.fd() {
+            Ok(f) => f,
+            Err(e) => {
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "xwarp: cannot make a readiness eventfd ({e}); handing out an always-readable stand-in (raise RLIMIT_NOFILE)"
+                    );
+                }
+                match FALLBACK.get() {
+                    Some(f) => f.as_fd(),
+                    // Unreachable: `new` made it. Borrow the fd of the error-free path
+                    // instead of panicking: stderr.
+                    // SAFETY: fd 2 is not closed by this crate; a borrowed fd is only read
+                    // as a number by pollers.
+                    None => unsafe { BorrowedFd::borrow_raw(2) },
+                }
+            }
+        }
+    }
 }
 
 impl AsRawFd for Readiness {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.borrowed().as_raw_fd()
     }
 }
 
 impl AsFd for Readiness {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.borrowed()
     }
 }
 
@@ -590,6 +681,44 @@ mod tests {
             .unwrap());
         // Drained: a second wait times out.
         assert!(!r
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+    }
+
+    #[test]
+    fn readiness_descriptor_is_made_on_first_use_and_keeps_an_earlier_signal() {
+        let r = Readiness::new().unwrap();
+        r.signal();
+        r.drain();
+        r.signal();
+        assert!(!r.has_fd(), "signal and drain made a descriptor");
+        // The signal raised before the descriptor existed makes it readable.
+        let fd = r.fd().unwrap().as_raw_fd();
+        assert!(r.has_fd());
+        assert_eq!(r.as_raw_fd(), fd);
+        let mut p = [PollFd::new(&r, PollFlags::IN)];
+        assert_eq!(
+            poll(
+                &mut p,
+                Some(&rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0
+                })
+            )
+            .unwrap(),
+            1
+        );
+        assert!(r
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+        assert!(!r
+            .wait(Some(Instant::now() + Duration::from_millis(5)))
+            .unwrap());
+        // Drained before the descriptor existed: not readable.
+        let q = Readiness::new().unwrap();
+        q.signal();
+        q.drain();
+        assert!(!q
             .wait(Some(Instant::now() + Duration::from_millis(5)))
             .unwrap());
     }

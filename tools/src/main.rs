@@ -55,6 +55,10 @@ enum Bench {
     /// `xwarp bench attack --help`.
     #[command(disable_help_flag = true)]
     Attack(Passthrough),
+    /// Request/response at 1 to 10,000 connections and memory per idle connection, xwarp
+    /// vs kernel over a veth pair (root); see `xwarp bench scale --help`.
+    #[command(disable_help_flag = true)]
+    Scale(Passthrough),
 }
 
 /// The arguments of a command with a clap parser of its own (`xwarp run`: `launcher`;
@@ -72,7 +76,7 @@ fn command_words(argv: &[OsString]) -> usize {
     let word = |i: usize| argv.get(i).and_then(|a| a.to_str());
     match (word(1), word(2)) {
         (Some("run"), _) => 2,
-        (Some("bench"), Some("tcp" | "rdma" | "shim" | "attack")) => 3,
+        (Some("bench"), Some("tcp" | "rdma" | "shim" | "attack" | "scale")) => 3,
         _ => argv.len(),
     }
 }
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
                 Bench::Rdma(_) => "xwarp bench rdma",
                 Bench::Shim(_) => "xwarp bench shim",
                 Bench::Attack(_) => "xwarp bench attack",
+                Bench::Scale(_) => "xwarp bench scale",
             };
             if let Err(e) = xwarp_tools::bench::common::install_teardown(name) {
                 eprintln!("{name}: cannot install the signal handler: {e}");
@@ -125,6 +130,7 @@ fn main() -> ExitCode {
                 Bench::Rdma(_) => xwarp_tools::bench::rdma::main(rest),
                 Bench::Shim(_) => xwarp_tools::bench::shim::main(rest),
                 Bench::Attack(_) => xwarp_tools::bench::attack::main(rest),
+                Bench::Scale(_) => xwarp_tools::bench::scale::main(rest),
             }
         }
     }

@@ -11,6 +11,10 @@
 //! * `xwarp bench attack`: the attack suite on the virtual wire with bigger volumes (no
 //!   root): memory, legitimate throughput, what the attacker got. See [`attack`].
 //!
+//! * `xwarp bench scale`: 64-byte request/response at 1 to 10,000 concurrent connections
+//!   and memory per idle connection, kernel and xwarp over one veth pair (root). See
+//!   [`scale`].
+//!
 //! Every bench writes the same JSON shape with `--json FILE` ([`report`]); `bench tcp` and
 //! `bench rdma` draw it with `--plot FILE.svg` ([`plot`]) and print per-second progress
 //! lines during their bandwidth measurements ([`progress`]; `--quiet` stops them).
@@ -22,6 +26,7 @@ pub mod plot;
 pub mod progress;
 pub mod rdma;
 pub mod report;
+pub mod scale;
 pub mod shim;
 pub mod shim_out;
 pub mod tcp;
