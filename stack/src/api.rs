@@ -433,7 +433,19 @@ impl Stream {
     /// connection, e.g. after it closed).
     pub fn tcp_info(&self, timeout: Duration) -> io::Result<TcpInfo> {
         let n = self.shared.request_info();
-        self.handle.send(Command::Dirty { id: self.shared.id })?;
+        // The engine publishes the last answer before it lets go of the connection.
+        let last = || {
+            self.shared
+                .info_if_answered(n)
+                .ok_or_else(|| SocketError::EngineGone.to_io())
+        };
+        if self
+            .handle
+            .send(Command::Dirty { id: self.shared.id })
+            .is_err()
+        {
+            return last();
+        }
         let deadline = Instant::now() + timeout;
         let mut spins = 0u32;
         loop {
@@ -441,7 +453,7 @@ impl Stream {
                 return Ok(info);
             }
             if self.shared.engine_dropped() {
-                return Err(SocketError::EngineGone.to_io());
+                return last();
             }
             if Instant::now() >= deadline {
                 return Err(io::Error::new(

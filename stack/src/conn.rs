@@ -396,6 +396,19 @@ impl ConnTable {
         }
     }
 
+    /// Publish connection `id`'s last `TCP_INFO` (an application connection about to be
+    /// recycled): the answer to the application's requests once the engine let go of it.
+    pub(crate) fn publish_final_info(&self, id: u64, config: &StackConfig) {
+        if let Some(Conn {
+            tcp: c,
+            sink: Sink::App(a),
+        }) = self.conns.get(&id)
+        {
+            let s = self.sockets.get::<tcp::Socket>(c.handle);
+            a.shared.answer_final_info(tcp_info(s, c, a, config));
+        }
+    }
+
     /// Remove connection `id`: forget its rescue flow, free its socket and its port.
     /// Returns whether it existed.
     pub(crate) fn recycle(&mut self, id: u64, watch: &mut AckWatch) -> bool {

@@ -1075,6 +1075,7 @@ impl OwnCore {
             self.ports.release(p);
         }
         if let End::App(a) = &c.end {
+            a.shared.answer_final_info(tcp_info(&c.tcp, a, env.config));
             if a.shared.phase() != crate::shared::Phase::Closed {
                 a.shared.set_closed();
             }

@@ -664,8 +664,11 @@ impl TcpService {
         let step = self
             .table
             .serve(id, now, self.config.fin_timeout, &mut self.counters, host);
-        if step.remove && self.table.recycle(id, &mut self.watch) {
-            self.counters.recycled += 1;
+        if step.remove {
+            self.table.publish_final_info(id, &self.config);
+            if self.table.recycle(id, &mut self.watch) {
+                self.counters.recycled += 1;
+            }
         }
         step.moved
     }

@@ -500,6 +500,13 @@ impl SocketState {
         self.info_answered.store(n, Ordering::Release);
     }
 
+    /// Engine side, as it lets go of the connection: its last `TCP_INFO`, the answer to
+    /// every request from now on (Linux answers `TCP_INFO` on a closed socket too).
+    pub(crate) fn answer_final_info(&self, info: TcpInfo) {
+        *self.info.lock().unwrap_or_else(|p| p.into_inner()) = info;
+        self.info_answered.store(u64::MAX, Ordering::Release);
+    }
+
     /// Current phase.
     pub fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {

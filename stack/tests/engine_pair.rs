@@ -234,6 +234,12 @@ fn own_core_moves_data_both_ways_over_ipv4_and_ipv6_and_refuses_closed_ports() {
         assert_eq!(info.bytes_acked, up.len() as u64, "{info:?}");
         assert_eq!(info.bytes_received, down.len() as u64, "{info:?}");
         assert!(info.cwnd > 0, "{info:?}");
+        // Once the engine has let go of the closed connection, TCP_INFO still answers
+        // (Linux does on a closed socket) with the connection's last counters.
+        std::thread::sleep(Duration::from_millis(300));
+        let last = c.tcp_info(Duration::from_secs(5)).unwrap();
+        assert_eq!(last.bytes_acked, up.len() as u64, "{last:?}");
+        assert_eq!(last.bytes_received, down.len() as u64, "{last:?}");
     }
     for closed in [addr(2, 7102), SocketAddr::from((v6(2), 7103))] {
         let c = a.connect(closed, None, None).unwrap();
