@@ -20,7 +20,8 @@
 //!   `-m` (`rdma_migrate_id` to a new event channel).
 //! * `perftest_xwarp_to_xwarp`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
 //!   `ib_send_lat`, `ib_write_lat` with `-R` (rdma_cm connection setup), 200 iterations:
-//!   both sides exit 0 and print their result row (installed with apt-get when missing).
+//!   both sides exit 0 and print their result row (installed with apt-get when missing);
+//!   the client retries refused connects inside `rdma_connect` (`XWARP_CONNECT_RETRY_MS`).
 //! * `exit_without_disconnect_closes_the_connection`: a client that queues a Send and
 //!   returns from `main` without `rdma_disconnect`: the Send arrives and the server gets
 //!   DISCONNECTED (the library's exit hook closes what is still open).
@@ -626,7 +627,21 @@ fn perftest_xwarp_to_xwarp() {
         "ib_write_lat",
     ] {
         let server = net.server(t, &["-R", "-n", "200"], "");
-        let o = client(&net, t, &["-R", "-n", "200", &a]);
+        // Not `client()`: perftest -R makes two connections to the same port. The server
+        // accepts the control connection, destroys that listener, syncs over the control
+        // connection, and only then listens for the test connection, while the client
+        // connects the test connection as soon as the sync message arrives. Under load the
+        // SYN comes first and is refused (RST, REJECTED), and Debian's perftest (4.5-0.17)
+        // cannot retry: its retry loop reuses the cm_ids it just destroyed. Running the
+        // client again, as `client()` does, then points a new control connection at the
+        // old server's test listener, and both sides fail with flushed Sends (status 5).
+        // A refused connect is retried inside `rdma_connect` instead, as in
+        // interop/README.md ("perftest clients start before their server listens").
+        let o = net
+            .command('b', 60, t, &["-R", "-n", "200", &a])
+            .env("XWARP_CONNECT_RETRY_MS", "20000")
+            .output()
+            .expect("client");
         let ct = text(&o);
         let so = finish(server);
         let st = text(&so);
