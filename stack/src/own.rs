@@ -159,6 +159,25 @@ struct OwnConn {
     bytes: u64,
 }
 
+impl OwnConn {
+    /// `tcp_fin_timeout`: the close this end asked for made no progress (no byte or FIN
+    /// newly acknowledged, no state change) for `fin_timeout`; TIME-WAIT runs its own timer.
+    fn close_stalled(&mut self, state: State, now: Instant, fin_timeout: Duration) -> bool {
+        self.close_deadline.is_some()
+            && state != State::TimeWait
+            && close_expired(
+                &mut self.close_deadline,
+                &mut self.close_progress,
+                CloseProgress {
+                    acked: self.tcp.info().bytes_acked,
+                    state: state as u8,
+                },
+                now,
+                fin_timeout,
+            )
+    }
+}
+
 /// An application listener's engine side.
 struct AppListener {
     shared: Arc<ListenerShared>,
@@ -1624,20 +1643,7 @@ fn report_app(c: &mut OwnConn, env: &mut Env<'_>, now: Instant, t: smoltcp::time
         c.finished = true;
         return true;
     }
-    if a.app_closed
-        && c.close_deadline.is_some()
-        && state != State::TimeWait
-        && close_expired(
-            &mut c.close_deadline,
-            &mut c.close_progress,
-            CloseProgress {
-                acked: c.tcp.info().bytes_acked,
-                state: state as u8,
-            },
-            now,
-            env.config.fin_timeout,
-        )
-    {
+    if a.app_closed && c.close_stalled(state, now, env.config.fin_timeout) {
         // tcp_fin_timeout: the peer stopped finishing the close.
         c.tcp.abort();
         c.finished = true;
@@ -1762,19 +1768,7 @@ fn report_host(c: &mut OwnConn, id: u64, env: &mut Env<'_>, now: Instant) -> boo
         }
         return true;
     }
-    if c.close_deadline.is_some()
-        && state != State::TimeWait
-        && close_expired(
-            &mut c.close_deadline,
-            &mut c.close_progress,
-            CloseProgress {
-                acked: c.tcp.info().bytes_acked,
-                state: state as u8,
-            },
-            now,
-            fin_timeout,
-        )
-    {
+    if c.close_stalled(state, now, fin_timeout) {
         c.tcp.abort();
         c.finished = true;
         host.on_closed(id, now, Some(SocketError::TimedOut));
